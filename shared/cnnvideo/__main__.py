@@ -1,0 +1,3 @@
+from cnnvideo.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The one entry point: `cnnvideo <role|local|plan|bench> ...`; each sub-command lives in its own module."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import List, Optional
+
+# sub-command -> "module:function"; imported lazily so `cnnvideo plan` never loads gRPC
+COMMANDS = {
+    "master": "cnnvideo.master.main:run",
+    "worker": "cnnvideo.worker.main:run",
+    "trainer": "cnnvideo.trainer.main:run",
+    "local": "cnnvideo.launcher:run",
+    "plan": "cnnvideo.planner:run",
+    "bench codec": "cnnvideo.bench.codec:run",
+    "bench predict": "cnnvideo.bench.predict:run",
+    "bench plan": "cnnvideo.bench.plan:run",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cnnvideo", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for role in ("master", "worker", "trainer"):
+        p = sub.add_parser(role, help="run the %s role" % role)
+        p.add_argument("-c", "--config", required=True, help="cluster config YAML")
+        p.add_argument("-i", "--id", type=int, default=0, help="worker index in the chain")
+        p.add_argument("--out", default=None, help="output folder (master)")
+        p.add_argument("--frames", type=int, default=None, help="override config 'frames'")
+        p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+    p = sub.add_parser("local", help="run trainer, workers and master as local processes")
+    p.add_argument("-c", "--config", default=None, help="config YAML (default: built-in demo)")
+    p.add_argument("--frames", type=int, default=None, help="override config 'frames'")
+    p.add_argument("--out", default=None, help="output folder (default: config 'out')")
+    p = sub.add_parser("plan", help="print every scheduler's split and predicted time (no network)")
+    p.add_argument("-c", "--config", default=None, help="config YAML (default: built-in demo)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bench = sub.add_parser("bench", help="benchmarks that print figures").add_subparsers(dest="bench", required=True)
+    p = bench.add_parser("codec", help="our codec vs the original's pickled CSR, per hop")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--video", default=None, help="video file (default: media/vtest.avi or synthetic)")
+    p.add_argument("--model", default="alexnet")
+    p.add_argument("--frames", type=int, default=30)
+    p.add_argument("--threshold", type=float, default=0.0, help="delta threshold on later hops")
+    p.add_argument("--input-threshold", type=int, default=0, help="delta threshold on the input hop")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
+    p = bench.add_parser("predict", help="predicted vs actual bytes per cut on held-out frames")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--video", default=None)
+    p.add_argument("--model", default="alexnet")
+    p.add_argument("--frames", type=int, default=120)
+    p.add_argument("--frame-size", type=int, nargs=2, default=[240, 360], metavar=("H", "W"))
+    p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--cuts", type=int, default=150)
+    p.add_argument("--repeat", type=int, default=20)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    key = args.command if args.command != "bench" else "bench " + args.bench
+    module_name, func_name = COMMANDS[key].split(":")
+    from .config import ConfigError
+
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        return int(func(args) or 0)
+    except ConfigError as exc:
+        print("cnnvideo: error: %s" % exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

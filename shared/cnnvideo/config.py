@@ -1,0 +1,247 @@
+"""Typed cluster/run configuration loaded from YAML; every bad key or value is a ConfigError naming it."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+MODES = ("full", "delta")
+SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal")
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown, missing or has a bad value; the message names the key."""
+
+
+@dataclass
+class Cluster:
+    """Addresses (host:port). The master only dials out; workers are the chain in order."""
+
+    trainer: str = "127.0.0.1:50051"
+    workers: List[str] = field(default_factory=lambda: ["127.0.0.1:50060", "127.0.0.1:50061"])
+
+
+@dataclass
+class Delta:
+    """Delta-mode options: thresholds (|new - held| <= t is not sent) and keyframe period."""
+
+    input_threshold: int = 0  # pixel levels on the uint8 input hop
+    threshold: float = 0.0  # on every later hop
+    keyframe_every: int = 0  # 0 = only when needed (first frame, new cut, resync)
+    fp16: bool = False  # lossy: send later-hop values as float16
+
+
+@dataclass
+class TrainerOptions:
+    """What the trainer plays to fit the predictors."""
+
+    video: Optional[str] = None  # None = the run's video
+    frames: int = 100
+    fit_fraction: float = 0.8
+
+
+@dataclass
+class Limits:
+    """Message size limits (MB) and RPC deadlines (s)."""
+
+    max_message_mb: float = 64.0
+    rpc_timeout_s: float = 30.0
+    worker_down_s: float = 10.0  # master gives up on a silent worker after this long
+
+
+@dataclass
+class Config:
+    """One run of the cluster. Field names are the YAML keys."""
+
+    cluster: Cluster = field(default_factory=Cluster)
+    model: str = "alexnet"
+    weights: str = "random"  # imagenet | random | path to a state-dict file
+    seed: int = 0
+    video: str = "media/vtest.avi"
+    frame_size: Tuple[int, int] = (480, 720)  # height, width
+    mode: str = "delta"
+    delta: Delta = field(default_factory=Delta)
+    check: bool = True
+    frames: int = 60
+    in_flight: int = 3  # frames in flight cap, 0 = unlimited (the original's pd_num)
+    group_size: int = 5
+    scheduler: str = "optimal"
+    scheduler_options: Dict[str, Any] = field(default_factory=dict)
+    bandwidth: List[float] = field(default_factory=lambda: [3.0, 3.0])  # MB/s, [0] = master->w0
+    cpus: Dict[str, float] = field(default_factory=dict)  # role -> CPU share (compose / reporting)
+    trainer: TrainerOptions = field(default_factory=TrainerOptions)
+    limits: Limits = field(default_factory=Limits)
+    cache_dir: str = "~/.cache/cnnvideo"
+    out: str = "out"
+    profile_iters: int = 3
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.cluster.workers)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.limits.max_message_mb * 1024 * 1024)
+
+    def bandwidth_bytes(self) -> List[float]:
+        """Per-hop bandwidth in bytes/s, one per worker (hop into worker i)."""
+        bw = list(self.bandwidth)
+        if len(bw) == 1:
+            bw = bw * self.n_workers
+        return [b * 1e6 for b in bw]
+
+    def cache_path(self, *parts: str) -> str:
+        path = os.path.join(os.path.expanduser(self.cache_dir), *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check/convert one YAML value to the annotated type; raise ConfigError naming the key."""
+    origin = getattr(tp, "__origin__", None)
+    args = getattr(tp, "__args__", ()) or ()
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError("config key '%s' must be a mapping, got %r" % (key, value))
+        return _build(tp, value, key + ".")
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _convert(value, inner, key)
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError("config key '%s' must be a list, got %r" % (key, value))
+        return [_convert(v, args[0], "%s[%d]" % (key, i)) for i, v in enumerate(value)]
+    if origin in (tuple, Tuple):
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError("config key '%s' must be a list of %d values, got %r" % (key, len(args), value))
+        return tuple(_convert(v, a, "%s[%d]" % (key, i)) for i, (v, a) in enumerate(zip(value, args)))
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise ConfigError("config key '%s' must be a mapping, got %r" % (key, value))
+        return {str(k): _convert(v, args[1], "%s.%s" % (key, k)) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError("config key '%s' must be true or false, got %r" % (key, value))
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError("config key '%s' must be an integer, got %r" % (key, value))
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError("config key '%s' must be a number, got %r" % (key, value))
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError("config key '%s' must be a string, got %r" % (key, value))
+        return value
+    raise ConfigError("config key '%s' has unsupported type %s" % (key, _type_name(tp)))
+
+
+def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError("unknown config key '%s%s' (known: %s)" % (prefix, key, ", ".join(sorted(names))))
+    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def validate(cfg: Config, check_files: bool = True) -> Config:
+    """Check values that types alone cannot; raise ConfigError naming the key."""
+    from . import models  # local import: models pulls in torch
+
+    if not cfg.cluster.workers:
+        raise ConfigError("config key 'cluster.workers' must list at least one worker address")
+    for i, addr in enumerate(cfg.cluster.workers + [cfg.cluster.trainer]):
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
+            raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
+    if cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
+        raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, ", ".join(models.MODEL_NAMES)))
+    if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
+        raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
+    if check_files and not os.path.isfile(cfg.video):
+        raise ConfigError("config key 'video': file not found: %s" % cfg.video)
+    if cfg.trainer.video is not None and check_files and not os.path.isfile(cfg.trainer.video):
+        raise ConfigError("config key 'trainer.video': file not found: %s" % cfg.trainer.video)
+    if any(v <= 0 for v in cfg.frame_size):
+        raise ConfigError("config key 'frame_size' must be two positive integers, got %r" % (cfg.frame_size,))
+    if cfg.mode not in MODES:
+        raise ConfigError("config key 'mode' must be one of %s, got %r" % ("|".join(MODES), cfg.mode))
+    if cfg.scheduler not in SCHEDULERS:
+        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(SCHEDULERS), cfg.scheduler))
+    _positive(cfg.frames, "frames")
+    _positive(cfg.group_size, "group_size")
+    _positive(cfg.trainer.frames, "trainer.frames")
+    _positive(cfg.profile_iters, "profile_iters")
+    if cfg.in_flight < 0:
+        raise ConfigError("config key 'in_flight' must be >= 0 (0 = unlimited), got %r" % cfg.in_flight)
+    if len(cfg.bandwidth) not in (1, cfg.n_workers) or any(b <= 0 for b in cfg.bandwidth):
+        raise ConfigError(
+            "config key 'bandwidth' must list 1 or %d positive MB/s values (one per hop), got %r"
+            % (cfg.n_workers, cfg.bandwidth)
+        )
+    if not 0 <= cfg.delta.input_threshold <= 255:
+        raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
+    if cfg.delta.threshold < 0:
+        raise ConfigError("config key 'delta.threshold' must be >= 0, got %r" % cfg.delta.threshold)
+    if not 0 < cfg.trainer.fit_fraction <= 1:
+        raise ConfigError("config key 'trainer.fit_fraction' must be in (0, 1], got %r" % cfg.trainer.fit_fraction)
+    if cfg.limits.max_message_mb <= 0:
+        raise ConfigError("config key 'limits.max_message_mb' must be > 0")
+    for role, share in cfg.cpus.items():
+        if share <= 0:
+            raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
+    return cfg
+
+
+def _positive(value: int, key: str) -> None:
+    if value <= 0:
+        raise ConfigError("config key '%s' must be positive, got %r" % (key, value))
+
+
+def from_dict(data: Optional[Dict[str, Any]], check_files: bool = True) -> Config:
+    """Build and validate a Config from a plain mapping (e.g. parsed YAML)."""
+    return validate(_build(Config, data or {}), check_files=check_files)
+
+
+def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: bool = True) -> Config:
+    """Read a YAML config file; relative video/weights paths resolve against the current directory."""
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror))
+    except yaml.YAMLError as exc:
+        raise ConfigError("config file %s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+    if not isinstance(data, dict):
+        raise ConfigError("config file %s must hold a mapping of keys" % path)
+    data.update(overrides or {})
+    return from_dict(data, check_files=check_files)
+
+
+def to_dict(cfg: Config) -> Dict[str, Any]:
+    """Plain mapping of a Config (for YAML dumps and reports)."""
+    out = dataclasses.asdict(cfg)
+    out["frame_size"] = list(cfg.frame_size)
+    return out
+
+
+def dump(cfg: Config, path: str) -> None:
+    with open(path, "w") as fh:
+        yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -1,0 +1,96 @@
+"""Read video frames as uint8 RGB arrays of the configured size; make synthetic static-camera clips for tests."""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Tuple
+
+import numpy as np
+
+
+class VideoError(ValueError):
+    """The video cannot be opened or decoded."""
+
+
+def _cv2():
+    import cv2  # local: cv2 is heavy and only roles that read video need it
+
+    return cv2
+
+
+def read_frames(path: str, frame_size: Tuple[int, int], limit: int = 0, loop: bool = True) -> Iterator[np.ndarray]:
+    """Yield up to `limit` frames (0 = all) as (H, W, 3) uint8 RGB; loop the clip if it is shorter."""
+    cv2 = _cv2()
+    if not os.path.isfile(path):
+        raise VideoError("video file not found: %s" % path)
+    height, width = frame_size
+    produced = 0
+    while True:
+        cap = cv2.VideoCapture(path)
+        if not cap.isOpened():
+            raise VideoError("cannot open video (not a video file or unsupported codec): %s" % path)
+        got_any = False
+        try:
+            while limit <= 0 or produced < limit:
+                ok, bgr = cap.read()
+                if not ok:
+                    break
+                got_any = True
+                if bgr.shape[:2] != (height, width):
+                    bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
+                yield np.ascontiguousarray(bgr[:, :, ::-1])
+                produced += 1
+        finally:
+            cap.release()
+        if not got_any:
+            raise VideoError("video has no decodable frames: %s" % path)
+        if limit <= 0 or produced >= limit or not loop:
+            return
+
+
+def synthetic_frames(n: int, frame_size: Tuple[int, int], seed: int = 0, noise: int = 2) -> Iterator[np.ndarray]:
+    """A static textured background with a few moving blocks and sensor noise, like a fixed camera."""
+    rng = np.random.RandomState(seed)
+    height, width = frame_size
+    yy, xx = np.mgrid[0:height, 0:width]
+    base = np.stack(
+        [(xx * 255 // max(width - 1, 1)), (yy * 255 // max(height - 1, 1)), ((xx + yy) * 7) % 256], axis=-1
+    ).astype(np.int16)
+    base += rng.randint(0, 40, size=base.shape).astype(np.int16)
+    blocks = [
+        (rng.randint(0, height), rng.randint(0, width), rng.randint(1, 4), rng.randint(1, 4), rng.randint(0, 256, 3))
+        for _ in range(4)
+    ]
+    bh, bw = max(height // 8, 1), max(width // 10, 1)
+    for t in range(n):
+        frame = base.copy()
+        for y0, x0, vy, vx, colour in blocks:
+            y = (y0 + vy * t) % max(height - bh, 1)
+            x = (x0 + vx * t) % max(width - bw, 1)
+            frame[y : y + bh, x : x + bw] = colour
+        if noise:
+            mask = rng.rand(height, width, 1) < 0.05
+            frame = frame + mask * rng.randint(-noise, noise + 1, size=frame.shape)
+        yield np.clip(frame, 0, 255).astype(np.uint8)
+
+
+def write_video(path: str, frames: Iterator[np.ndarray], fps: float = 25.0) -> str:
+    """Write RGB frames to a lossless-enough AVI (MJPG) that OpenCV can read back."""
+    cv2 = _cv2()
+    writer = None
+    try:
+        for frame in frames:
+            if writer is None:
+                h, w = frame.shape[:2]
+                writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), fps, (w, h))
+                if not writer.isOpened():
+                    raise VideoError("cannot write video: %s" % path)
+            writer.write(np.ascontiguousarray(frame[:, :, ::-1]))
+    finally:
+        if writer is not None:
+            writer.release()
+    return path
+
+
+def default_video() -> str:
+    """The sample video path (fetched by scripts/fetch_video.sh)."""
+    return os.environ.get("CNNVIDEO_VIDEO", os.path.join("media", "vtest.avi"))
