@@ -1,0 +1,50 @@
+"""Typed arrays <-> proto Array (raw little-endian bytes + dtype + shape); validated, never pickled."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import cnnvideo_pb2 as pb
+
+DTYPES = ("float32", "float64", "int32", "int64", "uint8", "bool")
+
+
+class WireError(ValueError):
+    """A message from the network is malformed."""
+
+
+def to_array(values: np.ndarray, name: str = "") -> pb.Array:
+    arr = np.asarray(values)
+    if arr.dtype.name not in DTYPES:
+        raise WireError("array %r: dtype %s cannot travel (allowed: %s)" % (name, arr.dtype.name, ", ".join(DTYPES)))
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return pb.Array(name=name, dtype=arr.dtype.name, shape=list(arr.shape), data=arr.tobytes())
+
+
+def from_array(msg: pb.Array, max_elements: Optional[int] = None) -> np.ndarray:
+    if msg.dtype not in DTYPES:
+        raise WireError("array %r: unsupported dtype %r" % (msg.name, msg.dtype))
+    shape = tuple(int(s) for s in msg.shape)
+    if any(s < 0 for s in shape):
+        raise WireError("array %r: negative dimension in shape %r" % (msg.name, shape))
+    dtype = np.dtype(msg.dtype).newbyteorder("<")
+    count = int(np.prod(shape)) if shape else 1
+    if max_elements is not None and count > max_elements:
+        raise WireError("array %r: %d elements exceed the limit %d" % (msg.name, count, max_elements))
+    if len(msg.data) != count * dtype.itemsize:
+        raise WireError("array %r: %d bytes do not match shape %r of %s" % (msg.name, len(msg.data), shape, msg.dtype))
+    return np.frombuffer(msg.data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
+def to_arrays(arrays: Dict[str, np.ndarray]) -> list:
+    return [to_array(v, k) for k, v in sorted(arrays.items())]
+
+
+def from_arrays(msgs) -> Dict[str, np.ndarray]:
+    out = {}
+    for m in msgs:
+        if m.name in out:
+            raise WireError("array name %r repeated" % m.name)
+        out[m.name] = from_array(m)
+    return out

@@ -1,0 +1,136 @@
+"""gRPC plumbing: channels and servers with message size limits, health service, readiness, signals, ports."""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from concurrent import futures
+from typing import Callable, List, Optional, Tuple
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+def options(max_bytes: int) -> List[Tuple[str, int]]:
+    """Channel/server options: message size limits both ways, keepalive so a dead peer is noticed."""
+    return [
+        ("grpc.max_send_message_length", int(max_bytes)),
+        ("grpc.max_receive_message_length", int(max_bytes)),
+        ("grpc.keepalive_time_ms", 5000),
+        ("grpc.keepalive_timeout_ms", 5000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def server_options(max_bytes: int) -> List[Tuple[str, int]]:
+    return options(max_bytes) + [
+        ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def channel(address: str, max_bytes: int) -> grpc.Channel:
+    """An insecure channel to host:port with the configured message size limits."""
+    return grpc.insecure_channel(address, options=options(max_bytes))
+
+
+def wait_ready(chan: grpc.Channel, timeout: float) -> None:
+    """Block until the channel is connected; grpc.FutureTimeoutError after `timeout` seconds."""
+    grpc.channel_ready_future(chan).result(timeout=timeout)
+
+
+class Server:
+    """A gRPC server bound to one address, with the standard health service; stop() is graceful."""
+
+    def __init__(self, address: str, max_bytes: int, threads: int = 8, service_name: str = "") -> None:
+        self.address = address
+        self.service_name = service_name
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=server_options(max_bytes))
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        bind = address
+        host, _, port = address.rpartition(":")
+        if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+            bind = "[::]:" + port  # listen on every interface for remote peers
+        self.port = self.grpc.add_insecure_port(bind)
+        if self.port == 0:
+            raise OSError("cannot listen on %s (port in use?)" % address)
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self.grpc.start()
+        self.set_serving(True)
+        log.info("listening on %s", self.address)
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.health.set("", status)
+        if self.service_name:
+            self.health.set(self.service_name, status)
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        try:
+            self.health.enter_graceful_shutdown()
+        except Exception:  # older grpcio-health-checking
+            self.set_serving(False)
+        self.grpc.stop(grace).wait(grace + 1.0)
+
+
+def check_health(address: str, timeout: float = 2.0, max_bytes: int = 4 * 1024 * 1024) -> bool:
+    """True if the server at `address` answers the health check with SERVING."""
+    chan = channel(address, max_bytes)
+    try:
+        stub = health_pb2_grpc.HealthStub(chan)
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        return resp.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+    finally:
+        chan.close()
+
+
+def wait_healthy(address: str, timeout: float, alive: Optional[Callable[[], bool]] = None) -> bool:
+    """Poll the health service until SERVING, `timeout` passes, or `alive()` says the process died."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check_health(address, timeout=1.0):
+            return True
+        if alive is not None and not alive():
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def on_signals(callback: Callable[[int], None]) -> None:
+    """Call `callback(signum)` on SIGTERM/SIGINT (main thread only; no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, _frame):
+        callback(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def code_name(exc: grpc.RpcError) -> str:
+    """'UNAVAILABLE: details' for an RpcError."""
+    try:
+        return "%s: %s" % (exc.code().name, exc.details())
+    except Exception:
+        return str(exc)
