@@ -1,0 +1,25 @@
+"""`cnnvideo master -c CONFIG [--out DIR] [--frames N]`: run the configured video through the cluster once."""
+from __future__ import annotations
+
+import logging
+import sys
+
+from cnnvideo import config
+
+from .role import MasterError, MasterRole
+
+log = logging.getLogger(__name__)
+
+
+def run(args) -> int:
+    overrides = {"frames": args.frames} if args.frames is not None else None
+    cfg = config.load(args.config, overrides=overrides)
+    role = MasterRole(cfg, args.out or cfg.out, run_id=args.run_id)
+    try:
+        role.start()
+        return role.serve()
+    except MasterError as exc:
+        print("cnnvideo master: error: %s" % exc, file=sys.stderr, flush=True)
+        return 3
+    finally:
+        role.stop()

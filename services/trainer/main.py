@@ -1,0 +1,17 @@
+"""`cnnvideo trainer -c CONFIG`: fit the predictors on the training video and serve them until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+from cnnvideo import config
+
+from .role import TrainerRole
+
+
+def run(args) -> int:
+    cfg = config.load(args.config)
+    role = TrainerRole(cfg)
+    try:
+        role.start()
+        role.serve()
+    finally:
+        role.stop()
+    return 0

@@ -1,0 +1,144 @@
+"""The trainer: plays the training video through the whole model, fits the non-zero-rate predictors, serves them."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Optional
+
+from cnnvideo.config import Config
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import net
+
+log = logging.getLogger(__name__)
+
+
+def _file_id(path: str) -> str:
+    """Identity of a file for cache keys: absolute path, size and mtime."""
+    st = os.stat(path)
+    return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
+
+
+def cache_key(cfg: Config, video: str) -> str:
+    """Hash of everything the fitted predictors depend on."""
+    weights = cfg.weights if cfg.weights in ("imagenet", "random") else _file_id(cfg.weights)
+    key = {
+        "model": cfg.model, "weights": weights, "seed": cfg.seed, "video": _file_id(video),
+        "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "input_threshold": cfg.delta.input_threshold,
+        "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16, "format": 1,
+    }
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class TrainerRole:
+    """Owns the fitted predictors and the Trainer server."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.video = cfg.trainer.video or cfg.video
+        self.server: Optional[net.Server] = None
+        self.predictors = None
+        self.cached = False
+        self.fit_s = 0.0
+        self.error = ""
+        self.frames_done = 0
+        self.ready = threading.Event()
+        self.stopping = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        from .servicer import TrainerServicer
+
+        self.server = net.Server(self.cfg.cluster.trainer, self.cfg.max_message_bytes, threads=8,
+                                 service_name="cnnvideo.Trainer")
+        pb_grpc.add_TrainerServicer_to_server(TrainerServicer(self), self.server.grpc)
+        self.server.start()
+        self.thread = threading.Thread(target=self._fit_guarded, name="fit", daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        net.on_signals(lambda signum: self.stopping.set())
+        while not self.stopping.wait(0.5):
+            pass
+        log.info("trainer: shutting down")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.server is not None:
+            self.server.stop(grace=1.0)
+
+    # ------------------------------------------------------------------ fitting
+    def _fit_guarded(self) -> None:
+        try:
+            self.predictors = self.fit()
+        except Exception as exc:  # noqa: BLE001 - surfaced to the master through GetPredictors/Status
+            log.exception("fitting failed")
+            self.error = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            self.ready.set()
+
+    def fit(self):
+        """Predictors from the on-disk cache, else recorded over the training video and fitted (with progress)."""
+        from cnnvideo import predict
+
+        path = self.cfg.cache_path("predictors", "%s-%s.npz" % (self.cfg.model, cache_key(self.cfg, self.video)))
+        if os.path.isfile(path):
+            try:
+                p = predict.Predictors.load(path)
+                self.cached = True
+                self.frames_done = self.cfg.trainer.frames
+                log.info("predictors loaded from cache %s", path)
+                return p
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring unreadable predictor cache %s: %s", path, exc)
+        from cnnvideo.pipeline import load_graph
+        from cnnvideo.video import read_frames
+
+        t0 = time.time()
+        graph = load_graph(self.cfg)
+        n = self.cfg.trainer.frames
+        frames = read_frames(self.video, tuple(self.cfg.frame_size), limit=n)
+        rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
+                                   input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
+        p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16)
+        self.fit_s = time.time() - t0
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        p.save(tmp)
+        os.replace(tmp, path)
+        log.info("fitted predictors for %d cuts on %d frames in %.1f s (cached in %s)", p.n_cuts, n, self.fit_s, path)
+        return p
+
+    def _progress(self, frames, total: int):
+        try:
+            from tqdm import tqdm
+        except ImportError:  # tqdm is optional on the devices
+            tqdm = None
+        it = tqdm(frames, total=total, desc="trainer: frames", unit="frame", file=sys.stderr, mininterval=1.0,
+                  ascii=True) if tqdm is not None else frames
+        for frame in it:
+            if self.stopping.is_set():
+                raise RuntimeError("stopped")
+            yield frame
+            self.frames_done += 1
+
+    # ------------------------------------------------------------------ service operations
+    def status(self) -> pb.TrainerStatus:
+        return pb.TrainerStatus(ready=self.ready.is_set() and not self.error, frames_done=self.frames_done,
+                                frames_total=self.cfg.trainer.frames, error=self.error)
+
+    def matches(self, req: pb.PredictorRequest) -> str:
+        """'' if the request is for the model this trainer fits, else what differs."""
+        if req.model and req.model != self.cfg.model:
+            return "trainer fits %s, request is for %s" % (self.cfg.model, req.model)
+        if req.weights and req.weights != self.cfg.weights:
+            return "trainer uses weights %s, request has %s" % (self.cfg.weights, req.weights)
+        if req.seed != self.cfg.seed:
+            return "trainer uses seed %d, request has %d" % (self.cfg.seed, req.seed)
+        if list(req.frame_size) and list(req.frame_size) != list(self.cfg.frame_size):
+            return "trainer uses frame size %s, request has %s" % (list(self.cfg.frame_size), list(req.frame_size))
+        return ""

@@ -1,0 +1,163 @@
+"""Worker i: loads the model, profiles its segments (cached), runs per-frame plans and forwards to worker i+1."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from cnnvideo.config import Config
+from cnnvideo.pipeline import load_graph
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import net
+
+from .engine import Run
+
+log = logging.getLogger(__name__)
+
+
+def costs_cache_path(cfg: Config, host: str) -> str:
+    """Cache file of segment times: one per model, frame size, host (and torch thread count)."""
+    import torch
+
+    key = "%s-%dx%d-%s-t%d-i%d" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host, torch.get_num_threads(),
+                                   cfg.profile_iters)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    return cfg.cache_path("costs", safe + ".npy")
+
+
+def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[np.ndarray, bool]:
+    """Segment times (seconds, length K) from the on-disk cache, else measured and stored."""
+    from cnnvideo.executor import profile_segments
+
+    path = costs_cache_path(cfg, host)
+    k = len(graph.cuts) - 1
+    if not refresh and os.path.isfile(path):
+        try:
+            times = np.load(path, allow_pickle=False)
+            if times.shape == (k,) and np.all(np.isfinite(times)):
+                return times.astype(np.float64), True
+            log.warning("ignoring cached costs %s (shape %s, expected (%d,))", path, times.shape, k)
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable cached costs %s: %s", path, exc)
+    t0 = time.time()
+    times = np.asarray(profile_segments(graph, iters=cfg.profile_iters), dtype=np.float64)
+    log.info("profiled %d segments in %.1f s (total %.3f s per frame)", k, time.time() - t0, float(times.sum()))
+    tmp = "%s.%d.tmp.npy" % (path[:-4], os.getpid())
+    np.save(tmp, times, allow_pickle=False)
+    os.replace(tmp, path)
+    return times, False
+
+
+class WorkerRole:
+    """Owns one worker's model, server, and the current run."""
+
+    def __init__(self, cfg: Config, worker_id: int) -> None:
+        if not 0 <= worker_id < cfg.n_workers:
+            raise ValueError("worker id %d is not in the chain of %d workers" % (worker_id, cfg.n_workers))
+        self.cfg = cfg
+        self.worker_id = worker_id
+        self.address = cfg.cluster.workers[worker_id]
+        self.next_address = cfg.cluster.workers[worker_id + 1] if worker_id + 1 < cfg.n_workers else ""
+        self.host = os.environ.get("CNNVIDEO_HOST") or socket.gethostname()
+        self.graph = None
+        self.costs: Optional[np.ndarray] = None
+        self.costs_cached = False
+        self._executors: Dict[Tuple[int, int], object] = {}
+        self._exec_lock = threading.Lock()
+        self._next_channel = None
+        self.next_stub: Optional[pb_grpc.WorkerStub] = None
+        self.run: Optional[Run] = None
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.server: Optional[net.Server] = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        from .servicer import WorkerServicer
+
+        t0 = time.time()
+        self.graph = load_graph(self.cfg)
+        log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
+                 len(self.graph.cuts), self.cfg.frame_size[0], self.cfg.frame_size[1], time.time() - t0)
+        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host)
+        if self.next_address:
+            self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
+            self.next_stub = pb_grpc.WorkerStub(self._next_channel)
+        self.server = net.Server(self.address, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
+        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
+        self.server.start()
+        log.info("worker %d ready on %s (next: %s)", self.worker_id, self.address, self.next_address or "master")
+
+    def serve(self) -> None:
+        net.on_signals(lambda signum: self.stopping.set())
+        while not self.stopping.wait(0.5):
+            pass
+        log.info("worker %d: shutting down", self.worker_id)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            if self.run is not None:
+                self.run.close()
+                self.run = None
+        if self.server is not None:
+            self.server.stop(grace=1.0)
+        if self._next_channel is not None:
+            self._next_channel.close()
+
+    # ------------------------------------------------------------------ plain operations behind the servicer
+    def executor_for(self, start: int, end: int):
+        key = (start, end)
+        with self._exec_lock:
+            ex = self._executors.get(key)
+            if ex is None:
+                from cnnvideo.executor import StageExecutor
+
+                ex = StageExecutor(self.graph, start, end)
+                self._executors[key] = ex
+            return ex
+
+    def info(self) -> pb.WorkerInfo:
+        cuts = [
+            pb.CutInfo(index=c.index, name=c.name, shape=list(c.shape), dtype=c.dtype, bytes_dense=int(c.bytes_dense),
+                       layer=c.layer)
+            for c in self.graph.cuts
+        ]
+        segs = [list(self.graph.segment_layers(k)) for k in range(len(self.graph.cuts) - 1)]
+        return pb.WorkerInfo(worker_id=self.worker_id, model=self.cfg.model, weights=self.cfg.weights,
+                             seed=self.cfg.seed, frame_size=list(self.cfg.frame_size), cuts=cuts, host=self.host,
+                             next=self.next_address, segment_layers=[len(s) for s in segs],
+                             layer_names=[layer.name for layer in self.graph.layers],
+                             segment_layer_ids=[i for s in segs for i in s])
+
+    def start_run(self, setup: pb.RunSetup) -> None:
+        if setup.mode not in ("full", "delta"):
+            raise ValueError("mode must be full or delta, got %r" % setup.mode)
+        if setup.n_workers != self.cfg.n_workers:
+            raise ValueError("master has %d workers, this worker's config has %d" % (setup.n_workers,
+                                                                                     self.cfg.n_workers))
+        with self.lock:
+            if self.run is not None:
+                self.run.close()
+            self.run = Run(setup, self.worker_id, self.graph, self.executor_for, self.next_stub, self.next_address,
+                           self.cfg.max_message_bytes, self.cfg.limits.rpc_timeout_s)
+        log.info("worker %d: run %s started (%s mode)", self.worker_id, setup.run_id, setup.mode)
+
+    def current(self, run_id: str) -> Run:
+        run = self.run
+        if run is None or run.run_id != run_id:
+            raise LookupError("no run %r on worker %d (current: %s)" % (run_id, self.worker_id,
+                                                                      run.run_id if run else "none"))
+        return run
+
+    def end_run(self, run_id: str) -> None:
+        with self.lock:
+            if self.run is not None and self.run.run_id == run_id:
+                self.run.close()
+                self.run = None

@@ -1,0 +1,76 @@
+"""Thin gRPC servicer for the worker: proto in, plain calls, proto out; bad input -> error status."""
+from __future__ import annotations
+
+import logging
+import queue
+
+import grpc
+
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import convert
+
+from .engine import TaskError
+
+log = logging.getLogger(__name__)
+
+
+class WorkerServicer(pb_grpc.WorkerServicer):
+    """Maps the Worker service onto a WorkerRole."""
+
+    def __init__(self, role) -> None:
+        self.role = role
+
+    def Info(self, request, context):
+        return self.role.info()
+
+    def Costs(self, request, context):
+        role = self.role
+        if request.refresh:
+            from .role import profile_cached
+
+            role.costs, role.costs_cached = profile_cached(role.cfg, role.graph, role.host, refresh=True)
+        seconds = convert.to_array(role.costs, "seconds")
+        return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=seconds,
+                               cached=role.costs_cached)
+
+    def StartRun(self, request, context):
+        try:
+            self.role.start_run(request)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.Ack(ok=True)
+
+    def Process(self, request, context):
+        try:
+            self.role.current(request.run_id).accept(request)
+        except LookupError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except TaskError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.Ack(ok=True)
+
+    def _stream(self, request, context, attr):
+        try:
+            run = self.role.current(request.run_id)
+        except LookupError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        q = getattr(run, attr)
+        while context.is_active() and not self.role.stopping.is_set():
+            try:
+                item = q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if not isinstance(item, (pb.FrameResult, pb.StageReport)):  # the run was closed
+                return
+            yield item
+
+    def Results(self, request, context):
+        return self._stream(request, context, "results")
+
+    def Stages(self, request, context):
+        return self._stream(request, context, "stages")
+
+    def EndRun(self, request, context):
+        self.role.end_run(request.run_id)
+        return pb.Ack(ok=True)

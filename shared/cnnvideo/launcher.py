@@ -1,0 +1,248 @@
+"""`cnnvideo local`: run trainer, workers and master as local OS processes on free 127.0.0.1 ports."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from . import config
+from .config import ConfigError
+
+log = logging.getLogger(__name__)
+
+# The built-in demo: AlexNet over two workers in delta mode on the sample video, checked against the master.
+DEFAULT_CONFIG: Dict[str, Any] = {
+    "model": "alexnet",
+    "weights": "random",
+    "seed": 0,
+    "video": "media/vtest.avi",
+    "frame_size": [240, 320],
+    "mode": "delta",
+    "check": True,
+    "frames": 30,
+    "in_flight": 3,
+    "group_size": 5,
+    "scheduler": "das",
+    "bandwidth": [3.0, 3.0],
+    "cluster": {"trainer": "127.0.0.1:50051", "workers": ["127.0.0.1:50060", "127.0.0.1:50061"]},
+    "trainer": {"frames": 40},
+}
+
+STARTUP_TIMEOUT_S = 600.0  # model load + first profiling of big models on a busy machine
+
+
+class Child:
+    """One role process with its log streamed to our stderr behind a prefix."""
+
+    def __init__(self, name: str, argv: List[str], env: Dict[str, str], log_path: str) -> None:
+        self.name = name
+        self.log_file = open(log_path, "w")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        self.lines: List[str] = []
+        self.thread = threading.Thread(target=self._pump, name="log-" + name, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        prefix = "[%s] " % self.name
+        buf = b""
+        while True:
+            chunk = self.proc.stdout.read1(4096) if hasattr(self.proc.stdout, "read1") else self.proc.stdout.read(1)
+            if not chunk:
+                break
+            buf += chunk.replace(b"\r", b"\n")  # progress bars redraw with \r: one line per redraw
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                if raw.strip():
+                    self._emit(prefix, raw.decode("utf-8", "replace"))
+        if buf.strip():
+            self._emit(prefix, buf.decode("utf-8", "replace"))
+
+    def _emit(self, prefix: str, line: str) -> None:
+        self.lines.append(line)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+        sys.stderr.write(prefix + line + "\n")
+        sys.stderr.flush()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; only this child's own process group."""
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(5)
+        self.thread.join(2)
+        self.log_file.close()
+
+
+def effective_config(args) -> Tuple[config.Config, str]:
+    """Load (or take the built-in) config, apply --frames/--out, validate, and rewrite addresses to free ports."""
+    from .rpc.net import free_port
+
+    if args.config:
+        try:
+            with open(args.config) as fh:
+                data = yaml.safe_load(fh) or {}
+        except OSError as exc:
+            raise ConfigError("cannot read config file %s: %s" % (args.config, exc.strerror)) from None
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise ConfigError("config file %s is not valid YAML: %s" % (args.config, first)) from None
+        if not isinstance(data, dict):
+            raise ConfigError("config file %s must hold a mapping of keys" % args.config)
+    else:
+        data = json.loads(json.dumps(DEFAULT_CONFIG))
+    if args.frames is not None:
+        data["frames"] = args.frames
+    try:
+        cfg = config.from_dict(data)
+    except ConfigError as exc:
+        if not args.config and "'video'" in str(exc):
+            raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
+        raise
+    out = os.path.abspath(args.out or cfg.out)
+    cfg.out = out
+    for attr in ("video",):
+        setattr(cfg, attr, os.path.abspath(getattr(cfg, attr)))
+    if cfg.trainer.video:
+        cfg.trainer.video = os.path.abspath(cfg.trainer.video)
+    if cfg.weights not in ("imagenet", "random"):
+        cfg.weights = os.path.abspath(cfg.weights)
+    ports = set()
+    while len(ports) < cfg.n_workers + 1:
+        ports.add(free_port())
+    ports_list = sorted(ports)
+    cfg.cluster.trainer = "127.0.0.1:%d" % ports_list[0]
+    cfg.cluster.workers = ["127.0.0.1:%d" % p for p in ports_list[1:]]
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "config.yml")
+    config.dump(cfg, path)
+    return cfg, path
+
+
+def _child_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -> Optional[str]:
+    """Wait until every server answers its health check; a message if one died or timed out."""
+    from .rpc import net
+
+    deadline = time.time() + timeout
+    pending = list(zip(children, addresses))
+    while pending:
+        for child, addr in list(pending):
+            if not child.alive():
+                return "%s exited with code %s before it was ready" % (child.name, child.proc.returncode)
+            if net.check_health(addr, timeout=1.0):
+                pending.remove((child, addr))
+        if not pending:
+            return None
+        if time.time() > deadline:
+            return "timed out after %.0f s waiting for %s" % (timeout, ", ".join(c.name for c, _ in pending))
+        time.sleep(0.3)
+    return None
+
+
+def _summary(report: Dict[str, Any]) -> str:
+    lat = report.get("latency_s") or {}
+    lines = [
+        "",
+        "%-22s %s" % ("model / mode", "%s / %s (%s)" % (report.get("model"), report.get("mode"),
+                                                          report.get("scheduler"))),
+        "%-22s %s / %s (lost %s)" % ("frames completed", report.get("completed"), report.get("frames"),
+                                      report.get("lost")),
+        "%-22s %s" % ("throughput (fps)", report.get("throughput_fps")),
+        "%-22s mean %s  p50 %s  p95 %s  max %s" % ("latency (s)", lat.get("mean"), lat.get("p50"), lat.get("p95"),
+                                                  lat.get("max")),
+        "%-22s %s" % ("max abs error", report.get("max_abs_err")),
+        "%-22s %s" % ("plan (layers/worker)", " | ".join(str(len(p)) for p in report.get("plan") or [])),
+        "%-22s %s" % ("wall (s)", report.get("wall_s")),
+        "%-10s %12s %14s %8s %10s" % ("hop", "bytes sent", "bytes dense", "ratio", "wire s"),
+    ]
+    for h in report.get("hops") or []:
+        ratio = h.get("ratio")
+        lines.append("%-10s %12d %14d %8s %10.3f" % (h["name"], h["bytes_sent"], h["bytes_dense"],
+                                                   "-" if ratio is None else "%.3f" % ratio, h["transfer_s"]))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
+    out = cfg.out
+    env = _child_env()
+    base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
+    children: List[Child] = []
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+    try:
+        children.append(Child("trainer", base + ["trainer", "-c", cfg_path], env, os.path.join(out, "trainer.log")))
+        for i in range(cfg.n_workers):
+            children.append(Child("w%d" % i, base + ["worker", "-c", cfg_path, "-i", str(i)], env,
+                                  os.path.join(out, "w%d.log" % i)))
+        for c in children:
+            print("[local] started %s pid %d" % (c.name, c.pid), file=sys.stderr, flush=True)
+        problem = _wait_servers(children, [cfg.cluster.trainer] + cfg.cluster.workers, STARTUP_TIMEOUT_S)
+        if problem:
+            print("cnnvideo local: error: %s" % problem, file=sys.stderr)
+            return 1
+        report_path = os.path.join(out, "report.json")
+        if os.path.exists(report_path):
+            os.remove(report_path)
+        master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"))
+        children.append(master)
+        print("[local] started master pid %d" % master.pid, file=sys.stderr, flush=True)
+        code = master.proc.wait()
+        master.thread.join(5)
+        report = None
+        if os.path.isfile(report_path):
+            with open(report_path) as fh:
+                report = json.load(fh)
+            print(_summary(report))
+            print("report: %s  picture: %s" % (report_path, os.path.join(out, "report.html")))
+        if code != 0:
+            print("cnnvideo local: master exited with code %d" % code, file=sys.stderr)
+            return code if code > 0 else 1
+        if report is None or report.get("completed") != report.get("frames") or report.get("lost"):
+            print("cnnvideo local: not every frame completed", file=sys.stderr)
+            return 1
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for c in reversed(children):
+            c.stop()

@@ -1,0 +1,318 @@
+"""Run report: report.json (the contract fields) and a self-contained report.html (latency plot, stage Gantt)."""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+STAGES = ("receive", "decode", "compute", "encode", "send")
+STAGE_COLOURS = {
+    "read": "#999999",
+    "receive": "#4e79a7",
+    "decode": "#76b7b2",
+    "compute": "#e15759",
+    "encode": "#f28e2b",
+    "send": "#59a14f",
+    "check": "#b07aa1",
+}
+
+
+@dataclass
+class StageSpan:
+    """One timed stage of one frame on one actor ('m', 'w0', ...)."""
+
+    frame: int
+    actor: str
+    stage: str
+    start: float
+    end: float
+    nbytes: int = 0
+
+
+@dataclass
+class HopStats:
+    """Totals of what crossed one hop."""
+
+    name: str
+    bytes_sent: int = 0
+    bytes_dense: int = 0
+    transfer_s: float = 0.0
+    messages: int = 0
+    keyframes: int = 0
+
+    def add(self, sent: int, dense: int, seconds: float, keyframe: bool) -> None:
+        self.bytes_sent += int(sent)
+        self.bytes_dense += int(dense)
+        self.transfer_s += max(float(seconds), 0.0)
+        self.messages += 1
+        self.keyframes += int(bool(keyframe))
+
+    def to_dict(self) -> Dict[str, Any]:
+        ratio = self.bytes_sent / self.bytes_dense if self.bytes_dense else None
+        bw = self.bytes_sent / self.transfer_s if self.transfer_s > 0 else None
+        return {
+            "name": self.name,
+            "bytes_sent": self.bytes_sent,
+            "bytes_dense": self.bytes_dense,
+            "ratio": ratio,
+            "transfer_s": round(self.transfer_s, 6),
+            "effective_MBps": None if bw is None else round(bw / 1e6, 3),
+            "messages": self.messages,
+            "keyframes": self.keyframes,
+        }
+
+
+@dataclass
+class FrameRecord:
+    """One frame as the master saw it."""
+
+    frame: int
+    cuts: List[int]
+    sent_at: float = 0.0
+    done_at: Optional[float] = None
+    worker: int = -1
+    error: float = float("nan")
+
+    @property
+    def latency(self) -> Optional[float]:
+        return None if self.done_at is None else self.done_at - self.sent_at
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) without numpy."""
+    if not values:
+        return float("nan")
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def latency_summary(values: Sequence[float]) -> Dict[str, Optional[float]]:
+    if not values:
+        return {"mean": None, "p50": None, "p95": None, "max": None}
+    return {
+        "mean": round(sum(values) / len(values), 6),
+        "p50": round(percentile(values, 50), 6),
+        "p95": round(percentile(values, 95), 6),
+        "max": round(max(values), 6),
+    }
+
+
+def stage_summary(spans: Sequence[StageSpan]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Per actor, per stage: count, mean and total seconds, total bytes."""
+    out: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for s in spans:
+        d = out.setdefault(s.actor, {}).setdefault(s.stage, {"count": 0, "total_s": 0.0, "bytes": 0})
+        d["count"] += 1
+        d["total_s"] += max(s.end - s.start, 0.0)
+        d["bytes"] += s.nbytes
+    for stages in out.values():
+        for d in stages.values():
+            d["mean_s"] = round(d["total_s"] / d["count"], 6) if d["count"] else 0.0
+            d["total_s"] = round(d["total_s"], 6)
+    return out
+
+
+def build(
+    *,
+    frames_total: int,
+    records: Sequence[FrameRecord],
+    hops: Sequence[HopStats],
+    spans: Sequence[StageSpan],
+    model: str,
+    mode: str,
+    scheduler: str,
+    workers: Sequence[str],
+    plan_layers: List[List[str]],
+    wall_s: float,
+    max_abs_err: Optional[float] = None,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    """The report.json mapping (contract fields first, then details)."""
+    done = [r for r in records if r.done_at is not None]
+    lat = [r.latency for r in done]
+    if done:
+        first = min(r.sent_at for r in records)
+        span = max(r.done_at for r in done) - first
+        throughput = len(done) / span if span > 0 else None
+    else:
+        throughput = 0.0
+    plans: Dict[str, int] = {}
+    for r in records:
+        key = ",".join(str(c) for c in r.cuts)
+        plans[key] = plans.get(key, 0) + 1
+    report: Dict[str, Any] = {
+        "frames": int(frames_total),
+        "completed": len(done),
+        "lost": int(frames_total) - len(done),
+        "model": model,
+        "mode": mode,
+        "scheduler": scheduler,
+        "workers": list(workers),
+        "throughput_fps": None if throughput is None else round(throughput, 4),
+        "latency_s": latency_summary(lat),
+        "hops": [h.to_dict() for h in hops],
+        "plan": plan_layers,
+        "max_abs_err": max_abs_err,
+        "wall_s": round(wall_s, 3),
+        "stages": stage_summary(spans),
+        "plans_used": [{"cuts": [int(c) for c in k.split(",")], "frames": n} for k, n in plans.items()],
+    }
+    if extra:
+        report.update(extra)
+    return report
+
+
+def write_json(report: Dict[str, Any], path: str) -> str:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(report, fh, indent=2, sort_keys=False, default=_json_default)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError("not JSON serialisable: %r" % type(obj))
+
+
+# ---------------------------------------------------------------------------------------------- SVG / HTML
+
+
+def _latency_svg(records: Sequence[FrameRecord], width: int = 900, height: int = 260) -> str:
+    pts = [(r.frame, r.latency) for r in records if r.latency is not None]
+    pad_l, pad_r, pad_t, pad_b = 60, 20, 20, 40
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+             'font-size="11">' % (width, height)]
+    if not pts:
+        parts.append('<text x="20" y="30">no completed frames</text></svg>')
+        return "".join(parts)
+    fmax = max(max(p[0] for p in pts), 1)
+    lmax = max(p[1] for p in pts) * 1.1 or 1.0
+    pw, ph = width - pad_l - pad_r, height - pad_t - pad_b
+
+    def sx(f: float) -> float:
+        return pad_l + pw * f / fmax
+
+    def sy(v: float) -> float:
+        return pad_t + ph * (1 - v / lmax)
+
+    parts.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>' % (pad_l, pad_t, pw, ph))
+    for i in range(5):
+        v = lmax * i / 4
+        parts.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' % (pad_l, pad_l + pw, sy(v), sy(v)))
+        parts.append('<text x="%d" y="%.1f" text-anchor="end">%.3g s</text>' % (pad_l - 4, sy(v) + 4, v))
+    parts.append('<text x="%d" y="%d" text-anchor="middle">frame</text>' % (pad_l + pw / 2, height - 8))
+    for i in range(6):
+        f = fmax * i / 5
+        parts.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (sx(f), pad_t + ph + 14, round(f)))
+    line = " ".join("%.1f,%.1f" % (sx(f), sy(v)) for f, v in pts)
+    parts.append('<polyline points="%s" fill="none" stroke="#4e79a7" stroke-width="1.5"/>' % line)
+    for f, v in pts:
+        parts.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="#4e79a7"><title>frame %d: %.4f s</title></circle>'
+                     % (sx(f), sy(v), f, v))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int = 60, width: int = 1100) -> str:
+    shown = [s for s in spans if s.frame < max_frames and s.actor in actors]
+    if not shown:
+        return "<p>no stage timings</p>"
+    rows: List[str] = []
+    for a in actors:
+        for st in ("read", "check") + STAGES:
+            if any(s.actor == a and s.stage == st for s in shown):
+                rows.append("%s %s" % (a, st))
+    row_h, pad_l, pad_t, pad_b = 16, 110, 10, 30
+    height = pad_t + row_h * len(rows) + pad_b
+    t0 = min(s.start for s in shown)
+    t1 = max(s.end for s in shown)
+    span = max(t1 - t0, 1e-9)
+    pw = width - pad_l - 20
+
+    def sx(t: float) -> float:
+        return pad_l + pw * (t - t0) / span
+
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+             'font-size="10">' % (width, height)]
+    index = {r: i for i, r in enumerate(rows)}
+    for r, i in index.items():
+        y = pad_t + i * row_h
+        parts.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (pad_l - 4, y + 11, html.escape(r)))
+        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#f0f0f0"/>' % (pad_l, pad_l + pw, y + row_h,
+                                                                                   y + row_h))
+    for s in shown:
+        i = index["%s %s" % (s.actor, s.stage)]
+        x = sx(s.start)
+        w = max(sx(s.end) - x, 0.6)
+        colour = STAGE_COLOURS.get(s.stage, "#888")
+        opacity = 0.95 if s.frame % 2 == 0 else 0.6
+        parts.append('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s" fill-opacity="%.2f">'
+                     '<title>frame %d %s %s: %.4f s, %d bytes</title></rect>'
+                     % (x, pad_t + i * row_h + 2, w, row_h - 4, colour, opacity, s.frame, s.actor, s.stage,
+                        s.end - s.start, s.nbytes))
+    for k in range(6):
+        t = span * k / 5
+        parts.append('<text x="%.1f" y="%d" text-anchor="middle">%.2f s</text>' % (sx(t0 + t), height - 10, t))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Sequence[StageSpan], path: str,
+               actors: Sequence[str]) -> str:
+    """A self-contained page: summary table, hop table, per-frame latency plot, per-stage Gantt chart."""
+    esc = html.escape
+    lat = report.get("latency_s") or {}
+    rows = [
+        ("model", report.get("model")), ("mode", report.get("mode")), ("scheduler", report.get("scheduler")),
+        ("frames / completed / lost", "%s / %s / %s" % (report.get("frames"), report.get("completed"),
+                                                        report.get("lost"))),
+        ("throughput (fps)", report.get("throughput_fps")),
+        ("latency mean / p50 / p95 / max (s)", " / ".join(str(lat.get(k)) for k in ("mean", "p50", "p95", "max"))),
+        ("max abs error", report.get("max_abs_err")), ("wall (s)", report.get("wall_s")),
+        ("plan (layers per worker)", "; ".join("w%d: %d layers" % (i, len(p)) for i, p in
+                                               enumerate(report.get("plan") or []))),
+    ]
+    hop_rows = "".join(
+        "<tr><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.3f</td><td>%s</td><td>%d</td></tr>"
+        % (esc(h["name"]), h["bytes_sent"], h["bytes_dense"],
+           "-" if h.get("ratio") is None else "%.3f" % h["ratio"], h["transfer_s"],
+           "-" if h.get("effective_MBps") is None else h["effective_MBps"], h.get("keyframes", 0))
+        for h in report.get("hops", [])
+    )
+    legend = " ".join('<span style="background:%s;color:#fff;padding:1px 6px;margin-right:4px">%s</span>'
+                      % (c, s) for s, c in STAGE_COLOURS.items())
+    page = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>cnn-video run report</title>
+<style>body{font-family:sans-serif;margin:20px;color:#222} table{border-collapse:collapse;margin-bottom:16px}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{margin-top:24px}</style></head>
+<body><h1>cnn-video run report</h1>
+<table>%s</table>
+<h2>Hops</h2>
+<table><tr><th>hop</th><th>bytes sent</th><th>bytes dense (float32)</th><th>sent/dense</th><th>transfer s</th>
+<th>effective MB/s</th><th>keyframes</th></tr>%s</table>
+<h2>Per-frame latency</h2>%s
+<h2>Per-stage Gantt chart (first 60 frames)</h2><p>%s</p>%s
+</body></html>
+""" % (
+        "".join("<tr><th>%s</th><td>%s</td></tr>" % (esc(k), esc(str(v))) for k, v in rows),
+        hop_rows,
+        _latency_svg(records),
+        legend,
+        _gantt_svg(spans, actors),
+    )
+    with open(path, "w") as fh:
+        fh.write(page)
+    return path
