@@ -1,0 +1,106 @@
+# cnn-video images for a 64-bit Debian host or Pi (amd64, arm64), one target per role:
+#   docker build --target worker  -t cnnvideo/worker .     (also: trainer, master, netem)
+# Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
+# OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
+# inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) comes from
+# build/wheels/, filled on the host by scripts/docker_setup.sh.
+# BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
+# with a registry, `--build-arg BASE_IMAGE=debian:bookworm-slim` works the same.
+ARG BASE_IMAGE=cnnvideo/debian:bookworm
+
+# ---- base: runtime packages shared by every role -------------------------------------------
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    OMP_NUM_THREADS=1
+# Versions come from the pinned Debian release (bookworm), hence no per-package pins.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3 python3-numpy python3-yaml python3-grpcio python3-protobuf \
+      python3-torch python3-torchvision python3-opencv \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
+ && install -d -o cnnvideo -g cnnvideo -m 0755 /app /app/out /var/cache/cnnvideo
+
+# ---- build: stubs from proto with Debian's protoc (paired with the 3.21 runtime), then install
+FROM base AS build
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3-pip python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc \
+      opencv-doc \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY proto/ proto/
+COPY shared/ shared/
+COPY services/master/ services/master/
+COPY services/worker/ services/worker/
+COPY services/trainer/ services/trainer/
+COPY build/wheels/ /wheels/
+# The proto sits at cnnvideo/rpc/ in the include tree so generated code says
+# `from cnnvideo.rpc import cnnvideo_pb2`, exactly as `python -m cnnvideo.rpc.generate` does.
+RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \
+ && cp proto/cnnvideo.proto /tmp/proto/cnnvideo/rpc/ \
+ && protoc -I/tmp/proto --python_out=/tmp/gen --grpc_out=/tmp/gen \
+      --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin cnnvideo/rpc/cnnvideo.proto \
+ && cp /tmp/gen/cnnvideo/rpc/cnnvideo_pb2.py /tmp/gen/cnnvideo/rpc/cnnvideo_pb2_grpc.py shared/cnnvideo/rpc/ \
+ && pip install --no-deps --no-build-isolation --no-index --no-cache-dir --break-system-packages \
+      --root /install . /wheels/grpcio_health_checking-*.whl
+# the sample static-camera video (768x576 pedestrians) from Debian's opencv-doc
+RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /install/usr/share/cnnvideo/vtest.avi
+
+# ---- runtime: the project installed on top of base; the role targets below only set defaults
+FROM base AS runtime
+COPY --from=build /install/ /
+COPY docker/entrypoint.sh /usr/local/bin/cnnvideo-entrypoint
+COPY docker/healthcheck.py /usr/local/lib/cnnvideo/healthcheck.py
+WORKDIR /app
+ENV HOME=/home/cnnvideo CNNVIDEO_OUT=/app/out
+USER cnnvideo
+ENTRYPOINT ["cnnvideo-entrypoint"]
+CMD ["--help"]
+
+FROM runtime AS worker
+ENV CNNVIDEO_PORT=50060
+EXPOSE 50060
+HEALTHCHECK --interval=5s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python3", "/usr/local/lib/cnnvideo/healthcheck.py"]
+CMD ["worker", "-c", "/app/configs/compose.yml", "-i", "0"]
+
+FROM runtime AS trainer
+ENV CNNVIDEO_PORT=50051
+EXPOSE 50051
+HEALTHCHECK --interval=5s --timeout=5s --start-period=300s --retries=3 \
+  CMD ["python3", "/usr/local/lib/cnnvideo/healthcheck.py"]
+CMD ["trainer", "-c", "/app/configs/compose.yml"]
+
+# The master only dials out (no server to probe). It starts as root only to make a bind-mounted
+# output folder writable; the entry point then drops to that folder's owner (never root).
+FROM runtime AS master
+HEALTHCHECK NONE
+# hadolint ignore=DL3002
+USER root
+CMD ["master", "-c", "/app/configs/compose.yml"]
+
+# ---- netem: the tc helper (Debian's docker SDK, iproute2, nsenter); small, no torch --------
+FROM ${BASE_IMAGE} AS netem
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-docker iproute2 util-linux \
+ && rm -rf /var/lib/apt/lists/*
+COPY services/netem/ /opt/netem/netem/
+WORKDIR /opt/netem
+ENV PYTHONPATH=/opt/netem
+# It must run as root: nsenter into other containers' network namespaces needs CAP_SYS_ADMIN
+# and CAP_NET_ADMIN in the initial user namespace (compose grants only those, not privileged).
+# hadolint ignore=DL3002
+USER root
+HEALTHCHECK --interval=5s --timeout=3s --retries=3 CMD ["test", "-f", "/tmp/netem.ready"]
+ENTRYPOINT ["python3", "-m", "netem"]
+CMD ["--help"]

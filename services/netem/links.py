@@ -1,0 +1,124 @@
+"""Link specs: which container shapes traffic to which peer, at what rate, delay, jitter and loss."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+LIMITS = {"rate": (0.001, 10000.0), "delay": (0.0, 60000.0), "jitter": (0.0, 60000.0), "loss": (0.0, 100.0)}
+UNITS = {"rate": "MB/s", "delay": "ms", "jitter": "ms", "loss": "%"}
+
+
+class LinkError(ValueError):
+    """A link spec or value is malformed or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One direction of a link: rate in MB/s (10^6 bytes/s), delay and jitter in ms, loss in percent."""
+
+    rate: float
+    delay: float = 0.0
+    jitter: float = 0.0
+    loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key, (low, high) in LIMITS.items():
+            check_value(key, getattr(self, key), low, high)
+
+    @property
+    def rate_bits(self) -> int:
+        return int(round(self.rate * 8e6))
+
+    @property
+    def rate_bytes(self) -> int:
+        return int(round(self.rate * 1e6))
+
+
+@dataclass(frozen=True)
+class Link:
+    """Traffic from container `src` to container `dst` is shaped by `shape` (on src's egress)."""
+
+    src: str
+    dst: str
+    shape: Shape
+
+
+def check_value(key: str, value: object, low: float, high: float) -> float:
+    """Return value as float if it is a finite number in [low, high], else raise LinkError naming key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LinkError("%s must be a number, got %r" % (key, value))
+    if not low <= value <= high:
+        raise LinkError("%s must be in [%g, %g] %s, got %r" % (key, low, high, UNITS[key], value))
+    return float(value)
+
+
+def check_name(name: str) -> str:
+    """A container or compose service name (letters, digits, _ . -), else LinkError."""
+    if not NAME_RE.match(name or ""):
+        raise LinkError("bad container/service name %r" % name)
+    return name
+
+
+def parse_number(key: str, text: str) -> float:
+    """One number from text, with an optional unit suffix that must match the key's unit."""
+    units = {"rate": ("mb/s", "mbps", "mb"), "delay": ("ms",), "jitter": ("ms",), "loss": ("%",)}
+    raw = text.strip().lower()
+    for suffix in units[key]:
+        if raw.endswith(suffix):
+            raw = raw[: -len(suffix)]
+            break
+    try:
+        return float(raw)
+    except ValueError:
+        raise LinkError("%s must be a number in %s, got %r" % (key, UNITS[key], text))
+
+
+def parse_link(spec: str) -> List[Link]:
+    """Parse 'SRC>DST,rate=3,delay=20,jitter=2,loss=0.5' ('SRC<>DST' = both directions) into links."""
+    head, _, rest = spec.strip().partition(",")
+    both = "<>" in head
+    src, sep, dst = head.partition("<>" if both else ">")
+    if not sep:
+        raise LinkError("link %r must start with SRC>DST or SRC<>DST" % spec)
+    values: Dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, text = item.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in LIMITS:
+            raise LinkError("link %r: unknown setting %r (known: %s)" % (spec, item, ", ".join(LIMITS)))
+        if key in values:
+            raise LinkError("link %r: %s given twice" % (spec, key))
+        values[key] = parse_number(key, text)
+    if "rate" not in values:
+        raise LinkError("link %r needs rate=MB/s" % spec)
+    try:
+        shape = Shape(**values)
+    except LinkError as exc:
+        raise LinkError("link %r: %s" % (spec, exc))
+    src, dst = check_name(src.strip()), check_name(dst.strip())
+    if src == dst:
+        raise LinkError("link %r: source and destination are the same" % spec)
+    links = [Link(src, dst, shape)]
+    return links + [Link(dst, src, shape)] if both else links
+
+
+def parse_links(specs: Iterable[str]) -> List[Link]:
+    """Parse many specs (';' also separates specs); a later spec for the same src>dst replaces an earlier one."""
+    by_pair: Dict[tuple, Link] = {}
+    for spec in specs:
+        for part in filter(None, (p.strip() for p in spec.split(";"))):
+            for link in parse_link(part):
+                by_pair[(link.src, link.dst)] = link
+    return list(by_pair.values())
+
+
+def links_from(links: Iterable[Link], src: str) -> List[Link]:
+    """The links whose traffic leaves `src`, in a stable order (by destination)."""
+    return sorted((l for l in links if l.src == src), key=lambda l: l.dst)
+
+
+def find_link(links: Iterable[Link], src: str, dst: str) -> Optional[Link]:
+    return next((l for l in links if l.src == src and l.dst == dst), None)
