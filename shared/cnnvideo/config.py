@@ -172,7 +172,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
     if cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
-        raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, ", ".join(models.MODEL_NAMES)))
+        known = ", ".join(models.MODEL_NAMES)
+        raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
     if check_files and not os.path.isfile(cfg.video):
@@ -226,9 +227,9 @@ def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: boo
         with open(path) as fh:
             data = yaml.safe_load(fh) or {}
     except OSError as exc:
-        raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror))
+        raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError("config file %s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+        raise ConfigError("config file %s is not valid YAML: %s" % (path, str(exc).splitlines()[0])) from None
     if not isinstance(data, dict):
         raise ConfigError("config file %s must hold a mapping of keys" % path)
     data.update(overrides or {})
