@@ -1,5 +1,6 @@
 # cnn-video images for a 64-bit Debian host or Pi (amd64, arm64), one target per role:
 #   docker build --target worker  -t cnnvideo/worker .     (also: trainer, master, netem)
+# The classic builder runs every stage above the target, so the small netem stage comes first.
 # Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
 # OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
 # inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) comes from
@@ -7,6 +8,25 @@
 # BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
 # with a registry, `--build-arg BASE_IMAGE=debian:bookworm-slim` works the same.
 ARG BASE_IMAGE=cnnvideo/debian:bookworm
+
+# ---- netem: the tc helper (Debian's docker SDK, iproute2, nsenter); small, no torch --------
+FROM ${BASE_IMAGE} AS netem
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-docker iproute2 util-linux \
+ && rm -rf /var/lib/apt/lists/*
+COPY services/netem/ /opt/netem/netem/
+WORKDIR /opt/netem
+ENV PYTHONPATH=/opt/netem
+# It must run as root: nsenter into other containers' network namespaces needs CAP_SYS_ADMIN
+# and CAP_NET_ADMIN in the initial user namespace (compose grants only those, not privileged).
+# hadolint ignore=DL3002
+USER root
+HEALTHCHECK --interval=5s --timeout=3s --retries=3 CMD ["test", "-f", "/tmp/netem.ready"]
+ENTRYPOINT ["python3", "-m", "netem"]
+CMD ["--help"]
 
 # ---- base: runtime packages shared by every role -------------------------------------------
 FROM ${BASE_IMAGE} AS base
@@ -85,22 +105,3 @@ HEALTHCHECK NONE
 # hadolint ignore=DL3002
 USER root
 CMD ["master", "-c", "/app/configs/compose.yml"]
-
-# ---- netem: the tc helper (Debian's docker SDK, iproute2, nsenter); small, no torch --------
-FROM ${BASE_IMAGE} AS netem
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-docker iproute2 util-linux \
- && rm -rf /var/lib/apt/lists/*
-COPY services/netem/ /opt/netem/netem/
-WORKDIR /opt/netem
-ENV PYTHONPATH=/opt/netem
-# It must run as root: nsenter into other containers' network namespaces needs CAP_SYS_ADMIN
-# and CAP_NET_ADMIN in the initial user namespace (compose grants only those, not privileged).
-# hadolint ignore=DL3002
-USER root
-HEALTHCHECK --interval=5s --timeout=3s --retries=3 CMD ["test", "-f", "/tmp/netem.ready"]
-ENTRYPOINT ["python3", "-m", "netem"]
-CMD ["--help"]
