@@ -1,0 +1,283 @@
+"""Pipeline cost model: per-stage costs of a plan and the pipelined timing recurrence (pure functions).
+
+A frame passes 2 stages per worker w: the transfer into w (hop w carries the tensor at cut c_w),
+then the compute of segments c_w .. c_{w+1}-1 on w. The last worker also sends the model output
+to the master; that result transfer is charged to its compute stage (it occupies the same worker).
+Timing: done[f][s] = max(done[f-1][s], done[f][s-1]) + cost[f][s], and with an in-flight cap m > 0
+frame f cannot start before frame f-m has finished its last stage.
+
+Objective (used by the `optimal` scheduler, `per_frame_time(frames=0)` and the tests): the
+steady-state period of that recurrence with constant per-frame costs, which is exactly the max
+cycle mean of its event graph: T = max(max_s cost[s], sum_s cost[s] / m) (m = 0: max_s cost[s]).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Cut points of a chain of W workers: cuts[0] = 0 <= ... <= cuts[W] = K; worker w runs c_w .. c_{w+1}-1."""
+
+    cuts: Tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        cuts = tuple(int(c) for c in self.cuts)
+        object.__setattr__(self, "cuts", cuts)
+        if len(cuts) < 2 or cuts[0] != 0 or any(b < a for a, b in zip(cuts, cuts[1:])):
+            raise ValueError("plan cuts must start at 0 and be non-decreasing, got %r" % (cuts,))
+
+    @property
+    def n_workers(self) -> int:
+        """Number of workers W."""
+        return len(self.cuts) - 1
+
+    @property
+    def n_segments(self) -> int:
+        """Number of segments K the plan covers."""
+        return self.cuts[-1]
+
+    def segments(self, w: int) -> range:
+        """Segment indices run by worker w (empty range = it only forwards)."""
+        return range(self.cuts[w], self.cuts[w + 1])
+
+    def worker_segments(self) -> List[Tuple[int, int]]:
+        """(start cut, end cut) per worker."""
+        return [(self.cuts[w], self.cuts[w + 1]) for w in range(self.n_workers)]
+
+    def input_cut(self, w: int) -> int:
+        """Cut whose tensor hop w carries into worker w."""
+        return self.cuts[w]
+
+    def layers(self, graph) -> List[List[int]]:
+        """Layer indices per worker, from a LayerGraph's segment_layers."""
+        return [[i for k in self.segments(w) for i in graph.segment_layers(k)] for w in range(self.n_workers)]
+
+    def cut_names(self, graph) -> List[str]:
+        """Names of the cuts, for printing."""
+        return [graph.cuts[c].name for c in self.cuts]
+
+    def to_list(self) -> List[int]:
+        """Plain list (for JSON/proto)."""
+        return list(self.cuts)
+
+    @classmethod
+    def from_list(cls, cuts: Sequence[int], n_segments: Optional[int] = None) -> "Plan":
+        """Build from a list; check the last cut equals n_segments when given."""
+        plan = cls(tuple(int(c) for c in cuts))
+        if n_segments is not None and plan.cuts[-1] != n_segments:
+            raise ValueError("plan must end at cut %d, got %r" % (n_segments, plan.cuts))
+        return plan
+
+    def __str__(self) -> str:
+        return "Plan(%s)" % ",".join(str(c) for c in self.cuts)
+
+
+@dataclass
+class CostInputs:
+    """Plain data the cost model needs: sizes per cut, compute per segment per worker, bandwidths."""
+
+    bytes_full: np.ndarray  # [K+1] bytes of a full (keyframe) transfer of the tensor at each cut
+    bytes_delta: np.ndarray  # [K+1] predicted bytes of a delta transfer at each cut
+    seg_time: np.ndarray  # [W, K] seconds of segment k on worker w
+    bandwidth: np.ndarray  # [W] bytes/s of hop w (into worker w; hop 0 = master -> w0)
+    result_bandwidth: Optional[float] = None  # bytes/s of the last worker -> master hop (None: bandwidth[-1])
+    result_bytes: Optional[float] = None  # bytes of the result message (None: bytes_full[-1])
+
+    def __post_init__(self) -> None:
+        self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
+        self.bytes_delta = np.asarray(self.bytes_delta, dtype=np.float64)
+        self.seg_time = np.atleast_2d(np.asarray(self.seg_time, dtype=np.float64))
+        self.bandwidth = np.asarray(self.bandwidth, dtype=np.float64).reshape(-1)
+        k = self.seg_time.shape[1]
+        if self.bytes_full.shape != (k + 1,) or self.bytes_delta.shape != (k + 1,):
+            raise ValueError("bytes per cut must have K+1 = %d entries" % (k + 1))
+        if self.bandwidth.shape != (self.seg_time.shape[0],):
+            raise ValueError("bandwidth must have one entry per worker (%d)" % self.seg_time.shape[0])
+        if np.any(self.bandwidth <= 0):
+            raise ValueError("bandwidth must be positive")
+
+    @property
+    def n_workers(self) -> int:
+        """W."""
+        return int(self.seg_time.shape[0])
+
+    @property
+    def n_segments(self) -> int:
+        """K."""
+        return int(self.seg_time.shape[1])
+
+    def hop_bytes(self, delta: bool = True) -> np.ndarray:
+        """Steady-state bytes per cut: delta bytes in delta mode, full bytes in full mode."""
+        return self.bytes_delta if delta else self.bytes_full
+
+    def prefix_time(self) -> np.ndarray:
+        """[W, K+1] cumulative compute time: segments c_i..c_j-1 on w cost P[w, j] - P[w, i]."""
+        out = np.zeros((self.n_workers, self.n_segments + 1))
+        np.cumsum(self.seg_time, axis=1, out=out[:, 1:])
+        return out
+
+    def result_time(self) -> float:
+        """Seconds to send the model output from the last worker to the master."""
+        bw = self.result_bandwidth if self.result_bandwidth is not None else self.bandwidth[-1]
+        size = self.result_bytes if self.result_bytes is not None else self.bytes_full[-1]
+        return float(size) / float(bw)
+
+
+def compute_costs(plan: Plan, inputs: CostInputs) -> np.ndarray:
+    """[W] compute seconds per worker (the last one includes the result transfer)."""
+    cuts = np.asarray(plan.cuts)
+    _check(plan, inputs)
+    prefix = inputs.prefix_time()
+    rows = np.arange(inputs.n_workers)
+    comp = prefix[rows, cuts[1:]] - prefix[rows, cuts[:-1]]
+    comp[-1] += inputs.result_time()
+    return comp
+
+
+def stage_costs(plan: Plan, inputs: CostInputs, delta: bool = True) -> np.ndarray:
+    """[2W] steady-state costs, alternating transfer into w and compute on w (empty stage = 0 compute)."""
+    cuts = np.asarray(plan.cuts)
+    out = np.empty(2 * inputs.n_workers)
+    out[0::2] = inputs.hop_bytes(delta)[cuts[:-1]] / inputs.bandwidth
+    out[1::2] = compute_costs(plan, inputs)
+    return out
+
+
+def frame_stage_costs(
+    plan: Plan,
+    inputs: CostInputs,
+    frame_bytes: Optional[np.ndarray] = None,
+    prev: Optional[Plan] = None,
+    delta: bool = True,
+) -> np.ndarray:
+    """[F, 2W] per-frame costs: frame_bytes [F, K+1] delta bytes per frame; hops whose cut differs from prev
+    (or all hops when prev is None) carry a full tensor on the first frame."""
+    if frame_bytes is None:
+        frame_bytes = inputs.hop_bytes(delta)[None, :]
+    frame_bytes = np.atleast_2d(np.asarray(frame_bytes, dtype=np.float64))
+    cuts = np.asarray(plan.cuts)
+    hop_bytes = (frame_bytes if delta else np.broadcast_to(inputs.bytes_full, frame_bytes.shape))[:, cuts[:-1]]
+    hop_bytes = np.array(hop_bytes)
+    hop_bytes[0] = np.where(_new_cuts(plan, prev), inputs.bytes_full[cuts[:-1]], hop_bytes[0])
+    out = np.empty((frame_bytes.shape[0], 2 * inputs.n_workers))
+    out[:, 0::2] = hop_bytes / inputs.bandwidth
+    out[:, 1::2] = compute_costs(plan, inputs)[None, :]
+    return out
+
+
+def _new_cuts(plan: Plan, prev: Optional[Plan]) -> np.ndarray:
+    """[W] True where hop w's cut is not what its receiver already holds."""
+    if prev is None or prev.n_workers != plan.n_workers:
+        return np.ones(plan.n_workers, dtype=bool)
+    return np.asarray(plan.cuts[:-1]) != np.asarray(prev.cuts[:-1])
+
+
+def _check(plan: Plan, inputs: CostInputs) -> None:
+    if plan.n_workers != inputs.n_workers or plan.cuts[-1] != inputs.n_segments:
+        raise ValueError("plan %s does not fit %d workers x %d segments" % (plan, inputs.n_workers, inputs.n_segments))
+
+
+def simulate(
+    costs: np.ndarray,
+    in_flight: int = 0,
+    ready: Optional[np.ndarray] = None,
+    start: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """done[..., F, S] of the pipeline recurrence for costs[..., F, S] (leading axes = independent batches).
+
+    ready[..., S]: time each stage becomes free (default 0); start[..., F]: earliest start of each frame
+    (default 0; callers fold in finish times of frames before this batch); in_flight m > 0: frame f starts
+    no earlier than done[f-m][S-1]. Uses done[f][s] = cs[s] + max(start_f, max_{k<=s} done[f-1][k] - cs[k-1]).
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    n_frames, n_stages = costs.shape[-2], costs.shape[-1]
+    batch = costs.shape[:-2]
+    prev = np.zeros(batch + (n_stages,)) if ready is None else np.broadcast_to(ready, batch + (n_stages,)).copy()
+    begin = np.zeros(batch + (n_frames,)) if start is None else np.broadcast_to(start, batch + (n_frames,))
+    done = np.empty(costs.shape)
+    cs = np.cumsum(costs, axis=-1)
+    for f in range(n_frames):
+        s0 = begin[..., f]
+        if in_flight > 0 and f >= in_flight:
+            s0 = np.maximum(s0, done[..., f - in_flight, -1])
+        c = cs[..., f, :]
+        shifted = np.concatenate([np.zeros(batch + (1,)), c[..., :-1]], axis=-1)
+        acc = np.maximum.accumulate(prev - shifted, axis=-1)
+        prev = c + np.maximum(acc, s0[..., None])
+        done[..., f, :] = prev
+    return done
+
+
+def steady_period(costs: np.ndarray, in_flight: int = 0) -> np.ndarray:
+    """Steady-state seconds per frame for constant stage costs [..., S]: max(max c, sum c / m)."""
+    costs = np.asarray(costs, dtype=np.float64)
+    period = costs.max(axis=-1)
+    if in_flight > 0:
+        period = np.maximum(period, costs.sum(axis=-1) / in_flight)
+    return period
+
+
+def per_frame_time(plan: Plan, inputs: CostInputs, in_flight: int = 0, frames: int = 0, delta: bool = True) -> float:
+    """Seconds per frame: frames=0 the exact steady-state period (the scheduling objective);
+    frames>0 the simulated makespan of that many frames from an empty pipeline divided by frames."""
+    costs = stage_costs(plan, inputs, delta)
+    if frames <= 0:
+        return float(steady_period(costs, in_flight))
+    done = simulate(np.broadcast_to(costs, (frames, costs.size)), in_flight)
+    return float(done[-1, -1] / frames)
+
+
+def latency(plan: Plan, inputs: CostInputs, delta: bool = True) -> float:
+    """Seconds one frame spends in an otherwise empty pipeline (sum of its stage costs)."""
+    return float(stage_costs(plan, inputs, delta).sum())
+
+
+def inputs_from_graph(
+    graph,
+    seg_time: np.ndarray,
+    bandwidth: Sequence[float],
+    bytes_delta: Optional[np.ndarray] = None,
+    bytes_full: Optional[np.ndarray] = None,
+    result_bandwidth: Optional[float] = None,
+) -> CostInputs:
+    """CostInputs for a LayerGraph: seg_time [K] (same for all) or [W, K]; bandwidth bytes/s per hop;
+    predicted bytes per cut (default: dense sizes, i.e. no sparsity)."""
+    dense = np.array([float(c.bytes_dense) for c in graph.cuts])
+    bandwidth = np.asarray(bandwidth, dtype=np.float64).reshape(-1)
+    seg = np.asarray(seg_time, dtype=np.float64)
+    if seg.ndim == 1:
+        seg = np.broadcast_to(seg, (bandwidth.size, seg.size)).copy()
+    full = dense if bytes_full is None else np.asarray(bytes_full, dtype=np.float64)
+    delta = full if bytes_delta is None else np.asarray(bytes_delta, dtype=np.float64)
+    return CostInputs(
+        bytes_full=full,
+        bytes_delta=delta,
+        seg_time=seg,
+        bandwidth=bandwidth,
+        result_bandwidth=result_bandwidth,
+        result_bytes=float(dense[-1]),
+    )
+
+
+def random_inputs(n_workers: int, n_cuts: int, seed: int = 0) -> CostInputs:
+    """Random but plausible CostInputs (K = n_cuts - 1 segments) for tests and benches."""
+    rng = np.random.RandomState(seed)
+    k = n_cuts - 1
+    base = rng.gamma(2.0, 0.01, size=k)
+    speed = rng.uniform(0.5, 2.0, size=(n_workers, 1))
+    noise = rng.uniform(0.8, 1.25, size=(n_workers, k))
+    full = np.concatenate([[3e5], rng.uniform(1e4, 2e6, size=k - 1), [4e3]])
+    delta = full * rng.uniform(0.05, 0.6, size=k + 1)
+    return CostInputs(
+        bytes_full=full,
+        bytes_delta=delta,
+        seg_time=base[None, :] * speed * noise,
+        bandwidth=rng.uniform(1e6, 8e6, size=n_workers),
+    )

@@ -1,0 +1,202 @@
+"""`cnnvideo plan`: every scheduler's split and predicted per-frame time for a config, without any network.
+
+Segment times are profiled locally (one thread) and divided by each worker's CPU share
+(`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
+as 1). Delta bytes per cut come from the trainer's predictor cache when present, else from
+predictors fitted on ~20 frames of the config's video (synthetic frames if the file is missing).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import config as config_mod
+from .costmodel import CostInputs, Plan, inputs_from_graph, latency, per_frame_time, stage_costs
+from .schedulers import SCHEDULERS, check_options, objective, schedule
+
+log = logging.getLogger(__name__)
+
+FIT_FRAMES = 20
+
+
+def worker_share(cfg: config_mod.Config, w: int) -> float:
+    """CPU share of worker w from cfg.cpus (1.0 when not given; capped at 1 since profiles use one core)."""
+    for key in ("w%d" % w, "worker%d" % w, "worker", "workers"):
+        if key in cfg.cpus:
+            return min(float(cfg.cpus[key]), 1.0)
+    return 1.0
+
+
+def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
+    """[W, K] seconds per segment per worker: the local profile divided by each worker's CPU share."""
+    shares = np.array([worker_share(cfg, w) for w in range(cfg.n_workers)])
+    return np.asarray(profile, dtype=np.float64)[None, :] / shares[:, None]
+
+
+def _frames(cfg: config_mod.Config, n: int):
+    """n frames of the config's video, or synthetic frames when the file is missing."""
+    from .video import read_frames, synthetic_frames
+
+    if os.path.isfile(cfg.video):
+        return read_frames(cfg.video, cfg.frame_size, n), cfg.video
+    return synthetic_frames(n, cfg.frame_size, seed=cfg.seed), "synthetic"
+
+
+@dataclass
+class PlanContext:
+    """Everything the schedulers were given, and where it came from."""
+
+    graph: Any
+    inputs: CostInputs
+    predictors: Any
+    profile: np.ndarray
+    source: str
+    frame_bytes: Optional[np.ndarray]
+
+
+def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanContext:
+    """Graph, profile, predictors and CostInputs for a config."""
+    import torch
+
+    from .executor import profile_segments
+    from .graph import LayerGraph
+    from .models import build_model
+    from .predict import Predictors, cache_file, fit_recorder, record_video
+
+    torch.set_num_threads(1)
+    graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
+    profile = profile_segments(graph, cfg.profile_iters)
+    path = cache_file(cfg)
+    preds = None
+    frame_bytes = None
+    source = ""
+    if os.path.isfile(path):
+        try:
+            preds = Predictors.load(path)
+            if preds.n_cuts != len(graph.cuts):
+                raise ValueError("cut count %d != %d" % (preds.n_cuts, len(graph.cuts)))
+            source = "trainer cache %s" % path
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring predictor cache %s: %s", path, exc)
+            preds = None
+    if preds is None:
+        frames, video = _frames(cfg, fit_frames + 1)
+        rec = record_video(graph, frames, cfg.delta.threshold, cfg.delta.input_threshold, cfg.delta.fp16)
+        preds = fit_recorder(rec, graph, fp16=cfg.delta.fp16)
+        frame_bytes = preds.predict_bytes(rec.arrays()[0])
+        source = "fitted on %d frames of %s" % (rec.frames, video)
+    bytes_delta = preds.predict_bytes(preds.input_nz)
+    bandwidth = cfg.bandwidth_bytes()
+    inputs = inputs_from_graph(graph, seg_times(cfg, profile), bandwidth, bytes_delta, preds.full_bytes())
+    return PlanContext(graph, inputs, preds, profile, source, frame_bytes)
+
+
+def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, Any]:
+    """Options for one scheduler: config scheduler_options for the configured one, group data for das."""
+    opts: Dict[str, Any] = {}
+    if name == "das":
+        opts["group_size"] = cfg.group_size
+        if ctx.frame_bytes is not None and ctx.frame_bytes.shape[0] >= cfg.group_size:
+            opts["frame_bytes"] = ctx.frame_bytes[-cfg.group_size:]
+    if name == cfg.scheduler:
+        opts.update(cfg.scheduler_options)
+    return opts
+
+
+def evaluate(cfg: config_mod.Config, ctx: PlanContext) -> List[Dict[str, Any]]:
+    """One row per scheduler: plan, split, predicted per-frame time, throughput, latency, decision time."""
+    delta = cfg.mode == "delta"
+    rows = []
+    names = [c.name for c in ctx.graph.cuts]
+    for name in SCHEDULERS:
+        t0 = time.perf_counter()
+        plan = schedule(name, ctx.inputs, cfg.in_flight, delta, **_options(cfg, name, ctx))
+        decide_ms = 1000 * (time.perf_counter() - t0)
+        period = objective(plan, ctx.inputs, cfg.in_flight, delta)
+        rows.append({
+            "scheduler": name,
+            "cuts": plan.to_list(),
+            "split": _split(plan, ctx, names),
+            "per_frame_s": period,
+            "throughput_fps": 1.0 / period if period > 0 else float("inf"),
+            "latency_s": latency(plan, ctx.inputs, delta),
+            "simulated_per_frame_s": per_frame_time(plan, ctx.inputs, cfg.in_flight, frames=cfg.frames, delta=delta),
+            "stage_costs_s": [round(float(c), 6) for c in stage_costs(plan, ctx.inputs, delta)],
+            "decide_ms": round(decide_ms, 3),
+        })
+    return rows
+
+
+def _split(plan: Plan, ctx: PlanContext, names: List[str]) -> List[Dict[str, Any]]:
+    """Per worker: input cut, output cut, segment count, layer names."""
+    out = []
+    layers = plan.layers(ctx.graph)
+    for w, (a, b) in enumerate(plan.worker_segments()):
+        out.append({
+            "worker": w,
+            "from": names[a],
+            "to": names[b],
+            "segments": b - a,
+            "layers": [ctx.graph.layers[i].name for i in layers[w]],
+        })
+    return out
+
+
+def _load(args) -> config_mod.Config:
+    """Config from -c, or the built-in default (video check relaxed: synthetic frames if it is missing)."""
+    if getattr(args, "config", None):
+        return config_mod.load(args.config)
+    return config_mod.from_dict({}, check_files=False)
+
+
+def run(args) -> int:
+    """CLI entry: print a table (or JSON with --json) of every scheduler's plan."""
+    cfg = _load(args)
+    try:
+        check_options(cfg.scheduler, cfg.scheduler_options)
+    except ValueError as exc:
+        raise config_mod.ConfigError("config key 'scheduler_options': %s" % exc) from None
+    ctx = build_context(cfg)
+    rows = evaluate(cfg, ctx)
+    inputs = ctx.inputs
+    summary = {
+        "model": cfg.model,
+        "weights": cfg.weights,
+        "frame_size": list(cfg.frame_size),
+        "mode": cfg.mode,
+        "workers": cfg.n_workers,
+        "in_flight": cfg.in_flight,
+        "bandwidth_MBps": [b / 1e6 for b in cfg.bandwidth_bytes()],
+        "cpu_share": [worker_share(cfg, w) for w in range(cfg.n_workers)],
+        "profile_total_s": float(ctx.profile.sum()),
+        "predictors": ctx.source,
+        "objective": "steady-state s/frame = max(max stage cost, sum of stage costs / in_flight)",
+        "cuts": [{"index": c.index, "name": c.name, "bytes_dense": int(c.bytes_dense),
+                  "bytes_full": float(inputs.bytes_full[c.index]), "bytes_delta": float(inputs.bytes_delta[c.index])}
+                 for c in ctx.graph.cuts],
+        "schedulers": rows,
+    }
+    if getattr(args, "json", False):
+        print(json.dumps(summary, indent=2))
+        return 0
+    print("%s (%s) %dx%d, mode %s, %d workers, in_flight %d, bandwidth %s MB/s, cpu share %s" % (
+        cfg.model, cfg.weights, cfg.frame_size[0], cfg.frame_size[1], cfg.mode, cfg.n_workers, cfg.in_flight,
+        "/".join("%g" % b for b in summary["bandwidth_MBps"]), "/".join("%g" % s for s in summary["cpu_share"])))
+    print("profile (1 core): %.4f s per frame; predictors: %s" % (summary["profile_total_s"], ctx.source))
+    print("%-8s %10s %9s %10s  %s" % ("sched", "s/frame", "fps", "latency_s", "split (worker: first..last layer)"))
+    for row in rows:
+        parts = []
+        for s in row["split"]:
+            if s["layers"]:
+                parts.append("w%d: %s..%s (%d)" % (s["worker"], s["layers"][0], s["layers"][-1], len(s["layers"])))
+            else:
+                parts.append("w%d: -" % s["worker"])
+        print("%-8s %10.4f %9.3f %10.4f  %s" % (
+            row["scheduler"], row["per_frame_s"], row["throughput_fps"], row["latency_s"], "; ".join(parts)))
+    return 0

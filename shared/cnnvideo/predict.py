@@ -1,0 +1,315 @@
+"""Non-zero-rate predictors per cut: the share of elements a delta hop sends, predicted from the input hop.
+
+Per cut k (the only tensors that travel) and output channel c, the delta mask's non-zero rate is a
+ridge fit on features of the input hop's per-channel rates x (3 channels of the uint8 frame):
+  "sqrt":     [1, mean(x), sqrt(mean(x))]
+  "channels": [1, x_0, x_1, x_2, sqrt(mean(x))]
+clipped to [0, 1]. Cut 0 (the frame) passes x through. The full (keyframe) size of a cut uses the
+mean non-zero rate of its raw activations, observed to be nearly constant. Bytes come from the
+codec's size model over the whole tensor (codec.estimate_bytes). Stored as plain float arrays.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FEATURES = ("sqrt", "channels")
+FORMAT_VERSION = 1
+
+
+def estimate_bytes(nnz, numel, itemsize) -> np.ndarray:
+    """Codec size model (min of dense, bitmap+values, index list + header); the codec's own when present."""
+    try:
+        from .codec import estimate_bytes as codec_estimate
+    except ImportError:  # pragma: no cover - codec is part of the package
+        codec_estimate = None
+    if codec_estimate is not None:
+        return np.asarray(codec_estimate(nnz, numel, itemsize), dtype=np.float64)
+    nnz = np.asarray(nnz, dtype=np.float64)
+    numel = np.asarray(numel, dtype=np.float64)
+    dense = numel * itemsize
+    bitmap = np.ceil(numel / 8.0) + nnz * itemsize
+    gap = numel / np.maximum(nnz, 1.0)
+    width = np.where(gap < 128, 1.0, np.where(gap < 32768, 2.0, 4.0))
+    return np.minimum(np.minimum(dense, bitmap), nnz * (width + itemsize)) + 64.0
+
+
+def features(input_nz: np.ndarray, kind: str = "sqrt") -> np.ndarray:
+    """[N, d] design matrix from input per-channel rates [N, C_in] (or [C_in])."""
+    x = np.clip(np.atleast_2d(np.asarray(input_nz, dtype=np.float64)), 0.0, 1.0)
+    mean = x.mean(axis=1, keepdims=True)
+    ones = np.ones_like(mean)
+    if kind == "sqrt":
+        return np.concatenate([ones, mean, np.sqrt(mean)], axis=1)
+    if kind == "channels":
+        return np.concatenate([ones, x, np.sqrt(mean)], axis=1)
+    raise ValueError("unknown predictor features %r (known: %s)" % (kind, ", ".join(FEATURES)))
+
+
+def channel_axis(shape: Sequence[int], dtype: str) -> Optional[int]:
+    """Channel axis of a cut tensor: last for the NHWC uint8 frame, 1 for NCHW/NC tensors, None if 1-D."""
+    if len(shape) < 2:
+        return None
+    if str(dtype) == "uint8" and len(shape) == 4:
+        return 3
+    return 1
+
+
+def channel_rates(mask: np.ndarray, shape: Sequence[int], dtype: str) -> np.ndarray:
+    """Per-channel share of True in a mask of a cut tensor."""
+    mask = np.asarray(mask, dtype=bool).reshape(shape)
+    axis = channel_axis(shape, dtype)
+    if axis is None:
+        return np.array([mask.mean()])
+    moved = np.moveaxis(mask, axis, 0).reshape(mask.shape[axis], -1)
+    return np.count_nonzero(moved, axis=1) / float(max(moved.shape[1], 1))
+
+
+class Recorder:
+    """Collects per-frame, per-cut, per-channel delta rates (and raw rates / actual bytes) over N frames."""
+
+    def __init__(self) -> None:
+        self._delta = {}  # type: Dict[int, List[np.ndarray]]
+        self._raw = {}  # type: Dict[int, List[float]]
+        self._bytes = {}  # type: Dict[int, List[float]]
+        self.frames = 0
+
+    def add(
+        self,
+        delta_nz: Dict[int, np.ndarray],
+        raw_nz: Optional[Dict[int, float]] = None,
+        sizes: Optional[Dict[int, float]] = None,
+    ) -> None:
+        """One frame: {cut: per-channel delta rate}, optional {cut: raw rate} and {cut: actual bytes}."""
+        for k, v in delta_nz.items():
+            self._delta.setdefault(int(k), []).append(np.asarray(v, dtype=np.float64).reshape(-1))
+        for k, r in (raw_nz or {}).items():
+            self._raw.setdefault(int(k), []).append(float(r))
+        for k, b in (sizes or {}).items():
+            self._bytes.setdefault(int(k), []).append(float(b))
+        if delta_nz:
+            self.frames += 1
+
+    def arrays(self) -> Dict[int, np.ndarray]:
+        """{cut: [N, C] delta rates} (cut 0 = the input hop)."""
+        return {k: np.stack(v) for k, v in sorted(self._delta.items())}
+
+    def raw_means(self) -> Dict[int, float]:
+        """{cut: mean raw non-zero rate}."""
+        return {k: float(np.mean(v)) for k, v in sorted(self._raw.items())}
+
+    def sizes(self) -> Dict[int, np.ndarray]:
+        """{cut: [N] actual bytes per frame} (if recorded)."""
+        return {k: np.asarray(v) for k, v in sorted(self._bytes.items())}
+
+    def to_arrays(self) -> Dict[str, np.ndarray]:
+        """Plain arrays: delta_<k> [N, C], raw_<k> [N], bytes_<k> [N]."""
+        out = {"delta_%d" % k: v for k, v in self.arrays().items()}
+        out.update({"raw_%d" % k: np.asarray(v) for k, v in self._raw.items()})
+        out.update({"bytes_%d" % k: np.asarray(v) for k, v in self._bytes.items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, d: Dict[str, np.ndarray]) -> "Recorder":
+        """Inverse of to_arrays."""
+        rec = cls()
+        for key, value in d.items():
+            kind, _, k = key.partition("_")
+            target = {"delta": rec._delta, "raw": rec._raw, "bytes": rec._bytes}.get(kind)
+            if target is None or not k.isdigit():
+                continue
+            arr = np.asarray(value, dtype=np.float64)
+            target[int(k)] = list(arr) if kind == "delta" else [float(a) for a in arr.reshape(-1)]
+        rec.frames = max([len(v) for v in rec._delta.values()] or [0])
+        return rec
+
+
+@dataclass
+class Predictors:
+    """Per-cut linear predictors of delta rates plus per-cut sizes, as plain arrays."""
+
+    numel: np.ndarray  # [K+1] elements per cut tensor
+    itemsize: np.ndarray  # [K+1] bytes per element on the wire
+    raw_nz: np.ndarray  # [K+1] mean non-zero rate of raw activations
+    coefs: List[np.ndarray] = field(default_factory=list)  # [K+1] of [d, C_k]; coefs[0] unused (pass-through)
+    kind: str = "sqrt"
+    input_nz: np.ndarray = field(default_factory=lambda: np.full(3, 0.1))  # mean input rates seen when fitting
+
+    @property
+    def n_cuts(self) -> int:
+        """K+1."""
+        return int(self.numel.size)
+
+    def predict_nz(self, input_nz: np.ndarray) -> List[np.ndarray]:
+        """Per cut [N, C_k] predicted delta rates for input rates [N, 3] (or [3])."""
+        x = np.atleast_2d(np.asarray(input_nz, dtype=np.float64))
+        phi = features(x, self.kind)
+        out = [np.clip(x, 0.0, 1.0)]
+        out.extend(np.clip(phi @ c, 0.0, 1.0) for c in self.coefs[1:])
+        return out
+
+    def predict_mean_nz(self, input_nz: np.ndarray) -> np.ndarray:
+        """[N, K+1] predicted share of elements sent per cut (channels are equal-sized)."""
+        return np.stack([p.mean(axis=1) for p in self.predict_nz(input_nz)], axis=1)
+
+    def predict_bytes(self, input_nz: np.ndarray) -> np.ndarray:
+        """Predicted delta bytes per cut: [K+1] for one input vector, [N, K+1] for [N, 3]."""
+        x = np.asarray(input_nz, dtype=np.float64)
+        nz = self.predict_mean_nz(x)
+        out = estimate_bytes(np.round(nz * self.numel[None, :]), self.numel[None, :], self.itemsize[None, :])
+        return out[0] if x.ndim == 1 else out
+
+    def full_bytes(self) -> np.ndarray:
+        """[K+1] bytes of a keyframe (whole tensor, zeros implicit) from the raw non-zero rates."""
+        return np.asarray(estimate_bytes(np.round(self.raw_nz * self.numel), self.numel, self.itemsize), dtype=float)
+
+    def to_arrays(self) -> Dict[str, np.ndarray]:
+        """Plain float arrays (np.savez with allow_pickle=False, proto float arrays)."""
+        out = {
+            "version": np.array([FORMAT_VERSION], dtype=np.float64),
+            "kind": np.array([FEATURES.index(self.kind)], dtype=np.float64),
+            "numel": self.numel.astype(np.float64),
+            "itemsize": self.itemsize.astype(np.float64),
+            "raw_nz": self.raw_nz.astype(np.float64),
+            "input_nz": np.asarray(self.input_nz, dtype=np.float64),
+        }
+        for k, c in enumerate(self.coefs):
+            out["coef_%d" % k] = np.asarray(c, dtype=np.float64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, d: Dict[str, np.ndarray]) -> "Predictors":
+        """Inverse of to_arrays; ValueError on a malformed set."""
+        try:
+            version = int(np.asarray(d["version"]).reshape(-1)[0])
+            kind = FEATURES[int(np.asarray(d["kind"]).reshape(-1)[0])]
+            numel = np.asarray(d["numel"], dtype=np.float64).reshape(-1)
+            itemsize = np.asarray(d["itemsize"], dtype=np.float64).reshape(-1)
+            raw = np.asarray(d["raw_nz"], dtype=np.float64).reshape(-1)
+            n_feat = features(np.zeros((1, 3)), kind).shape[1]
+            coefs = [np.asarray(d["coef_%d" % k], dtype=np.float64).reshape(n_feat, -1) for k in range(numel.size)]
+            input_nz = np.asarray(d["input_nz"], dtype=np.float64).reshape(-1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError("malformed predictor arrays: %s" % exc) from None
+        if version != FORMAT_VERSION or itemsize.size != numel.size or raw.size != numel.size:
+            raise ValueError("predictor arrays: version %d or sizes do not match" % version)
+        return cls(numel=numel, itemsize=itemsize, raw_nz=raw, coefs=coefs, kind=kind, input_nz=input_nz)
+
+    def save(self, path: str) -> None:
+        """np.savez without pickle."""
+        with open(path, "wb") as fh:
+            np.savez(fh, **self.to_arrays())
+
+    @classmethod
+    def load(cls, path: str) -> "Predictors":
+        """Load a file written by save (no pickle)."""
+        with np.load(path, allow_pickle=False) as data:
+            return cls.from_arrays({k: data[k] for k in data.files})
+
+
+def ridge(x: np.ndarray, y: np.ndarray, lam: float = 1e-6) -> np.ndarray:
+    """[d, C] least squares with a small ridge on all but the first (intercept) column."""
+    penalty = np.eye(x.shape[1]) * lam * max(x.shape[0], 1)
+    penalty[0, 0] = 0.0
+    return np.linalg.solve(x.T @ x + penalty, x.T @ y)
+
+
+def fit(
+    records: Dict[int, np.ndarray],
+    numel: Sequence[float],
+    itemsize: Sequence[float],
+    raw_nz: Optional[Dict[int, float]] = None,
+    kind: str = "sqrt",
+    lam: float = 1e-6,
+) -> Predictors:
+    """Fit per-cut predictors from {cut: [N, C_k] delta rates} (cut 0 = input hop [N, 3])."""
+    numel = np.asarray(numel, dtype=np.float64)
+    n_cuts = numel.size
+    if 0 not in records:
+        raise ValueError("records must include cut 0 (the input hop)")
+    x = records[0]
+    phi = features(x, kind)
+    coefs = [np.zeros((phi.shape[1], x.shape[1]))]
+    for k in range(1, n_cuts):
+        y = records.get(k)
+        if y is None or y.shape[0] != x.shape[0]:
+            raise ValueError("records for cut %d missing or of another frame count" % k)
+        coefs.append(ridge(phi, y, lam))
+    raw = np.ones(n_cuts)
+    for k, v in (raw_nz or {}).items():
+        raw[int(k)] = v
+    log.debug("fitted %d cut predictors (%s) on %d frames", n_cuts, kind, x.shape[0])
+    return Predictors(numel=numel, itemsize=np.asarray(itemsize, dtype=np.float64), raw_nz=raw, coefs=coefs,
+                      kind=kind, input_nz=x.mean(axis=0))
+
+
+def cut_meta(graph, fp16: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """(numel [K+1], wire itemsize [K+1]) of a LayerGraph's cuts (float16 on later hops when fp16)."""
+    numel = np.array([c.numel for c in graph.cuts], dtype=np.float64)
+    items = np.array([np.dtype(c.dtype).itemsize for c in graph.cuts], dtype=np.float64)
+    if fp16:
+        items = np.where(items == 4, 2.0, items)
+    return numel, items
+
+
+def record_video(
+    graph,
+    frames: Iterable[np.ndarray],
+    threshold: float = 0.0,
+    input_threshold: float = 0.0,
+    fp16: bool = False,
+    compress: str = "none",
+    measure_bytes: bool = False,
+) -> Recorder:
+    """Play frames through the whole graph, one closed-loop HopSender per cut; record rates (and bytes)."""
+    import torch
+
+    from .hop import HopSender
+
+    n_cuts = len(graph.cuts)
+    stages = [graph.stage_module(k, k + 1) for k in range(n_cuts - 1)]
+    senders = [HopSender(threshold=input_threshold if k == 0 else threshold, fp16=fp16, compress=compress)
+               for k in range(n_cuts)]
+    rec = Recorder()
+    with torch.no_grad():
+        for index, frame in enumerate(frames):
+            x = torch.from_numpy(np.ascontiguousarray(frame)[None])
+            tensors = [x]
+            for stage in stages:
+                x = stage(x)
+                tensors.append(x)
+            delta, raw, sizes = {}, {}, {}
+            for k, t in enumerate(tensors):
+                arr = t.numpy()
+                buf = senders[k].encode(arr)
+                raw[k] = np.count_nonzero(arr) / float(arr.size)
+                sizes[k] = float(len(buf))
+                if index > 0 and senders[k].last_mask is not None:  # a dense "full" update still has a mask
+                    cut = graph.cuts[k]
+                    delta[k] = channel_rates(senders[k].last_mask, cut.shape, cut.dtype)
+            # the keyframe (first frame) contributes raw rates only
+            rec.add(delta, raw, sizes if (measure_bytes and delta) else None)
+    return rec
+
+
+def cache_file(cfg) -> str:
+    """Predictor cache path for a Config (trainer writes it, planner/master read it): one file per
+    model, weights, seed, frame size, mode options and training video."""
+    video = cfg.trainer.video or cfg.video
+    name = "%s-%s-s%d-%dx%d-t%g-it%d-%s-%s.npz" % (
+        cfg.model, os.path.basename(cfg.weights), cfg.seed, cfg.frame_size[0], cfg.frame_size[1],
+        cfg.delta.threshold, cfg.delta.input_threshold, "fp16" if cfg.delta.fp16 else "fp32",
+        os.path.splitext(os.path.basename(video))[0])
+    return cfg.cache_path("predictors", name)
+
+
+def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6) -> Predictors:
+    """fit() from a Recorder and the graph's cut sizes."""
+    numel, items = cut_meta(graph, fp16)
+    return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam)

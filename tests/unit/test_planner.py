@@ -1,0 +1,54 @@
+"""`cnnvideo plan` on a tiny config prints every scheduler without any network."""
+import json
+
+import yaml
+
+from cnnvideo import cli
+from cnnvideo.schedulers import SCHEDULERS
+
+
+def _config(tmp_path, video):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": "alexnet",
+        "video": video,
+        "frame_size": [96, 128],
+        "cluster": {"workers": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]},
+        "bandwidth": [3.0, 2.0, 1.0],
+        "cpus": {"w0": 0.1, "worker": 0.2},
+        "profile_iters": 1,
+        "cache_dir": str(tmp_path / "cache"),
+    }))
+    return str(path)
+
+
+def test_plan_table_lists_every_scheduler(tmp_path, synthetic_video, capsys):
+    """The table has one row per scheduler with its time and split."""
+    assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines()[3:]]
+    assert rows == list(SCHEDULERS)
+    assert "w2:" in out
+
+
+def test_plan_json_consistent(tmp_path, synthetic_video, capsys):
+    """--json gives valid plans (W+1 cuts ending at K), optimal has the least per-frame time, shares applied."""
+    assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    k = len(data["cuts"]) - 1
+    assert data["cpu_share"] == [0.1, 0.2, 0.2]
+    times = {}
+    for row in data["schedulers"]:
+        assert len(row["cuts"]) == 4 and row["cuts"][0] == 0 and row["cuts"][-1] == k
+        assert sum(s["segments"] for s in row["split"]) == k
+        times[row["scheduler"]] = row["per_frame_s"]
+    assert set(times) == set(SCHEDULERS)
+    assert times["optimal"] <= min(times.values()) * (1 + 1e-12)
+
+
+def test_plan_rejects_unknown_scheduler_option(tmp_path, synthetic_video, capsys):
+    """A scheduler_options key the configured scheduler does not take is a config error (exit 2) naming it."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"video": synthetic_video, "scheduler": "lbs", "scheduler_options": {"zz": 1}}))
+    assert cli.main(["plan", "-c", str(path)]) == 2
+    assert "zz" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""Predictors: array round trip without pickle, fitting a known relation, recorder, size model."""
+import io
+
+import numpy as np
+import pytest
+
+from cnnvideo.predict import (
+    Predictors,
+    Recorder,
+    channel_rates,
+    estimate_bytes,
+    features,
+    fit,
+)
+
+
+def _synthetic(n=60, seed=0, kind_channels=5):
+    rng = np.random.RandomState(seed)
+    x = rng.uniform(0.01, 0.6, size=(n, 3))
+    m = x.mean(axis=1, keepdims=True)
+    a = np.linspace(0.1, 0.5, kind_channels)[None, :]
+    y1 = np.clip(0.05 + a * m + 0.3 * np.sqrt(m), 0, 1)  # exactly in the "sqrt" feature family
+    return {0: x, 1: y1}
+
+
+def _fitted(kind="sqrt"):
+    rec = _synthetic()
+    return fit(rec, numel=[300.0, 500.0], itemsize=[1.0, 4.0], raw_nz={0: 1.0, 1: 0.5}, kind=kind), rec
+
+
+def test_fit_recovers_known_relation():
+    """Rates generated as 0.05 + a*mean + 0.3*sqrt(mean) are predicted almost exactly on new inputs."""
+    preds, _ = _fitted()
+    test = _synthetic(n=20, seed=1)
+    got = preds.predict_nz(test[0])
+    np.testing.assert_allclose(got[0], test[0])  # cut 0 passes the input rates through
+    np.testing.assert_allclose(got[1], test[1], atol=1e-3)
+
+
+def test_predictions_clipped_to_unit_interval():
+    """Extrapolated rates never leave [0, 1]."""
+    preds, _ = _fitted()
+    out = preds.predict_nz(np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    assert all(((p >= 0) & (p <= 1)).all() for p in out)
+
+
+@pytest.mark.parametrize("kind", ["sqrt", "channels"])
+def test_round_trip_arrays_and_savez(kind):
+    """to_arrays/from_arrays and np.savez/np.load(allow_pickle=False) give identical predictions."""
+    preds, rec = _fitted(kind)
+    arrays = preds.to_arrays()
+    assert all(a.dtype == np.float64 for a in arrays.values())
+    again = Predictors.from_arrays(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as data:
+        loaded = Predictors.from_arrays({k: data[k] for k in data.files})
+    for p in (again, loaded):
+        np.testing.assert_array_equal(p.predict_bytes(rec[0]), preds.predict_bytes(rec[0]))
+        np.testing.assert_array_equal(p.full_bytes(), preds.full_bytes())
+        assert p.kind == kind
+
+
+def test_from_arrays_rejects_malformed():
+    """A missing key is a ValueError, not a KeyError deep inside."""
+    arrays = _fitted()[0].to_arrays()
+    del arrays["coef_1"]
+    with pytest.raises(ValueError):
+        Predictors.from_arrays(arrays)
+
+
+def test_predict_bytes_uses_codec_size_model():
+    """Predicted bytes = codec.estimate_bytes of (predicted rate x numel); shapes [K+1] and [N, K+1]."""
+    preds, rec = _fitted()
+    one = preds.predict_bytes(rec[0][0])
+    many = preds.predict_bytes(rec[0][:4])
+    assert one.shape == (2,) and many.shape == (4, 2)
+    nz = preds.predict_nz(rec[0][:1])[1].mean()
+    assert one[1] == estimate_bytes(np.round(nz * 500), 500, 4)
+    # dense tensors cap at numel * itemsize + header; empty deltas are just a header
+    assert estimate_bytes(1000, 1000, 4) <= 4000 + 100 and estimate_bytes(0, 1000, 4) < 100
+
+
+def test_recorder_round_trip_and_channel_rates():
+    """Recorder stacks per-frame rates and survives to_arrays/from_arrays; channel_rates uses NHWC for uint8."""
+    rec = Recorder()
+    mask = np.zeros((1, 4, 4, 3), dtype=bool)
+    mask[..., 1] = True
+    np.testing.assert_array_equal(channel_rates(mask, (1, 4, 4, 3), "uint8"), [0, 1, 0])
+    fmask = np.zeros((1, 2, 2, 2), dtype=bool)
+    fmask[:, 0, 0, 0] = True
+    np.testing.assert_array_equal(channel_rates(fmask, (1, 2, 2, 2), "float32"), [0.25, 0])
+    for i in range(3):
+        rec.add({0: [0.1 * i, 0.2, 0.3], 1: [0.5, 0.5]}, raw_nz={0: 1.0, 1: 0.4}, sizes={1: 100.0 + i})
+    back = Recorder.from_arrays(rec.to_arrays())
+    assert back.frames == 3
+    np.testing.assert_array_equal(back.arrays()[0], rec.arrays()[0])
+    assert back.raw_means() == rec.raw_means()
+    np.testing.assert_array_equal(back.sizes()[1], [100.0, 101.0, 102.0])
+
+
+def test_features_shapes():
+    """Feature forms have the documented widths; unknown forms are rejected."""
+    assert features(np.zeros(3), "sqrt").shape == (1, 3)
+    assert features(np.zeros((5, 3)), "channels").shape == (5, 5)
+    with pytest.raises(ValueError):
+        features(np.zeros(3), "mlp")

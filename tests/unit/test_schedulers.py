@@ -1,0 +1,123 @@
+"""Schedulers: registry, simple plans, LBS proportionality, NSC, DAS reacting to bandwidth, and `optimal` exactness."""
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cnnvideo import config
+from cnnvideo.costmodel import CostInputs, Plan, random_inputs
+from cnnvideo.schedulers import (
+    SCHEDULERS,
+    all_plans,
+    das_decide,
+    lbs,
+    nsc,
+    objective,
+    optimal,
+    optimal_result,
+    schedule,
+)
+
+
+def test_registry_covers_config_names():
+    """Every scheduler name the config accepts has a function, and schedule() rejects unknown names/options."""
+    assert set(config.SCHEDULERS) <= set(SCHEDULERS)
+    inputs = random_inputs(2, 5)
+    with pytest.raises(ValueError):
+        schedule("nope", inputs)
+    with pytest.raises(ValueError, match="bogus"):
+        schedule("lbs", inputs, bogus=1)
+
+
+def test_edge_and_cloud_shapes():
+    """edge puts every segment on worker 0, cloud on the last worker; plans have W+1 cuts from 0 to K."""
+    inputs = random_inputs(4, 11)
+    assert schedule("edge", inputs).cuts == (0, 10, 10, 10, 10)
+    assert schedule("cloud", inputs).cuts == (0, 0, 0, 0, 10)
+
+
+def test_lbs_proportional_to_capacity():
+    """A worker twice as fast gets about twice the baseline compute (100 equal segments, capacities 1:2:1)."""
+    seg = np.ones((3, 100)) * np.array([[1.0], [0.5], [1.0]])
+    inputs = CostInputs(np.ones(101), np.ones(101), seg, np.ones(3))
+    plan = lbs(inputs)
+    assert plan.cuts == (0, 25, 75, 100)
+
+
+def test_nsc_not_worse_than_lbs():
+    """NSC starts at LBS and only accepts improving moves of the simulated time."""
+    from cnnvideo.costmodel import per_frame_time
+
+    for seed in range(10):
+        inputs = random_inputs(3, 20, seed)
+        a = per_frame_time(lbs(inputs), inputs, 3, frames=20)
+        b = per_frame_time(nsc(inputs, 3), inputs, 3, frames=20)
+        assert b <= a + 1e-12
+
+
+def test_das_moves_split_when_bandwidth_drops():
+    """With a fast second hop DAS splits mid-way; when that hop slows to a trickle it keeps the work on w0."""
+    k = 8
+    bytes_delta = np.array([1e4] + [2e5] * (k - 1) + [1e3])
+    seg = np.full((2, k), 0.1)
+
+    def decide(bw1):
+        inputs = CostInputs(bytes_delta * 4, bytes_delta, seg, np.array([1e7, bw1]))
+        return das_decide(inputs, in_flight=3, prev=Plan((0, 4, k)), group_size=5)[0]
+
+    fast, slow = decide(1e8), decide(2e5)
+    assert fast != slow
+    assert 0 < fast.cuts[1] < k and slow.cuts[1] == k
+
+
+def test_das_dp_path_matches_exhaustive_on_small_cases():
+    """The large-space DAS path (DP + coordinate descent) finds the exhaustive group finish time here."""
+    for seed in range(15):
+        rng = np.random.RandomState(seed)
+        w, n = rng.randint(2, 4), rng.randint(3, 10)
+        inputs = random_inputs(w, n, seed)
+        frame_bytes = inputs.bytes_delta[None, :] * rng.uniform(0.5, 1.5, size=(5, n))
+        kw = dict(frame_bytes=frame_bytes, prev=Plan(tuple(all_plans(w, n - 1)[0])), ready=np.zeros(2 * w))
+        _, exact = das_decide(inputs, 2, **kw)
+        _, approx = das_decide(inputs, 2, max_plans=0, **kw)
+        assert approx == pytest.approx(exact, rel=1e-9)
+
+
+def _check_optimal_dominates(inputs, in_flight, delta):
+    best = objective(optimal(inputs, in_flight, delta), inputs, in_flight, delta)
+    for name in SCHEDULERS:
+        other = objective(schedule(name, inputs, in_flight, delta), inputs, in_flight, delta)
+        assert best <= other * (1 + 1e-12), name
+
+
+def test_optimal_never_worse_seeded():
+    """On 100 seeded random inputs (up to 6 workers, 40 cuts) optimal's objective <= every scheduler's."""
+    for seed in range(100):
+        rng = np.random.RandomState(seed)
+        inputs = random_inputs(rng.randint(1, 7), rng.randint(2, 41), seed)
+        _check_optimal_dominates(inputs, int(rng.randint(0, 6)), bool(seed % 2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(2, 9), st.integers(0, 5), st.booleans(), st.integers(0, 10 ** 6))
+def test_optimal_equals_brute_force(workers, cuts, in_flight, delta, seed):
+    """On small inputs optimal's objective equals the minimum over every plan (and it dominates the others)."""
+    inputs = random_inputs(workers, cuts, seed)
+    values = [objective(Plan(tuple(c)), inputs, in_flight, delta) for c in all_plans(workers, cuts - 1)]
+    result = optimal_result(inputs, in_flight, delta)
+    assert result.period == pytest.approx(min(values), rel=1e-12)
+    assert objective(result.plan, inputs, in_flight, delta) == pytest.approx(result.period, rel=1e-12)
+    _check_optimal_dominates(inputs, in_flight, delta)
+
+
+def test_optimal_fast_for_8_workers_150_cuts():
+    """optimal decides 8 workers x 150 cuts in < 200 ms (median of 5, in-flight 3)."""
+    inputs = random_inputs(8, 150, 0)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        optimal(inputs, 3)
+        times.append(time.perf_counter() - t0)
+    assert float(np.median(times)) < 0.2
