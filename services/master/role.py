@@ -417,6 +417,11 @@ class MasterRole:
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
                            max_abs_err=max_err, extra=extra)
         os.makedirs(self.out, exist_ok=True)
+        if self.outputs:  # model outputs of completed frames, in frame order (for cross-run comparisons)
+            order = sorted(self.outputs)
+            np.save(os.path.join(self.out, "outputs.npy"), np.stack([self.outputs[f].reshape(-1) for f in order]),
+                    allow_pickle=False)
+            extra["outputs_frames"] = order if len(order) != len(self.frames) else "all"
         rpt.write_json(report, os.path.join(self.out, "report.json"))
         rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
                        ["m"] + ["w%d" % w for w in range(self.W)])

@@ -80,23 +80,36 @@ class Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout`; only this child's own process group."""
+    def terminate(self) -> None:
+        """SIGTERM this child's own process group (it was started in a new session)."""
         if self.alive():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; only this child's own process group."""
+        self.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
             try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(5)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(5)
         self.thread.join(2)
         self.log_file.close()
+
+
+def stop_all(children: List[Child], timeout: float = 5.0) -> None:
+    """Terminate every child at once, then wait for each (SIGKILL after `timeout`)."""
+    for c in children:
+        c.terminate()
+    deadline = time.time() + timeout
+    for c in children:
+        c.stop(max(deadline - time.time(), 0.1))
 
 
 def effective_config(args) -> Tuple[config.Config, str]:
@@ -244,5 +257,4 @@ def run(args) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        for c in reversed(children):
-            c.stop()
+        stop_all(children)

@@ -1,0 +1,73 @@
+"""Run `cnnvideo local` (real processes on free 127.0.0.1 ports) from tests and read what it wrote."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def env() -> Dict[str, str]:
+    e = dict(os.environ)
+    e["OMP_NUM_THREADS"] = "1"
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+def write_config(path: str, data: Dict[str, Any]) -> str:
+    with open(path, "w") as fh:
+        yaml.safe_dump(data, fh)
+    return path
+
+
+def base_config(video: str, cache_dir: str, **over) -> Dict[str, Any]:
+    cfg = {
+        "model": "alexnet",
+        "weights": "random",
+        "video": video,
+        "frame_size": [96, 128],
+        "mode": "delta",
+        "check": True,
+        "frames": 16,
+        "in_flight": 3,
+        "scheduler": "das",
+        "profile_iters": 1,
+        "trainer": {"frames": 16},
+        "cache_dir": cache_dir,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def cnnvideo(args: List[str], timeout: float = 600, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cnnvideo"] + args, capture_output=True, text=True, env=env(),
+                          timeout=timeout, cwd=cwd or REPO)
+
+
+def run_local(tmp_path, data: Dict[str, Any], name: str = "run", frames: Optional[int] = None,
+              timeout: float = 600) -> Tuple[subprocess.CompletedProcess, Optional[Dict[str, Any]], str]:
+    """Write the config, run `cnnvideo local`, return (process, report.json or None, out dir)."""
+    cfg_path = write_config(str(tmp_path / ("%s.yml" % name)), data)
+    out = str(tmp_path / name)
+    args = ["local", "-c", cfg_path, "--out", out]
+    if frames is not None:
+        args += ["--frames", str(frames)]
+    proc = cnnvideo(args, timeout=timeout)
+    report_path = os.path.join(out, "report.json")
+    report = None
+    if os.path.isfile(report_path):
+        with open(report_path) as fh:
+            report = json.load(fh)
+    return proc, report, out
+
+
+def hop(report: Dict[str, Any], name: str) -> Dict[str, Any]:
+    for h in report["hops"]:
+        if h["name"] == name:
+            return h
+    raise AssertionError("no hop %r in %r" % (name, [h["name"] for h in report["hops"]]))

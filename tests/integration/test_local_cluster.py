@@ -1,0 +1,154 @@
+"""`cnnvideo local` end to end: real trainer, worker and master processes talking gRPC on 127.0.0.1."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from .helpers import REPO, base_config, cnnvideo, env, hop, run_local, write_config
+
+pytestmark = pytest.mark.slow
+
+REQUIRED = ("frames", "completed", "lost", "model", "mode", "scheduler", "workers", "throughput_fps", "latency_s",
+            "hops", "plan", "max_abs_err", "wall_s", "stages")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def _assert_ok(proc, report):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report is not None
+    for key in REQUIRED:
+        assert key in report, key
+    assert report["completed"] == report["frames"]
+    assert report["lost"] == 0
+    assert set(report["latency_s"]) >= {"mean", "p50", "p95", "max"}
+
+
+def test_local_alexnet_delta(tmp_path, synthetic_video, cache_dir):
+    proc, report, out = run_local(tmp_path, base_config(synthetic_video, cache_dir), frames=20)
+    _assert_ok(proc, report)
+    assert report["frames"] == 20
+    assert report["model"] == "alexnet" and report["mode"] == "delta" and report["scheduler"] == "das"
+    assert report["max_abs_err"] is not None and report["max_abs_err"] <= 1e-4
+    m0 = hop(report, "m->w0")
+    assert m0["bytes_dense"] == 20 * 96 * 128 * 3 * 4  # float32 dense of the model input
+    assert m0["bytes_sent"] <= 0.15 * m0["bytes_dense"], m0
+    assert m0["transfer_s"] > 0
+    names = [h["name"] for h in report["hops"]]
+    assert names[0] == "m->w0" and names[-1].endswith("->m")
+    assert len(report["plan"]) == 2 and sum(len(p) for p in report["plan"]) > 10
+    assert set(report["stages"]["w0"]) >= {"receive", "decode", "compute", "encode", "send"}
+    assert os.path.isfile(os.path.join(out, "report.html"))
+    assert "<svg" in open(os.path.join(out, "report.html")).read()
+    assert os.path.isfile(os.path.join(out, "config.yml"))
+    assert "frames completed" in proc.stdout
+
+
+@pytest.mark.parametrize("scheduler", ["optimal", "das"])
+def test_resnet50_three_workers(tmp_path, synthetic_video, cache_dir, scheduler):
+    data = base_config(synthetic_video, cache_dir, model="resnet50", frame_size=[64, 96], scheduler=scheduler,
+                       frames=8, bandwidth=[3.0], trainer={"frames": 10},
+                       cluster={"workers": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]})
+    proc, report, _ = run_local(tmp_path, data, name=scheduler)
+    _assert_ok(proc, report)
+    assert report["scheduler"] == scheduler and len(report["workers"]) == 3
+    assert report["max_abs_err"] <= 1e-4
+    assert len(report["plan"]) == 3
+    m0 = hop(report, "m->w0")
+    assert m0["bytes_sent"] < m0["bytes_dense"]
+
+
+def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
+    outputs = {}
+    for mode in ("full", "delta"):
+        data = base_config(synthetic_video, cache_dir, mode=mode, frames=12, scheduler="lbs")
+        proc, report, out = run_local(tmp_path, data, name=mode)
+        _assert_ok(proc, report)
+        assert report["mode"] == mode
+        assert report["max_abs_err"] <= 1e-4
+        outputs[mode] = (np.load(os.path.join(out, "outputs.npy")), report)
+    full, rfull = outputs["full"]
+    delta, rdelta = outputs["delta"]
+    assert full.shape == delta.shape and full.shape[0] == 12
+    assert np.max(np.abs(full - delta)) <= 1e-4
+    # full mode sends every hop whole; delta mode sends less into worker 0
+    assert hop(rdelta, "m->w0")["bytes_sent"] < hop(rfull, "m->w0")["bytes_sent"]
+    assert hop(rfull, "m->w0")["keyframes"] == 12
+
+
+def test_worker_killed_mid_run_stops_master(tmp_path, synthetic_video, cache_dir):
+    data = base_config(synthetic_video, cache_dir, frames=5000, in_flight=2, scheduler="lbs", check=False)
+    cfg_path = write_config(str(tmp_path / "kill.yml"), data)
+    proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out",
+                             str(tmp_path / "kill")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO)
+    lines = []
+    pids = {}
+    running = threading.Event()
+
+    def pump():
+        for line in proc.stderr:
+            lines.append(line)
+            if "[local] started" in line:
+                parts = line.split()
+                pids[parts[2]] = int(parts[4])
+            if "[master]" in line and "sent frame 31/" in line:
+                running.set()
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    try:
+        assert running.wait(300), "".join(lines[-30:])
+        os.kill(pids["w1"], signal.SIGKILL)
+        killed = time.time()
+        code = proc.wait(60)
+        took = time.time() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    t.join(5)
+    text = "".join(lines)
+    assert code != 0
+    assert took <= 15, took
+    errors = [ln for ln in lines if "cnnvideo master: error:" in ln]
+    assert len(errors) == 1, text[-3000:]
+    assert "w1" in errors[0] and "down" in errors[0], errors[0]
+    for name, pid in pids.items():  # every child is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"bogus_key": 1}, "bogus_key"),
+        ({"frames": "many"}, "frames"),
+        ({"video": "/nonexistent/clip.avi"}, "video"),
+        ({"cluster": {"workers": []}}, "cluster.workers"),
+        ({"frame_size": [0, 128]}, "frame_size"),
+    ],
+)
+def test_bad_config_fails_before_start(tmp_path, synthetic_video, cache_dir, change, key):
+    data = base_config(synthetic_video, cache_dir)
+    data.update(change)
+    cfg_path = write_config(str(tmp_path / "bad.yml"), data)
+    for args in (["local", "-c", cfg_path, "--out", str(tmp_path / "o")], ["master", "-c", cfg_path],
+                 ["trainer", "-c", cfg_path]):
+        t0 = time.time()
+        proc = cnnvideo(args, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert key in proc.stderr, proc.stderr
+        assert "[local] started" not in proc.stderr
+        assert time.time() - t0 < 60
+    assert not os.path.exists(str(tmp_path / "o" / "report.json"))
