@@ -1,0 +1,191 @@
+"""Closed-loop hop: sender and receiver stay identical (threshold 0), bounded error (threshold t), resync rules."""
+import numpy as np
+import pytest
+
+from cnnvideo.codec import CodecError
+from cnnvideo.hop import HopError, HopReceiver, HopSender, channel_nz
+
+MAX = 1 << 28
+
+
+def _float_stream(n, shape=(1, 8, 12, 16), seed=0):
+    """A slowly changing float tensor: a few regions change each step, plus rare big jumps."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    for _ in range(n):
+        m = rng.random(shape) < 0.1
+        x = x.copy()
+        x[m] += rng.standard_normal(int(m.sum())).astype(np.float32) * 0.5
+        x[np.random.default_rng(1).random(shape) < 0.001] = rng.standard_normal() * 100
+        yield np.maximum(x, 0)  # ReLU-like: many exact zeros
+
+
+def _pixel_stream(n, seed=0):
+    """uint8 NHWC frames from the synthetic static-camera clip."""
+    from cnnvideo.video import synthetic_frames
+
+    for f in synthetic_frames(n, (24, 32), seed=seed, noise=3):
+        yield f[None]
+
+
+def test_float_lossless_300_frames():
+    """300 changing float32 frames through sender -> bytes -> receiver stay bitwise equal at threshold 0."""
+    s, r = HopSender(), HopReceiver(MAX)
+    for i, x in enumerate(_float_stream(300)):
+        y = r.decode(s.encode(x))
+        assert y.tobytes() == x.tobytes()
+        assert s.last_kind == ("full" if i == 0 else "update")
+
+
+def test_uint8_lossless_300_frames():
+    """300 synthetic uint8 frames are reconstructed bit-exactly (add-mod-256 updates)."""
+    s, r = HopSender(), HopReceiver(MAX)
+    for i, x in enumerate(_pixel_stream(300)):
+        y = r.decode(s.encode(x))
+        assert y.dtype == np.uint8 and np.array_equal(y, x)
+        assert s.last_kind == ("full" if i == 0 else "add256")
+
+
+@pytest.mark.parametrize("t", [0.05, 0.3])
+def test_float_threshold_error_bounded_no_drift(t):
+    """With threshold t the receiver's error stays <= t at every frame, and it equals the sender's copy."""
+    s, r = HopSender(threshold=t), HopReceiver(MAX)
+    sent = []
+    for x in _float_stream(300, seed=2):
+        y = r.decode(s.encode(x))
+        assert np.max(np.abs(y - x)) <= t
+        assert y.tobytes() == s.held.tobytes()
+        sent.append(s.last_nnz / float(s.last_numel))
+    assert np.mean(sent[1:]) < 0.1  # the threshold really suppresses small changes
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_uint8_threshold_error_bounded(t):
+    """uint8 input with a pixel-level threshold: |received - frame| <= t everywhere, every frame."""
+    s, r = HopSender(threshold=t), HopReceiver(MAX)
+    for x in _pixel_stream(300, seed=3):
+        y = r.decode(s.encode(x))
+        assert np.max(np.abs(y.astype(np.int16) - x)) <= t
+
+
+def test_keyframe_resets_state():
+    """keyframe=True sends a full payload that a fresh receiver can start from."""
+    frames = list(_float_stream(5))
+    s, r = HopSender(), HopReceiver(MAX)
+    for x in frames[:3]:
+        r.decode(s.encode(x))
+    r2 = HopReceiver(MAX)
+    y = r2.decode(s.encode(frames[3], keyframe=True))
+    assert s.last_kind == "full" and y.tobytes() == frames[3].tobytes()
+    assert r2.decode(s.encode(frames[4])).tobytes() == frames[4].tobytes()
+
+
+def test_update_without_base_raises():
+    """An update reaching a receiver with no base raises HopError; a later keyframe recovers."""
+    frames = list(_float_stream(3))
+    s = HopSender()
+    s.encode(frames[0])
+    update = s.encode(frames[1])
+    r = HopReceiver(MAX)
+    with pytest.raises(HopError, match="no base"):
+        r.decode(update)
+    assert r.decode(s.encode(frames[2], keyframe=True)).tobytes() == frames[2].tobytes()
+
+
+def test_lost_update_detected():
+    """Skipping one update (lost message) makes the next one raise HopError instead of corrupting state."""
+    frames = list(_float_stream(4))
+    s, r = HopSender(), HopReceiver(MAX)
+    r.decode(s.encode(frames[0]))
+    s.encode(frames[1])  # never delivered
+    with pytest.raises(HopError, match="does not follow"):
+        r.decode(s.encode(frames[2]))
+
+
+def test_shape_change_sends_full():
+    """A new shape or dtype makes the sender send a keyframe."""
+    s, r = HopSender(), HopReceiver(MAX)
+    r.decode(s.encode(np.ones((2, 3), np.float32)))
+    y = r.decode(s.encode(np.ones((3, 3), np.float32)))
+    assert s.last_kind == "full" and y.shape == (3, 3)
+    y = r.decode(s.encode(np.ones((3, 3), np.uint8)))
+    assert s.last_kind == "full" and y.dtype == np.uint8
+
+
+def test_fp16_sides_identical():
+    """fp16 mode: receiver equals the sender's held copy bitwise; error vs input within fp16 rounding."""
+    s, r = HopSender(fp16=True), HopReceiver(MAX)
+    for x in _float_stream(100, seed=4):
+        y = r.decode(s.encode(x))
+        assert y.dtype == np.float32 and y.tobytes() == s.held.tobytes()
+        assert np.all(np.abs(y - x) <= np.abs(x) * 2.0 ** -11 + 1e-6)
+
+
+def test_fp16_unchanged_tensor_sends_nothing():
+    """fp16 compares rounded values, so an unchanged tensor yields an empty update."""
+    x = next(_float_stream(1))
+    s = HopSender(fp16=True)
+    s.encode(x)
+    s.encode(x.copy())
+    assert s.last_nnz == 0
+
+
+def test_receiver_view_is_read_only():
+    """decode returns a read-only view of the held tensor."""
+    s, r = HopSender(), HopReceiver(MAX)
+    y = r.decode(s.encode(np.ones(4, np.float32)))
+    with pytest.raises(ValueError):
+        y[0] = 2
+
+
+def test_bad_payloads():
+    """Short or foreign payloads raise HopError; a tensor above max_bytes raises CodecError."""
+    r = HopReceiver(100)
+    with pytest.raises(HopError):
+        r.decode(b"HP")
+    with pytest.raises(HopError):
+        r.decode(b"XX\x01\x00\x00\x00\x00\x00")
+    with pytest.raises(CodecError):
+        r.decode(HopSender().encode(np.ones(1000, np.float32)))
+
+
+def test_update_with_wrong_shape_raises():
+    """An update whose tensor shape differs from the held one raises HopError."""
+    a, b = HopSender(), HopSender()
+    r = HopReceiver(MAX)
+    r.decode(a.encode(np.zeros((4, 4), np.float32)))
+    x = np.zeros((8, 8), np.float32)
+    b.encode(x)
+    x[3, 3] = 1.0
+    upd = bytearray(b.encode(x))
+    assert b.last_kind == "update"
+    upd[4:8] = (2).to_bytes(4, "little")  # make the sequence number fit the receiver's state
+    with pytest.raises(HopError, match="does not match"):
+        r.decode(bytes(upd))
+
+
+def test_mostly_changed_tensor_sent_whole():
+    """When nearly every element changes, the sender sends the whole tensor instead of a mask + values."""
+    s, r = HopSender(), HopReceiver(MAX)
+    x = np.ones((4, 64), np.float32)
+    r.decode(s.encode(x))
+    y = x * 2
+    y[0, 0] = 1.0
+    out = r.decode(s.encode(y))
+    assert s.last_kind == "full" and s.last_nnz == y.size - 1 and out.tobytes() == y.tobytes()
+    y2 = y.copy()
+    y2[1, 1] = 7.0
+    assert r.decode(s.encode(y2)).tobytes() == y2.tobytes() and s.last_kind == "update"
+
+
+def test_channel_nz_and_stats():
+    """last_nnz/last_numel and per-channel nz rates describe the last update's mask."""
+    x = np.zeros((1, 3, 4, 4), np.float32)
+    s = HopSender()
+    s.encode(x)
+    x2 = x.copy()
+    x2[0, 1, :2] = 1.0
+    s.encode(x2)
+    assert (s.last_nnz, s.last_numel) == (8, 48)
+    assert np.allclose(s.last_channel_nz(), [0.0, 0.5, 0.0])
+    assert np.allclose(channel_nz(np.ones((2, 5), bool), axis=-1), np.ones(5))
