@@ -42,8 +42,10 @@ RUN apt-get update \
       python3 python3-numpy python3-yaml python3-grpcio python3-protobuf \
       python3-torch python3-torchvision python3-opencv \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+# /var/cache/cnnvideo is shared by roles that may run as different users (see entrypoint.sh)
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
- && install -d -o cnnvideo -g cnnvideo -m 0755 /app /app/out /var/cache/cnnvideo
+ && install -d -o cnnvideo -g cnnvideo -m 0755 /app /app/out \
+ && install -d -m 1777 /var/cache/cnnvideo
 
 # ---- build: stubs from proto with Debian's protoc (paired with the 3.21 runtime), then install
 FROM base AS build

@@ -39,8 +39,8 @@ def minor(index: int) -> int:
 
 
 def burst_bytes(shape: Shape) -> int:
-    """htb burst: 10 ms at the rate, at least two full-size frames."""
-    return max(3200, shape.rate_bytes // 100)
+    """htb burst: 1 ms at the rate, at least two full-size frames (a small burst keeps short messages honest)."""
+    return max(3028, shape.rate_bytes // 1000)
 
 
 def quantum_bytes(shape: Shape) -> int:

@@ -56,7 +56,7 @@ def test_class_rate_is_bits_per_second_of_megabytes():
     """3 MB/s = 24,000,000 bit/s; burst and quantum are explicit."""
     argv = tc.peer_class("eth0", 0, Shape(rate=3))
     assert argv == ["tc", "class", "replace", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb",
-                    "rate", "24000000bit", "ceil", "24000000bit", "burst", "30000b", "cburst", "30000b",
+                    "rate", "24000000bit", "ceil", "24000000bit", "burst", "3028b", "cburst", "3028b",
                     "quantum", "60000"]
 
 
