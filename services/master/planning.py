@@ -49,27 +49,49 @@ class Planner:
             self.current = schedulers.schedule(name, inputs, in_flight, delta, **self.options)
             self.decisions.append((0, list(self.current.cuts)))
 
-    def plan_for(self, frame: int, finished: Optional[Sequence[float]] = None, now: float = 0.0) -> Plan:
-        """The plan of `frame` (frames must be asked in order)."""
-        if self.name != "das":
+    def needs_state(self, frame: int) -> bool:
+        """True if plan_for(frame) will decide (das at a group boundary) and wants the tracker's state."""
+        return self.name == "das" and (frame % self.group_size == 0 or self.current is None)
+
+    def plan_for(self, frame: int, in_flight: Sequence[Tuple[float, Sequence[int]]] = (),
+                 finished: Sequence[float] = (), now: float = 0.0) -> Plan:
+        """The plan of `frame` (frames asked in order); das decides per group from the tracker's state:
+        in_flight = (send time, cuts) of frames not finished yet, finished = finish times of done frames
+        (oldest first), all in seconds since the run started."""
+        if not self.needs_state(frame):
             return self.current
-        if frame % self.group_size == 0 or self.current is None:
-            frame_bytes = None
-            if self.predictors is not None and self.frame_nz is not None and self.delta:
-                group = self.frame_nz[frame:frame + self.group_size]
-                if len(group):
-                    frame_bytes = np.atleast_2d(self.predictors.predict_bytes(group))
-                    if frame == 0:  # the first frame is a keyframe on every hop
-                        frame_bytes[0] = self.inputs.bytes_full
-            opts = dict(self.options)
-            opts.setdefault("group_size", self.group_size)
-            plan, _ = schedulers.das_decide(self.inputs, self.in_flight, self.delta, frame_bytes=frame_bytes,
-                                            prev=self.current, finished=finished, now=now, **opts)
-            if self.current is None or plan.cuts != self.current.cuts:
-                self.decisions.append((frame, list(plan.cuts)))
-                log.info("das: frames %d.. -> plan %s", frame, list(plan.cuts))
-            self.current = plan
+        frame_bytes = None
+        if self.predictors is not None and self.frame_nz is not None and self.delta:
+            group = self.frame_nz[frame:frame + self.group_size]
+            if len(group):
+                frame_bytes = np.atleast_2d(self.predictors.predict_bytes(group))
+                if frame == 0:  # the first frame is a keyframe on every hop
+                    frame_bytes[0] = self.inputs.bytes_full
+        ready, fin = self.estimate_state(in_flight, finished, now)
+        opts = dict(self.options)
+        opts.setdefault("group_size", self.group_size)
+        plan, _ = schedulers.das_decide(self.inputs, self.in_flight, self.delta, frame_bytes=frame_bytes,
+                                        prev=self.current, ready=ready, finished=fin, now=now, **opts)
+        if self.current is None or plan.cuts != self.current.cuts:
+            self.decisions.append((frame, list(plan.cuts)))
+            log.info("das: frames %d.. -> plan %s", frame, list(plan.cuts))
+        self.current = plan
         return self.current
+
+    def estimate_state(self, in_flight: Sequence[Tuple[float, Sequence[int]]], finished: Sequence[float],
+                       now: float) -> Tuple[Optional[np.ndarray], Optional[List[float]]]:
+        """Stage-ready times [2W] and finish times (oldest first) estimated by simulating the frames in flight."""
+        fin = [float(t) for t in finished]
+        ready = None
+        if in_flight:
+            costs = np.stack([costmodel.stage_costs(Plan(tuple(c)), self.inputs, self.delta) for _, c in in_flight])
+            start = np.array([float(s) for s, _ in in_flight])
+            done = costmodel.simulate(costs, 0, start=start)
+            ready = np.maximum(done[-1], now)
+            fin.extend(float(t) for t in np.maximum(done[:, -1], now))
+        if self.in_flight > 0:
+            fin = fin[-self.in_flight:]
+        return ready, (fin or None)
 
     def predicted_period(self) -> Optional[float]:
         """Steady seconds per frame of the current plan, from the cost model."""

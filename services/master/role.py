@@ -68,6 +68,7 @@ class MasterRole:
         self.planner: Optional[Planner] = None
         self.predictors = None
         self.setup_s: Dict[str, float] = {}
+        self.t_run = 0.0
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -156,7 +157,7 @@ class MasterRole:
             self._call(w, "StartRun", setup, self.timeout)
         for w in range(self.W):
             self._open_streams(w)
-        t0 = time.time()
+        t0 = self.t_run = time.time()
         self._send_all()
         self._wait_done()
         wall = time.time() - t0
@@ -282,7 +283,15 @@ class MasterRole:
                     self._wait(lambda: self._in_flight() < cfg.in_flight)
                 if self.failure is not None:
                     return
-            plan = self.planner.plan_for(f)
+            if self.planner.needs_state(f):
+                with self.cond:
+                    now = time.time()
+                    recs = [self.records[i] for i in sorted(self.records)]
+                    flying = [(r.sent_at - self.t_run, r.cuts) for r in recs if r.done_at is None]
+                    done = sorted(r.done_at - self.t_run for r in recs if r.done_at is not None)
+                plan = self.planner.plan_for(f, flying, done, now - self.t_run)
+            else:
+                plan = self.planner.plan_for(f)
             cuts = list(plan.cuts)
             lw = last_worker_with_work(cuts)
             periodic = cfg.delta.keyframe_every > 0 and f % cfg.delta.keyframe_every == 0

@@ -124,7 +124,7 @@ def test_worker_killed_mid_run_stops_master(tmp_path, synthetic_video, cache_dir
     errors = [ln for ln in lines if "cnnvideo master: error:" in ln]
     assert len(errors) == 1, text[-3000:]
     assert "w1" in errors[0] and "down" in errors[0], errors[0]
-    for name, pid in pids.items():  # every child is gone
+    for pid in pids.values():  # every child is gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 

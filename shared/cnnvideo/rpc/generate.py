@@ -54,7 +54,7 @@ def generate(proto: Optional[str] = None, out_dir: str = HERE) -> List[str]:
     try:
         from grpc_tools import protoc
     except ImportError:
-        raise GenerateError("grpcio-tools is not installed: pip install grpcio-tools")
+        raise GenerateError("grpcio-tools is not installed: pip install grpcio-tools") from None
     tmp = tempfile.mkdtemp(prefix="cnnvideo-proto-")
     try:
         src_root = os.path.join(tmp, "src")

@@ -1,0 +1,166 @@
+"""Two real worker processes driven by the test as a stand-in master: plan changes, out-of-order arrival, bad input."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+
+from .helpers import REPO, base_config, env, write_config
+
+pytestmark = pytest.mark.slow
+
+PLANS = [[0, 5, 23], [0, 5, 23], [0, 12, 23], [0, 12, 23], [0, 0, 23], [0, 23, 23], [0, 23, 23], [0, 3, 23],
+         [0, 3, 23], [0, 12, 23], [0, 12, 23], [0, 12, 23]]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, synthetic_video):
+    """Two workers on free ports; yields (config, stubs, addresses)."""
+    from cnnvideo import config
+    from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+    from cnnvideo.rpc import net
+
+    tmp = tmp_path_factory.mktemp("workers")
+    ports = [net.free_port(), net.free_port()]
+    addrs = ["127.0.0.1:%d" % p for p in ports]
+    data = base_config(synthetic_video, str(tmp / "cache"), cluster={"trainer": "127.0.0.1:%d" % net.free_port(),
+                                                                    "workers": addrs})
+    path = write_config(str(tmp / "w.yml"), data)
+    procs = [subprocess.Popen([sys.executable, "-m", "cnnvideo", "worker", "-c", path, "-i", str(i)], env=env(),
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(str(tmp / ("w%d.log" % i)), "w"))
+             for i in range(2)]
+    try:
+        for a, p in zip(addrs, procs):
+            assert net.wait_healthy(a, 300, alive=lambda p=p: p.poll() is None), open(str(tmp / "w0.log")).read()
+        chans = [net.channel(a, 64 << 20) for a in addrs]
+        yield config.load(path), [pb_grpc.WorkerStub(c) for c in chans], addrs
+        for c in chans:
+            c.close()
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _frames(cfg, n):
+    from cnnvideo.video import read_frames
+
+    return list(read_frames(cfg.video, tuple(cfg.frame_size), limit=n))
+
+
+def _collect(stub, run_id, kind, sink, stop):
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+    call = getattr(stub, kind)(pb.StreamRequest(run_id=run_id))
+    stop.append(call)
+    try:
+        for item in call:
+            sink.append(item)
+    except grpc.RpcError:
+        pass
+
+
+def test_plan_changes_and_out_of_order_arrivals(cluster):
+    from cnnvideo.executor import StageExecutor
+    from cnnvideo.hop import HopReceiver, HopSender
+    from cnnvideo.pipeline import load_graph
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+    cfg, stubs, _ = cluster
+    info = stubs[0].Info(pb.Empty(), timeout=30)
+    assert len(info.cuts) == 24 and info.model == "alexnet"
+    costs = stubs[1].Costs(pb.CostRequest(), timeout=60)
+    assert list(costs.seconds.shape) == [23]
+    run_id = "plans"
+    for s in stubs:
+        s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2), timeout=30)
+    results, stages, calls = [[], []], [[], []], []
+    threads = [threading.Thread(target=_collect, args=(stubs[w], run_id, k, sink[w], calls), daemon=True)
+               for w in range(2) for k, sink in (("Results", results), ("Stages", stages))]
+    for t in threads:
+        t.start()
+    frames = _frames(cfg, len(PLANS))
+    sender = HopSender()
+    tasks = []
+    for f, (frame, cuts) in enumerate(zip(frames, PLANS)):
+        data = sender.encode(frame[None], keyframe=(f == 0))
+        tasks.append(pb.FrameTask(run_id=run_id, frame_id=f, cuts=cuts, keyframe=[f == 0, False], epoch=[0, 0],
+                                  hop=0, seq=f, payload=pb.Tensor(cut=0, data=data)))
+    order = list(range(len(tasks)))
+    random.Random(3).shuffle(order)  # arrivals out of order: the worker must run them by sequence number
+    with futures.ThreadPoolExecutor(4) as pool:
+        for fut in [pool.submit(stubs[0].Process, tasks[i], timeout=30) for i in order]:
+            assert fut.result().ok
+    deadline = 120
+    t0 = time.time()
+    while sum(len(r) for r in results) < len(tasks) and time.time() - t0 < deadline:
+        time.sleep(0.1)
+    for c in calls:
+        c.cancel()
+    assert sum(len(r) for r in results) == len(tasks), [s.error for w in stages for s in w if s.error]
+    outputs = {}
+    for w in range(2):
+        rx = HopReceiver(64 << 20)
+        for res in results[w]:
+            outputs[res.frame_id] = (w, np.array(rx.decode(res.output.data)))
+    graph = load_graph(cfg)
+    ex = StageExecutor(graph, 0, len(graph.cuts) - 1)
+    for f, frame in enumerate(frames):
+        w, out = outputs[f]
+        expected_worker = 0 if PLANS[f][1] == 23 else 1
+        assert w == expected_worker, (f, PLANS[f])
+        assert np.max(np.abs(out - ex.run(frame))) <= 1e-4
+    # a new cut into worker 1 is a keyframe; the same cut again is an update
+    kf = {r.frame_id: r.keyframe_out for r in stages[0] if r.hop_out == 1}
+    assert kf[0] and not kf[1] and kf[2] and not kf[3] and kf[7] and kf[9]
+    for s in stubs:
+        s.EndRun(pb.StreamRequest(run_id=run_id), timeout=10)
+
+
+def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+    from cnnvideo.rpc import net
+
+    cfg, stubs, addrs = cluster
+    stubs[0].StartRun(pb.RunSetup(run_id="bad", mode="delta", n_workers=2), timeout=30)
+    cases = [
+        (pb.FrameTask(run_id="nope", cuts=[0, 5, 23], hop=0), grpc.StatusCode.FAILED_PRECONDITION),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5], hop=0), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 9, 5], hop=0), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=1), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, payload=pb.Tensor(cut=4)),
+         grpc.StatusCode.INVALID_ARGUMENT),
+    ]
+    for task, code in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            stubs[0].Process(task, timeout=10)
+        assert err.value.code() == code, err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        stubs[0].StartRun(pb.RunSetup(run_id="x", mode="sideways", n_workers=2), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # garbage payload: the run fails with a reported error, the process keeps serving
+    stages, calls = [], []
+    t = threading.Thread(target=_collect, args=(stubs[0], "bad", "Stages", stages, calls), daemon=True)
+    t.start()
+    stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0,
+                                  payload=pb.Tensor(cut=0, data=b"\x00garbage" * 10)), timeout=10)
+    t0 = time.time()
+    while not stages and time.time() - t0 < 20:
+        time.sleep(0.1)
+    for c in calls:
+        c.cancel()
+    assert stages and stages[0].error, stages
+    assert net.check_health(addrs[0])
+    assert stubs[0].Info(pb.Empty(), timeout=10).worker_id == 0
+    stubs[0].EndRun(pb.StreamRequest(run_id="bad"), timeout=10)
