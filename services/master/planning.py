@@ -30,6 +30,28 @@ def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndar
                       bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]))
 
 
+def check_options(name: str, options: Dict[str, Any]) -> None:
+    """ConfigError naming 'scheduler_options.X' if the scheduler does not take option X."""
+    import inspect
+
+    from cnnvideo.config import ConfigError
+
+    fn = schedulers.das_decide if name == "das" else schedulers.SCHEDULERS.get(name)
+    if fn is None:
+        return
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()) and name != "das":
+        known = [k for k, p in params.items() if p.kind == p.KEYWORD_ONLY or p.default is not p.empty]
+    else:
+        known = [k for k, p in params.items() if p.default is not p.empty]
+    fixed = ("in_flight", "delta", "frame_bytes", "prev", "ready", "finished", "now")
+    for key in options:
+        if key not in known or key in fixed:
+            allowed = ", ".join(k for k in known if k not in fixed) or "none"
+            raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
+                              % (key, name, allowed))
+
+
 class Planner:
     """Gives each frame its plan: one fixed plan, or (das) one per group of frames from predicted sizes."""
 

@@ -19,7 +19,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import convert, net
 
-from .planning import Planner, cost_inputs
+from .planning import Planner, check_options, cost_inputs
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class MasterRole:
     def start(self) -> None:
         from cnnvideo.video import read_frames
 
+        check_options(self.cfg.scheduler, self.cfg.scheduler_options)
         t0 = time.time()
         for addr in self.addresses:
             chan = net.channel(addr, self.max_bytes)

@@ -137,6 +137,12 @@ def effective_config(args) -> Tuple[config.Config, str]:
         if not args.config and "'video'" in str(exc):
             raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
         raise
+    try:
+        from cnnvideo.master.planning import check_options
+    except ImportError:  # the master package is not installed here
+        check_options = None
+    if check_options is not None:
+        check_options(cfg.scheduler, cfg.scheduler_options)
     out = os.path.abspath(args.out or cfg.out)
     cfg.out = out
     for attr in ("video",):
@@ -183,6 +189,24 @@ def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -
             return "timed out after %.0f s waiting for %s" % (timeout, ", ".join(c.name for c, _ in pending))
         time.sleep(0.3)
     return None
+
+
+def _wait_master(master: Child, others: List[Child], grace: float = 20.0) -> int:
+    """Wait for the master; if another role dies and the master is still running `grace` s later, stop it."""
+    died_at = None
+    while True:
+        try:
+            return master.proc.wait(0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        dead = [c for c in others if not c.alive()]
+        if dead and died_at is None:
+            died_at = time.time()
+        if died_at is not None and time.time() - died_at > grace:
+            print("cnnvideo local: error: %s exited (code %s) and the master did not stop; stopping it"
+                  % (dead[0].name, dead[0].proc.returncode), file=sys.stderr, flush=True)
+            master.stop()
+            return 1
 
 
 def _summary(report: Dict[str, Any]) -> str:
@@ -239,7 +263,7 @@ def run(args) -> int:
         master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"))
         children.append(master)
         print("[local] started master pid %d" % master.pid, file=sys.stderr, flush=True)
-        code = master.proc.wait()
+        code = _wait_master(master, children[:-1])
         master.thread.join(5)
         report = None
         if os.path.isfile(report_path):
