@@ -17,6 +17,7 @@ COMMANDS = {
     "bench codec": "cnnvideo.bench.codec:run",
     "bench predict": "cnnvideo.bench.predict:run",
     "bench plan": "cnnvideo.bench.plan:run",
+    "bench delta": "cnnvideo.bench.delta:run",
 }
 
 
@@ -52,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--video", default=None)
     p.add_argument("--model", default="alexnet")
     p.add_argument("--frames", type=int, default=120)
+    p.add_argument("--frame-size", type=int, nargs=2, default=[240, 360], metavar=("H", "W"))
+    p = bench.add_parser("delta", help="3-stage delta run over a video: exactness, drift, bytes per hop")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--video", default=None, help="video file (default: media/vtest.avi; 'none' = synthetic)")
+    p.add_argument("--model", default="alexnet")
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--threshold", type=float, default=0.02)
+    p.add_argument("--input-threshold", type=int, default=2)
     p.add_argument("--frame-size", type=int, nargs=2, default=[240, 360], metavar=("H", "W"))
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
