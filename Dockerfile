@@ -23,7 +23,7 @@ ENV PYTHONPATH=/opt/netem
 # It must run as root: nsenter into other containers' network namespaces needs CAP_SYS_ADMIN
 # and CAP_NET_ADMIN in the initial user namespace (compose grants only those, not privileged).
 # hadolint ignore=DL3002
-USER root
+USER 0
 HEALTHCHECK --interval=5s --timeout=3s --retries=3 CMD ["test", "-f", "/tmp/netem.ready"]
 ENTRYPOINT ["python3", "-m", "netem"]
 CMD ["--help"]
@@ -49,6 +49,7 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnn
 
 # ---- build: stubs from proto with Debian's protoc (paired with the 3.21 runtime), then install
 FROM base AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
@@ -82,7 +83,7 @@ COPY docker/entrypoint.sh /usr/local/bin/cnnvideo-entrypoint
 COPY docker/healthcheck.py /usr/local/lib/cnnvideo/healthcheck.py
 WORKDIR /app
 ENV HOME=/home/cnnvideo CNNVIDEO_OUT=/app/out
-USER cnnvideo
+USER 10001
 ENTRYPOINT ["cnnvideo-entrypoint"]
 CMD ["--help"]
 
@@ -105,5 +106,5 @@ CMD ["trainer", "-c", "/app/configs/compose.yml"]
 FROM runtime AS master
 HEALTHCHECK NONE
 # hadolint ignore=DL3002
-USER root
+USER 0
 CMD ["master", "-c", "/app/configs/compose.yml"]

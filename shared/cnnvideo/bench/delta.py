@@ -28,7 +28,8 @@ def _run(graph, cuts, frames, reference, **options):
     wall = time.perf_counter() - start
     at = {str(n): errors[n - 1] for n in (1, 30, len(errors)) if n <= len(errors)}
     hops = [
-        {"name": s.name, "bytes_per_frame": s.bytes_sent / s.frames, "ratio_vs_dense_fp32": s.bytes_sent / s.bytes_dense}
+        {"name": s.name, "bytes_per_frame": s.bytes_sent / s.frames,
+         "ratio_vs_dense_fp32": s.bytes_sent / s.bytes_dense}
         for s in chain.stats
     ]
     windows = {"first_30": max(errors[:30]), "last_30": max(errors[-30:])}
