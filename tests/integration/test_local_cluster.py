@@ -129,22 +129,27 @@ def test_worker_killed_mid_run_stops_master(tmp_path, synthetic_video, cache_dir
             os.kill(pid, 0)
 
 
+ALL_ROLES = ("local", "master", "trainer")
+
+
 @pytest.mark.parametrize(
-    "change, key",
+    "change, key, roles",
     [
-        ({"bogus_key": 1}, "bogus_key"),
-        ({"frames": "many"}, "frames"),
-        ({"video": "/nonexistent/clip.avi"}, "video"),
-        ({"cluster": {"workers": []}}, "cluster.workers"),
-        ({"frame_size": [0, 128]}, "frame_size"),
+        ({"bogus_key": 1}, "bogus_key", ALL_ROLES),
+        ({"frames": "many"}, "frames", ALL_ROLES),
+        ({"video": "/nonexistent/clip.avi"}, "video", ALL_ROLES),
+        ({"cluster": {"workers": []}}, "cluster.workers", ALL_ROLES),
+        ({"frame_size": [0, 128]}, "frame_size", ALL_ROLES),
+        ({"scheduler_options": {"bogus": 1}}, "scheduler_options.bogus", ("local", "master")),
     ],
 )
-def test_bad_config_fails_before_start(tmp_path, synthetic_video, cache_dir, change, key):
+def test_bad_config_fails_before_start(tmp_path, synthetic_video, cache_dir, change, key, roles):
     data = base_config(synthetic_video, cache_dir)
     data.update(change)
     cfg_path = write_config(str(tmp_path / "bad.yml"), data)
-    for args in (["local", "-c", cfg_path, "--out", str(tmp_path / "o")], ["master", "-c", cfg_path],
-                 ["trainer", "-c", cfg_path]):
+    argv = {"local": ["local", "-c", cfg_path, "--out", str(tmp_path / "o")], "master": ["master", "-c", cfg_path],
+            "trainer": ["trainer", "-c", cfg_path]}
+    for args in (argv[r] for r in roles):
         t0 = time.time()
         proc = cnnvideo(args, timeout=120)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -152,3 +157,33 @@ def test_bad_config_fails_before_start(tmp_path, synthetic_video, cache_dir, cha
         assert "[local] started" not in proc.stderr
         assert time.time() - t0 < 60
     assert not os.path.exists(str(tmp_path / "o" / "report.json"))
+
+
+def test_no_config_without_sample_video_says_make_video(tmp_path):
+    proc = cnnvideo(["local", "--out", str(tmp_path / "o")], cwd=str(tmp_path), timeout=120)
+    assert proc.returncode == 2
+    assert "'video'" in proc.stderr and "make video" in proc.stderr
+
+
+@pytest.mark.parametrize("role", ["trainer", "worker"])
+def test_sigterm_shuts_a_server_down_gracefully(tmp_path, synthetic_video, cache_dir, role):
+    from cnnvideo.rpc import net
+
+    port = net.free_port()
+    addr = "127.0.0.1:%d" % port
+    cluster = {"trainer": addr, "workers": ["127.0.0.1:%d" % net.free_port()]}
+    if role == "worker":
+        cluster = {"trainer": "127.0.0.1:%d" % net.free_port(), "workers": [addr]}
+    cfg_path = write_config(str(tmp_path / "s.yml"), base_config(synthetic_video, cache_dir, cluster=cluster,
+                                                                 bandwidth=[3.0]))
+    proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", role, "-c", cfg_path], env=env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert net.wait_healthy(addr, 300, alive=lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert not net.check_health(addr, timeout=1.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
