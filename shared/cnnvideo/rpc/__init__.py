@@ -16,6 +16,10 @@ def _stale() -> bool:
 
 
 if _stale():  # import-time fallback for source checkouts that skipped `make setup`
+    import sys
+
     from . import generate as _generate
 
     _generate.ensure(quiet=True)
+    del _generate
+    sys.modules.pop(__name__ + ".generate", None)  # so `python -m cnnvideo.rpc.generate` runs it fresh
