@@ -73,7 +73,7 @@ def parse_number(key: str, text: str) -> float:
     try:
         return float(raw)
     except ValueError:
-        raise LinkError("%s must be a number in %s, got %r" % (key, UNITS[key], text))
+        raise LinkError("%s must be a number in %s, got %r" % (key, UNITS[key], text)) from None
 
 
 def parse_link(spec: str) -> List[Link]:
@@ -97,7 +97,7 @@ def parse_link(spec: str) -> List[Link]:
     try:
         shape = Shape(**values)
     except LinkError as exc:
-        raise LinkError("link %r: %s" % (spec, exc))
+        raise LinkError("link %r: %s" % (spec, exc)) from None
     src, dst = check_name(src.strip()), check_name(dst.strip())
     if src == dst:
         raise LinkError("link %r: source and destination are the same" % spec)
@@ -117,8 +117,8 @@ def parse_links(specs: Iterable[str]) -> List[Link]:
 
 def links_from(links: Iterable[Link], src: str) -> List[Link]:
     """The links whose traffic leaves `src`, in a stable order (by destination)."""
-    return sorted((l for l in links if l.src == src), key=lambda l: l.dst)
+    return sorted((link for link in links if link.src == src), key=lambda link: link.dst)
 
 
 def find_link(links: Iterable[Link], src: str, dst: str) -> Optional[Link]:
-    return next((l for l in links if l.src == src and l.dst == dst), None)
+    return next((link for link in links if link.src == src and link.dst == dst), None)

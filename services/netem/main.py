@@ -37,7 +37,7 @@ def own_project(client) -> str:
     try:
         return client.containers.get(socket.gethostname()).labels[PROJECT_LABEL]
     except Exception as exc:  # docker.errors.NotFound, KeyError: not in a compose container
-        raise NetemError("cannot tell the compose project (pass --project): %s" % exc)
+        raise NetemError("cannot tell the compose project (pass --project): %s" % exc) from exc
 
 
 def list_targets(client, project: str):

@@ -28,7 +28,7 @@ def check_ipv4(ip: str) -> str:
     try:
         return str(ipaddress.IPv4Address(ip))
     except (ipaddress.AddressValueError, ValueError):
-        raise LinkError("bad IPv4 address %r" % ip)
+        raise LinkError("bad IPv4 address %r" % ip) from None
 
 
 def minor(index: int) -> int:

@@ -6,8 +6,7 @@ import subprocess
 import uuid
 
 import pytest
-
-from conftest import REPO, docker
+from dockerutil import REPO, docker
 
 pytestmark = pytest.mark.docker
 FRAMES = 10

@@ -4,8 +4,7 @@ that both runs produced a profile."""
 import json
 
 import pytest
-
-from conftest import build_image, docker
+from dockerutil import build_image, docker
 
 pytestmark = pytest.mark.docker
 

@@ -7,8 +7,7 @@ import subprocess
 import time
 
 import pytest
-
-from conftest import Project, docker
+from dockerutil import Project, docker
 
 from netem import tc
 from netem.cluster import Shaper, netem_supported, subprocess_runner

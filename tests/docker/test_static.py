@@ -15,7 +15,8 @@ def compose_cli():
     """The `docker compose` v2 command, or skip with the reason."""
     if shutil.which("docker") is None:
         pytest.skip("no docker CLI (scripts/docker_setup.sh installs it)")
-    if subprocess.run(["docker", "compose", "version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+    probe = subprocess.run(["docker", "compose", "version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if probe.returncode:
         pytest.skip("no docker compose v2 plugin (scripts/docker_setup.sh installs it)")
     return ["docker", "compose"]
 

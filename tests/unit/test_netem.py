@@ -20,7 +20,7 @@ def test_parse_one_direction_with_all_settings():
 def test_parse_both_directions_and_later_spec_wins():
     """'<>' gives two links; a later spec for the same pair replaces the earlier one."""
     links = parse_links(["a<>b,rate=1", "b>a,rate=8;c>a,rate=2MB/s"])
-    pairs = {(l.src, l.dst): l.shape.rate for l in links}
+    pairs = {(link.src, link.dst): link.shape.rate for link in links}
     assert pairs == {("a", "b"): 1.0, ("b", "a"): 8.0, ("c", "a"): 2.0}
 
 

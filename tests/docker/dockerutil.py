@@ -1,0 +1,85 @@
+"""Helpers for the Docker-level tests: engine check, docker CLI, image builds, labelled test projects."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "services"))
+
+from netem.cluster import PROJECT_LABEL, Target, targets_from_attrs  # noqa: E402
+
+BUILT = set()
+
+
+def engine_problem() -> Optional[str]:
+    """Why Docker tests cannot run here, or None if an engine answers."""
+    if shutil.which("docker") is None:
+        return "no docker CLI (run scripts/docker_setup.sh as root)"
+    proc = subprocess.run(["docker", "info", "-f", "{{.ServerVersion}}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
+    if proc.returncode != 0:
+        return "no Docker engine reachable (%s); run scripts/docker_setup.sh" % proc.stderr.strip()[:200]
+    return None
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
+    """Run the docker CLI, return stdout; raise with stderr on failure."""
+    proc = subprocess.run(["docker"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError("docker %s failed: %s" % (" ".join(args), proc.stderr.strip()[-2000:]))
+    return proc.stdout
+
+
+def build_image(target: str) -> str:
+    """Build (or reuse the cache of) the Dockerfile target as cnnvideo/<target>; return the tag."""
+    tag = "cnnvideo/%s" % target
+    if target not in BUILT:
+        base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
+        if docker("image", "inspect", base, check=False, timeout=30) == "":
+            pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)
+        docker("build", "-q", "--build-arg", "BASE_IMAGE=" + base, "--target", target, "-t", tag, str(REPO),
+               timeout=1800)
+        BUILT.add(target)
+    return tag
+
+
+def project_targets(project: str) -> Dict[str, Target]:
+    """Running containers of a project as netem Targets, from `docker inspect` (same data as the SDK's attrs)."""
+    ids = docker("ps", "-q", "--filter", "label=%s=%s" % (PROJECT_LABEL, project)).split()
+    return targets_from_attrs(json.loads(docker("inspect", *ids))) if ids else {}
+
+
+class Project:
+    """Containers and a network this test session created, all labelled as one compose project."""
+
+    def __init__(self, image: str) -> None:
+        self.image = image
+        self.name = "cnnvideo-test-%s" % uuid.uuid4().hex[:8]
+        self.containers: List[str] = []
+        docker("network", "create", "--label", "%s=%s" % (PROJECT_LABEL, self.name), self.name)
+
+    def run(self, service: str, *extra: str) -> str:
+        """Start an idle container for `service` (probe.py mounted at /probe); return its name."""
+        name = "%s-%s" % (self.name, service)
+        docker("run", "-d", "--name", name, "--network", self.name, "--label",
+               "%s=%s" % (PROJECT_LABEL, self.name), "--label", "com.docker.compose.service=" + service,
+               "-v", "%s:/probe:ro" % (REPO / "tests" / "docker"), *extra, "--entrypoint", "sleep", self.image,
+               "infinity")
+        self.containers.append(name)
+        return name
+
+    def targets(self) -> Dict[str, Target]:
+        return project_targets(self.name)
+
+    def remove(self) -> None:
+        for name in self.containers:
+            docker("rm", "-f", name, check=False)
+        docker("network", "rm", self.name, check=False)
