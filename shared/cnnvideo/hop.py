@@ -27,6 +27,7 @@ FULL, UPDATE, ADD256 = 0, 1, 2
 KIND_NAMES = {FULL: "full", UPDATE: "update", ADD256: "add256"}
 _SUPPORTED = (np.dtype(np.uint8), np.dtype(np.float16), np.dtype(np.float32))
 _BITS = {2: np.uint16, 4: np.uint32}
+_VIEW_MIN = 1 << 16  # full payloads of at least this many elements: the sender mirrors a view, not a copy
 
 
 class HopError(ValueError):
@@ -109,46 +110,71 @@ class HopSender:
         if self.fp16 and x.dtype == np.float32:
             x = x.astype(np.float16).astype(np.float32)
         mask = _changed(x, held, self.threshold)
+        nnz = int(np.count_nonzero(mask))
         self.last_mask = mask
-        self.last_nnz = int(np.count_nonzero(mask))
+        self.last_nnz = nnz
         self.last_numel = x.size
         if x.dtype == np.uint8:
             self.last_kind = "add256"
             delta = np.subtract(x, held, dtype=np.uint8)  # modulo 256
             if self.threshold > 0:
                 delta[~mask] = 0
-            body = codec.encode(delta, compress=self.compress)
-            np.add(held, delta, out=held)
+            out = codec.encode(delta, compress=self.compress, prefix=_HEADER.pack(_MAGIC, _VERSION, ADD256, seq))
+            self._set_held(x if self.threshold <= 0 else None, delta)
             self._seq = seq
-            return _HEADER.pack(_MAGIC, _VERSION, ADD256, seq) + body
+            return out
         itemsize = 2 if self.fp16 else x.dtype.itemsize
-        if self.last_nnz * itemsize + x.size // 8 >= x.size * itemsize:
+        if nnz * itemsize + x.size // 8 >= x.size * itemsize:
             # the mask would cost more than it saves: send the whole tensor (a FULL payload, seq continues)
-            body = codec.encode(x, fp16=self.fp16, compress=self.compress)
-            np.copyto(held, x)
+            out = codec.encode(x, fp16=self.fp16, compress=self.compress,
+                               prefix=_HEADER.pack(_MAGIC, _VERSION, FULL, seq))
+            self._held = self._mirror(x, out)
             self._seq = seq
             self.last_kind = "full"
-            return _HEADER.pack(_MAGIC, _VERSION, FULL, seq) + body
+            return out
         self.last_kind = "update"
-        body = codec.encode(x, mask=mask, fp16=self.fp16, compress=self.compress)
+        out = codec.encode(x, mask=mask, fp16=self.fp16, compress=self.compress,
+                           prefix=_HEADER.pack(_MAGIC, _VERSION, UPDATE, seq))
         if self.threshold <= 0:  # every difference was sent: the receiver now holds x exactly
-            np.copyto(held, x)
-        elif self.last_nnz:
+            self._set_held(x, None)
+        elif nnz:
+            if not held.flags.writeable:
+                held = self._held = held.copy()
             np.copyto(held, x, where=mask)
         self._seq = seq
-        return _HEADER.pack(_MAGIC, _VERSION, UPDATE, seq) + body
+        return out
+
+    def _set_held(self, x: Optional[np.ndarray], delta: Optional[np.ndarray]) -> None:
+        """held := x (a copy), or held += delta (mod 256); held may be a read-only view of a sent buffer."""
+        held = self._held
+        if held.flags.writeable:
+            if x is not None:
+                np.copyto(held, x)
+            else:
+                np.add(held, delta, out=held)
+        else:
+            self._held = x.copy() if x is not None else np.add(held, delta)
+
+    def _mirror(self, x: np.ndarray, out: bytes) -> np.ndarray:
+        """What the receiver of a full payload `out` holds: a read-only view of the values in `out` when
+        they sit there raw (bytes are immutable: no copy of a big dense tensor), else a copy of x."""
+        if x.size >= _VIEW_MIN and not self.fp16:
+            h = codec.describe_header(memoryview(out)[_HEADER.size :])
+            if h["layout"] == codec.DENSE and h["code"] == codec.NONE and h["wire"] == x.dtype:
+                view = np.frombuffer(out, dtype=x.dtype, count=x.size, offset=len(out) - x.nbytes)
+                return view.reshape(x.shape)
+        if self.fp16 and x.dtype == np.float32:
+            return x.astype(np.float16).astype(np.float32)
+        return x.copy()
 
     def _full(self, x: np.ndarray, seq: int) -> bytes:
         """Keyframe: the whole tensor (codec picks dense or sparse), and mirror the receiver's copy."""
-        body = codec.encode(x, fp16=self.fp16, compress=self.compress)
-        if self.fp16 and x.dtype == np.float32:
-            self._held = x.astype(np.float16).astype(np.float32)
-        else:
-            self._held = x.copy()
+        out = codec.encode(x, fp16=self.fp16, compress=self.compress, prefix=_HEADER.pack(_MAGIC, _VERSION, FULL, seq))
+        self._held = self._mirror(x, out)
         self.last_kind = "full"
         self.last_mask = None
         self.last_nnz = self.last_numel = x.size
-        return _HEADER.pack(_MAGIC, _VERSION, FULL, seq) + body
+        return out
 
 
 class HopReceiver:
@@ -179,7 +205,7 @@ class HopReceiver:
         if kind != FULL:
             self._check_base(seq)
         # immutable bytes: values may stay a read-only view of buf until the next partial update
-        dec = codec.decode(memoryview(buf)[_HEADER.size :], self.max_bytes, copy=not isinstance(buf, bytes))
+        dec = codec.decode_positions(memoryview(buf)[_HEADER.size :], self.max_bytes, copy=not isinstance(buf, bytes))
         if kind == FULL:
             self._held = dec.values.reshape(dec.shape) if dec.mask is None else self._expand(dec)
         else:
@@ -201,7 +227,7 @@ class HopReceiver:
     def _expand(dec: codec.Decoded) -> np.ndarray:
         """A full payload sent with a mask: zeros outside it."""
         full = np.zeros(dec.shape, dtype=dec.dtype)
-        full[dec.mask] = dec.values
+        codec.scatter(full.reshape(-1), dec.mask, dec.values)
         return full
 
     def _apply(self, kind: int, dec: codec.Decoded) -> None:
@@ -212,7 +238,10 @@ class HopReceiver:
         if kind == ADD256:
             if dec.dtype != np.uint8 or dec.mask is not None:
                 raise HopError("add256 payload must be a uint8 tensor")
-            self._held = np.add(held, dec.values)  # a new array: held may be a read-only view of an old buffer
+            if held.flags.writeable:
+                np.add(held, dec.values, out=held)
+            else:  # held is a read-only view of an old buffer
+                self._held = np.add(held, dec.values)
             return
         if dec.mask is None:
             raise HopError("update payload has no mask")

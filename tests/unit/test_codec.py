@@ -336,3 +336,50 @@ def test_property_mutated_buffers(which, edits):
     except CodecError:
         return
     assert int(np.prod(d.shape)) * d.dtype.itemsize <= 1 << 16
+
+
+def test_clustered_changes_escaped_index_and_estimate():
+    """Clustered changes with long jumps use the escaped u8 index code; estimate_bytes bounds it from above."""
+    rng = np.random.default_rng(5)
+    numel = 64 * 50 * 50
+    for density in (0.005, 0.02, 0.1):
+        starts = rng.choice(numel // 32, size=int(density * numel / 32), replace=False) * 32
+        mask = np.zeros(numel, bool)
+        for s in starts:
+            mask[s : s + 32] = True
+        x = rng.standard_normal(numel).astype(np.float32)
+        buf = encode(x, mask, compress="none")
+        assert _layout(buf) == "index" and buf[10] == codec.ESC8
+        d = decode(buf, BIG)
+        assert np.array_equal(d.mask, mask) and _bits_equal(d.values, x[mask])
+        est = estimate_bytes(int(mask.sum()), numel, 4)
+        assert len(buf) <= est <= 1.05 * len(buf)
+
+
+def test_malformed_escaped_index_raises():
+    """An escaped index list that ends inside an escape or holds the wrong number of indices raises."""
+    x = np.zeros(5000, np.float32)
+    x[:50] = 1.0
+    x[3000] = 1.0
+    buf = encode(x, compress="none")
+    assert _layout(buf) == "index" and buf[10] == codec.ESC8
+    hlen = _header_offsets(buf) + 24
+    nidx = len(buf) - hlen - 51 * 4
+    for pos, val in ((hlen + nidx - 1, 255), (hlen, 255), (hlen + 1, 255)):
+        b = bytearray(buf)
+        b[pos] = val
+        with pytest.raises(CodecError):
+            decode(bytes(b), BIG)
+
+
+def test_head_only_compression_round_trip():
+    """auto compresses only a clustered bitmap when the values do not compress; values stay exact."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 16, 128, 128)).astype(np.float32)
+    mask = np.zeros(x.shape, bool)
+    mask[:, :, 8:80, :] = True
+    buf = encode(x, mask)
+    assert buf[8] & codec.FLAG_HEAD and len(buf) < len(encode(x, mask, compress="none"))
+    d = decode(buf, BIG)
+    assert np.array_equal(d.mask, mask) and _bits_equal(d.values, x[mask])
+    assert len(codec.describe(buf)) > 0
