@@ -1,13 +1,14 @@
 """`cnnvideo trainer -c CONFIG`: fit the predictors on the training video and serve them until SIGTERM/SIGINT."""
 from __future__ import annotations
 
-from cnnvideo import config
+from cnnvideo import config, tls
 
 from .role import TrainerRole
 
 
 def run(args) -> int:
     cfg = config.load(args.config)
+    tls.setup(cfg, "trainer")  # mutual TLS for every channel/server of this process, if configured
     role = TrainerRole(cfg)
     try:
         role.start()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from cnnvideo import config
+from cnnvideo import config, tls
 
 from .role import WorkerRole
 
@@ -12,6 +12,7 @@ log = logging.getLogger(__name__)
 
 def run(args) -> int:
     cfg = config.load(args.config, check_files=False)  # a worker needs no video
+    tls.setup(cfg, "worker%d" % args.id)  # mutual TLS for every channel/server of this process, if configured
     role = WorkerRole(cfg, args.id)
     try:
         role.start()

@@ -54,6 +54,23 @@ class Limits:
 
 
 @dataclass
+class Tls:
+    """Mutual TLS between all roles. Plaintext only when `enabled: false` (the explicit default for local demos).
+
+    Either `dir` (from scripts/make_certs.sh: ca.crt plus <role>.crt/<role>.key per role: trainer, worker0..N,
+    master) or explicit `ca`/`cert`/`key` paths (the same identity for every role); explicit paths win.
+    When enabled every server requires a client certificate signed by the CA and every client checks the
+    server's certificate against the CA.
+    """
+
+    enabled: bool = False
+    dir: str = ""
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -75,6 +92,7 @@ class Config:
     cpus: Dict[str, float] = field(default_factory=dict)  # role -> CPU share (compose / reporting)
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     limits: Limits = field(default_factory=Limits)
+    tls: Tls = field(default_factory=Tls)
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
     profile_iters: int = 3
@@ -205,6 +223,9 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'trainer.fit_fraction' must be in (0, 1], got %r" % cfg.trainer.fit_fraction)
     if cfg.limits.max_message_mb <= 0:
         raise ConfigError("config key 'limits.max_message_mb' must be > 0")
+    if cfg.tls.enabled and not cfg.tls.dir and not (cfg.tls.ca and cfg.tls.cert and cfg.tls.key):
+        raise ConfigError("config key 'tls' is enabled but names neither 'tls.dir' nor all of 'tls.ca', "
+                          "'tls.cert', 'tls.key'")
     for role, share in cfg.cpus.items():
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))

@@ -151,6 +151,9 @@ def effective_config(args) -> Tuple[config.Config, str]:
         cfg.trainer.video = os.path.abspath(cfg.trainer.video)
     if cfg.weights not in ("imagenet", "random"):
         cfg.weights = os.path.abspath(cfg.weights)
+    for attr in ("dir", "ca", "cert", "key"):  # children may resolve paths elsewhere
+        if getattr(cfg.tls, attr):
+            setattr(cfg.tls, attr, os.path.abspath(os.path.expanduser(getattr(cfg.tls, attr))))
     ports = set()
     while len(ports) < cfg.n_workers + 1:
         ports.add(free_port())
@@ -234,6 +237,9 @@ def _summary(report: Dict[str, Any]) -> str:
 
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
+    from . import tls
+
+    tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out
     env = _child_env()
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])

@@ -14,6 +14,23 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# Mutual TLS for every channel and server this process makes (cnnvideo.tls.setup sets it from the config);
+# None = plaintext, which only happens when the config says `tls.enabled: false`.
+_TLS = None
+
+
+def use_tls(identity) -> None:
+    """Make later channels/servers of this process use `identity` (a cnnvideo.tls.Identity), or plaintext if None."""
+    global _TLS
+    _TLS = identity
+    if identity is not None:
+        log.info("mutual TLS on (%r)", identity)
+
+
+def tls_identity():
+    """The process-wide TLS identity, or None for plaintext."""
+    return _TLS
+
 
 def options(max_bytes: int) -> List[Tuple[str, int]]:
     """Channel/server options: message size limits both ways, keepalive so a dead peer is noticed."""
@@ -35,7 +52,9 @@ def server_options(max_bytes: int) -> List[Tuple[str, int]]:
 
 
 def channel(address: str, max_bytes: int) -> grpc.Channel:
-    """An insecure channel to host:port with the configured message size limits."""
+    """A channel to host:port with the configured message size limits: mutual TLS if configured, else plaintext."""
+    if _TLS is not None:
+        return grpc.secure_channel(address, _TLS.channel_credentials(), options=options(max_bytes))
     return grpc.insecure_channel(address, options=options(max_bytes))
 
 
@@ -57,7 +76,11 @@ class Server:
         host, _, port = address.rpartition(":")
         if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
             bind = "[::]:" + port  # listen on every interface for remote peers
-        self.port = self.grpc.add_insecure_port(bind)
+        self.tls = _TLS
+        if self.tls is not None:  # clients must present a certificate signed by our CA
+            self.port = self.grpc.add_secure_port(bind, self.tls.server_credentials())
+        else:
+            self.port = self.grpc.add_insecure_port(bind)
         if self.port == 0:
             raise OSError("cannot listen on %s (port in use?)" % address)
         self._stopped = threading.Event()
