@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo import costmodel, schedulers
+from cnnvideo import adapt, costmodel, schedulers
 from cnnvideo.costmodel import CostInputs, Plan
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,11 @@ class Planner:
         self.frame_nz = frame_nz  # [N, 3] input change rates per frame
         self.current: Optional[Plan] = None
         self.decisions: List[Tuple[int, List[int]]] = []  # (first frame, cuts)
+        self.estimates: Optional[adapt.Estimates] = None
+        self.adapt_log: List[Dict[str, Any]] = []  # adaptive: one entry per group check
+        if name == "adaptive":
+            self.estimates = adapt.Estimates(inputs.n_workers, alpha=float(self.options.get("alpha", 0.3)),
+                                             min_samples=int(self.options.get("min_samples", 2)))
         if name != "das":
             self.current = schedulers.schedule(name, inputs, in_flight, delta, **self.options)
             self.decisions.append((0, list(self.current.cuts)))
@@ -80,6 +85,8 @@ class Planner:
         """The plan of `frame` (frames asked in order); das decides per group from the tracker's state:
         in_flight = (send time, cuts) of frames not finished yet, finished = finish times of done frames
         (oldest first), all in seconds since the run started."""
+        if self.name == "adaptive" and frame > 0 and frame % self.group_size == 0:
+            return self._adapt(frame)
         if not self.needs_state(frame):
             return self.current
         frame_bytes = None
@@ -99,6 +106,53 @@ class Planner:
             log.info("das: frames %d.. -> plan %s", frame, list(plan.cuts))
         self.current = plan
         return self.current
+
+    # ------------------------------------------------------------------ adaptive: measurements in, re-plans out
+    def observe_transfer(self, hop: int, nbytes: int, seconds: float) -> None:
+        """A message of nbytes crossed hop `hop` (into worker hop) in `seconds` on the wire."""
+        if self.estimates is not None:
+            self.estimates.add_transfer(hop, nbytes, seconds)
+
+    def observe_compute(self, w: int, start_cut: int, end_cut: int, seconds: float) -> None:
+        """Worker w computed segments start_cut..end_cut-1 in `seconds`."""
+        if self.estimates is not None and end_cut > start_cut:
+            predicted = adapt.predicted_compute(self.inputs.seg_time, w, start_cut, end_cut)
+            self.estimates.add_compute(w, seconds, predicted)
+
+    def _adapt(self, frame: int) -> Plan:
+        gain = float(self.options.get("gain", 0.1))
+        new, cur, best, measured = adapt.replan(self.inputs, self.estimates, self.current.cuts, self.in_flight,
+                                                self.delta, gain)
+        entry: Dict[str, Any] = {"frame": frame, "current_period_s": round(cur, 5), "best_period_s": round(best, 5)}
+        entry.update(self.estimates.snapshot())
+        if new is not None:
+            log.info("adaptive: frames %d.. -> plan %s (measured period %.3f s -> %.3f s)", frame, list(new), cur,
+                     best)
+            self.current = Plan(tuple(new))
+            self.decisions.append((frame, list(new)))
+            entry["switched_to"] = list(new)
+        self.measured_inputs = measured
+        self.adapt_log.append(entry)
+        return self.current
+
+    def report_extra(self, frames: int, cuts: Sequence[int]) -> Dict[str, Any]:
+        """Cost-model figures for the report: predicted stage costs and makespan of `cuts` over `frames` frames
+        (first frame a keyframe on every hop), plus the adaptive scheduler's log."""
+        plan = Plan(tuple(int(c) for c in cuts))
+        stages = costmodel.stage_costs(plan, self.inputs, self.delta)
+        first = costmodel.frame_stage_costs(plan, self.inputs, None, None, self.delta)[0]
+        costs = np.tile(stages, (max(int(frames), 1), 1))
+        costs[0] = first
+        done = costmodel.simulate(costs, self.in_flight)
+        out: Dict[str, Any] = {
+            "predicted_stage_s": [round(float(c), 6) for c in stages],
+            "predicted_makespan_s": round(float(done[-1, -1]), 6),
+            "predicted_fps": round(float(frames) / float(done[-1, -1]), 5) if done[-1, -1] > 0 else None,
+            "configured_bandwidth_Bps": [float(b) for b in self.inputs.bandwidth],
+        }
+        if self.estimates is not None:
+            out["adaptation"] = {"checks": self.adapt_log, "final": self.estimates.snapshot()}
+        return out
 
     def estimate_state(self, in_flight: Sequence[Tuple[float, Sequence[int]]], finished: Sequence[float],
                        now: float) -> Tuple[Optional[np.ndarray], Optional[List[float]]]:

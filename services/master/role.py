@@ -229,11 +229,14 @@ class MasterRole:
                     self.last_event = time.time()
                     for st in rep.stages:
                         self.spans.append(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
+                        if st.stage == "compute":  # adaptive scheduler: measured compute per worker
+                            self.planner.observe_compute(w, rep.start_cut, rep.end_cut, st.end - st.start)
                     if rep.hop_out < self.W:
                         send = [st for st in rep.stages if st.stage == "send"]
                         wire = (send[0].end - send[0].start) if send else 0.0
                         self._hop("w%d->w%d" % (w, rep.hop_out)).add(rep.bytes_out, rep.dense_out, wire,
                                                                      rep.keyframe_out)
+                        self.planner.observe_transfer(rep.hop_out, rep.bytes_out, wire)
         except grpc.RpcError as exc:
             if not self.closing:
                 self.fail("worker w%d at %s is down (stage stream lost: %s)" % (w, self.addresses[w],
@@ -325,6 +328,7 @@ class MasterRole:
                 self.spans.append(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
                 self.spans.append(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
                 self._hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
+                self.planner.observe_transfer(0, len(data), t2 - t1)
             if f % 10 == 0:
                 log.info("sent frame %d/%d (plan %s, %d bytes, %d completed)", f + 1, len(self.frames), cuts,
                          len(data), self.completed)
@@ -422,6 +426,12 @@ class MasterRole:
                            "worker": r.worker, "cuts": r.cuts,
                            "abs_err": None if r.error != r.error else r.error} for r in records],
         }
+        t_run = self.t_run
+        extra["times"] = [{"frame": r.frame, "sent_s": round(r.sent_at - t_run, 6),
+                           "done_s": None if r.done_at is None else round(r.done_at - t_run, 6)} for r in records]
+        extra["spans"] = [[s.frame, s.actor, s.stage, round(s.start - t_run, 6), round(s.end - t_run, 6), s.nbytes]
+                          for s in self.spans]
+        extra.update(self.planner.report_extra(len(self.frames), main_plan))
         report = rpt.build(frames_total=len(self.frames), records=records, hops=hops, spans=self.spans,
                            model=self.cfg.model, mode=self.cfg.mode, scheduler=self.cfg.scheduler,
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 MODES = ("full", "delta")
-SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal")
+SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")
 
 
 class ConfigError(ValueError):

@@ -418,6 +418,15 @@ def das(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -
     return das_decide(inputs, in_flight, delta, **options)[0]
 
 
+# --------------------------------------------------------------------------- adaptive
+def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: float = 0.3, gain: float = 0.1,
+             min_samples: int = 2, **options) -> Plan:
+    """Online-adaptive: the steady-state optimum of the inputs it is given. The master (planning.Planner)
+    re-plans every group with measured bandwidth and compute (cnnvideo.adapt: EWMA `alpha`, switch when the
+    new plan is faster by more than `gain`, estimates used after `min_samples` messages)."""
+    return optimal(inputs, in_flight, delta)
+
+
 # --------------------------------------------------------------------------- registry
 SCHEDULERS: Dict[str, Callable[..., Plan]] = {
     "lbs": lbs,
@@ -426,6 +435,7 @@ SCHEDULERS: Dict[str, Callable[..., Plan]] = {
     "nsc": nsc,
     "das": das,
     "optimal": optimal,
+    "adaptive": adaptive,
 }
 
 
@@ -438,6 +448,7 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "nsc": ("frames", "max_steps"),
     "das": ("frame_bytes", "prev", "ready", "finished", "now", "group_size", "max_plans"),
     "optimal": (),
+    "adaptive": ("alpha", "gain", "min_samples"),
 }
 
 _missing = [name for name in config.SCHEDULERS if name not in SCHEDULERS or name not in OPTIONS]
@@ -471,6 +482,7 @@ def objective(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = 
 __all__ = [
     "SCHEDULERS",
     "OptimalResult",
+    "adaptive",
     "all_plans",
     "capacities",
     "cloud",

@@ -1,0 +1,146 @@
+"""Online estimators for adaptive re-planning: per-hop bandwidth and per-worker compute speed from the
+timings a run reports (EWMA), and the decision to re-plan when the measured cost model drifts.
+
+Pure functions plus one small mutable holder (`Estimates`) the master feeds; no I/O, no clocks.
+
+- Hop bandwidth: an EWMA of bytes and an EWMA of wire seconds per message; the estimate is their
+  ratio (so big messages weigh more than tiny deltas whose time is mostly per-message latency).
+- Compute: per worker, an EWMA of measured / profiled seconds for the segments it ran (the profile
+  was taken under the same CPU cap; a changed cap or a noisy neighbour shows up as a scale != 1).
+- Re-plan: rebuild CostInputs with the measured values, ask the static optimum for the best plan
+  and switch if it beats the current plan's period under the same measured inputs by `gain`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .costmodel import CostInputs
+
+
+def ewma(prev: Optional[float], x: float, alpha: float) -> float:
+    """Exponentially weighted moving average step (prev None: start at x)."""
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError("alpha must be in (0, 1], got %r" % alpha)
+    return float(x) if prev is None else float(prev) + alpha * (float(x) - float(prev))
+
+
+def bandwidth_from(bytes_avg: Optional[float], seconds_avg: Optional[float]) -> Optional[float]:
+    """Bytes/s from averaged bytes and seconds per message (None if unknown or degenerate)."""
+    if bytes_avg is None or seconds_avg is None or seconds_avg <= 0 or bytes_avg <= 0:
+        return None
+    return float(bytes_avg) / float(seconds_avg)
+
+
+def predicted_compute(seg_time: np.ndarray, w: int, start: int, end: int) -> float:
+    """Profiled seconds of segments start..end-1 on worker w."""
+    return float(np.asarray(seg_time, dtype=np.float64)[w, start:end].sum())
+
+
+def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
+                   compute_scale: Sequence[Optional[float]]) -> CostInputs:
+    """CostInputs with measured bandwidth per hop and profiled compute scaled per worker (None = keep)."""
+    bw = np.array(inputs.bandwidth, dtype=np.float64)
+    for w, b in enumerate(bandwidth):
+        if b is not None and b > 0 and w < bw.size:
+            bw[w] = b
+    seg = np.array(inputs.seg_time, dtype=np.float64)
+    for w, s in enumerate(compute_scale):
+        if s is not None and s > 0 and w < seg.shape[0]:
+            seg[w] *= s
+    result_bw = inputs.result_bandwidth
+    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta, seg_time=seg, bandwidth=bw,
+                      result_bandwidth=result_bw, result_bytes=inputs.result_bytes)
+
+
+def relative_drift(configured: Sequence[float], measured: Sequence[Optional[float]]) -> float:
+    """Largest |measured / configured - 1| over the entries that are measured (0 if none)."""
+    worst = 0.0
+    for c, m in zip(configured, measured):
+        if m is not None and c > 0:
+            worst = max(worst, abs(float(m) / float(c) - 1.0))
+    return worst
+
+
+def should_switch(current_period: float, best_period: float, gain: float) -> bool:
+    """Switch plans only if the best plan is faster than the current one by more than `gain` (hysteresis)."""
+    if not np.isfinite(best_period):
+        return False
+    if not np.isfinite(current_period):
+        return True
+    return best_period < current_period * (1.0 - gain)
+
+
+@dataclass
+class Estimates:
+    """EWMA state per hop (bytes, seconds) and per worker (compute scale), fed as reports arrive."""
+
+    n_workers: int
+    alpha: float = 0.3
+    min_samples: int = 2
+    min_bytes: int = 1024  # messages smaller than this say little about the rate
+    hop_bytes: List[Optional[float]] = field(default_factory=list)
+    hop_seconds: List[Optional[float]] = field(default_factory=list)
+    hop_n: List[int] = field(default_factory=list)
+    scale: List[Optional[float]] = field(default_factory=list)
+    scale_n: List[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        w = self.n_workers
+        self.hop_bytes = self.hop_bytes or [None] * w
+        self.hop_seconds = self.hop_seconds or [None] * w
+        self.hop_n = self.hop_n or [0] * w
+        self.scale = self.scale or [None] * w
+        self.scale_n = self.scale_n or [0] * w
+
+    def add_transfer(self, hop: int, nbytes: int, seconds: float) -> None:
+        """One message over hop `hop` (into worker hop): its size and wire seconds."""
+        if not 0 <= hop < self.n_workers or nbytes < self.min_bytes or seconds <= 0:
+            return
+        self.hop_bytes[hop] = ewma(self.hop_bytes[hop], float(nbytes), self.alpha)
+        self.hop_seconds[hop] = ewma(self.hop_seconds[hop], float(seconds), self.alpha)
+        self.hop_n[hop] += 1
+
+    def add_compute(self, w: int, measured: float, predicted: float) -> None:
+        """One compute stage on worker w: measured vs profiled seconds (the first one is warm-up: skipped)."""
+        if not 0 <= w < self.n_workers or predicted <= 0 or measured <= 0:
+            return
+        self.scale_n[w] += 1
+        if self.scale_n[w] == 1:
+            return
+        self.scale[w] = ewma(self.scale[w], measured / predicted, self.alpha)
+
+    def bandwidth(self) -> List[Optional[float]]:
+        """Bytes/s per hop once it has min_samples messages, else None."""
+        return [bandwidth_from(b, s) if n >= self.min_samples else None
+                for b, s, n in zip(self.hop_bytes, self.hop_seconds, self.hop_n)]
+
+    def compute_scale(self) -> List[Optional[float]]:
+        """Measured/profiled compute per worker once it has min_samples (after warm-up), else None."""
+        return [s if n > self.min_samples else None for s, n in zip(self.scale, self.scale_n)]
+
+    def snapshot(self) -> Dict[str, List[Optional[float]]]:
+        """Plain values for reports: MB/s per hop and compute scale per worker."""
+        return {"bandwidth_MBps": [None if b is None else round(b / 1e6, 4) for b in self.bandwidth()],
+                "compute_scale": [None if s is None else round(s, 4) for s in self.compute_scale()]}
+
+
+def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flight: int, delta: bool,
+           gain: float = 0.1) -> Tuple[Optional[Tuple[int, ...]], float, float, CostInputs]:
+    """(new cuts or None, current period, best period, measured inputs) under the measured cost model."""
+    from .costmodel import Plan
+    from .schedulers import objective, optimal
+
+    measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale())
+    cur = objective(Plan(tuple(current)), measured, in_flight, delta)
+    best_plan = optimal(measured, in_flight, delta)
+    best = objective(best_plan, measured, in_flight, delta)
+    if best_plan.cuts != tuple(current) and should_switch(cur, best, gain):
+        return best_plan.cuts, cur, best, measured
+    return None, cur, best, measured
+
+
+__all__ = ["Estimates", "adapted_inputs", "bandwidth_from", "ewma", "predicted_compute", "relative_drift",
+           "replan", "should_switch"]
