@@ -8,6 +8,8 @@ import numpy as np
 from . import cnnvideo_pb2 as pb
 
 DTYPES = ("float32", "float64", "int32", "int64", "uint8", "bool")
+MAX_NDIM = 32  # numpy's own limit
+MAX_DIM = (1 << 31) - 1
 
 
 class WireError(ValueError):
@@ -28,13 +30,21 @@ def from_array(msg: pb.Array, max_elements: Optional[int] = None) -> np.ndarray:
     shape = tuple(int(s) for s in msg.shape)
     if any(s < 0 for s in shape):
         raise WireError("array %r: negative dimension in shape %r" % (msg.name, shape))
+    if len(shape) > MAX_NDIM or any(s > MAX_DIM for s in shape):
+        raise WireError("array %r: shape %r has more than %d dimensions or one above %d"
+                        % (msg.name, shape, MAX_NDIM, MAX_DIM))
     dtype = np.dtype(msg.dtype).newbyteorder("<")
-    count = int(np.prod(shape)) if shape else 1
+    count = 1
+    for s in shape:  # python ints: np.prod would wrap around on hostile shapes
+        count *= s
     if max_elements is not None and count > max_elements:
         raise WireError("array %r: %d elements exceed the limit %d" % (msg.name, count, max_elements))
     if len(msg.data) != count * dtype.itemsize:
         raise WireError("array %r: %d bytes do not match shape %r of %s" % (msg.name, len(msg.data), shape, msg.dtype))
-    return np.frombuffer(msg.data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+    try:
+        return np.frombuffer(msg.data, dtype=dtype).astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+    except ValueError as exc:  # e.g. an empty array whose other dimensions overflow numpy's size
+        raise WireError("array %r: shape %r: %s" % (msg.name, shape, exc)) from None
 
 
 def to_arrays(arrays: Dict[str, np.ndarray]) -> list:
