@@ -18,6 +18,8 @@ COMMANDS = {
     "bench predict": "cnnvideo.bench.predict:run",
     "bench plan": "cnnvideo.bench.plan:run",
     "bench delta": "cnnvideo.bench.delta:run",
+    "bench soak": "cnnvideo.bench.soak:run",
+    "experiment": "cnnvideo.experiment:run",
 }
 
 
@@ -39,6 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print every scheduler's split and predicted time (no network)")
     p.add_argument("-c", "--config", default=None, help="config YAML (default: built-in demo)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p = sub.add_parser("experiment", help="run a matrix of runs (compose cluster or local) and write results")
+    p.add_argument("-c", "--config", required=True, help="experiment YAML (see cnnvideo/experiment.py)")
+    p.add_argument("--backend", choices=("compose", "local"), default=None, help="override the file's backend")
+    p.add_argument("--out", default=None, help="override the results folder (default: docs/results)")
+    p.add_argument("--frames", type=int, default=None, help="override frames per run")
+    p.add_argument("--only", default=None, help="run only the runs whose id contains this text")
+    p.add_argument("--limit", type=int, default=0, help="run only the first N runs")
+    p.add_argument("--resume", action="store_true", help="keep runs that already have a report.json")
+    p.add_argument("--report-only", action="store_true", help="rebuild tables and plots from earlier runs")
     bench = sub.add_parser("bench", help="benchmarks that print figures").add_subparsers(dest="bench", required=True)
     p = bench.add_parser("codec", help="our codec vs the original's pickled CSR, per hop")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -62,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.02)
     p.add_argument("--input-threshold", type=int, default=2)
     p.add_argument("--frame-size", type=int, nargs=2, default=[240, 360], metavar=("H", "W"))
+    p = bench.add_parser("soak", help="long local run: each process's peak RSS at frame --at and at the end")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--frames", type=int, default=5000)
+    p.add_argument("--at", type=int, default=500, help="frame at which the first peak RSS is taken")
+    p.add_argument("--model", default="alexnet")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[64, 64], metavar=("H", "W"))
+    p.add_argument("--in-flight", type=int, default=3)
+    p.add_argument("--no-check", action="store_true", help="skip the master's exactness check")
+    p.add_argument("--out", default=None, help="work folder (default: a new temp folder)")
+    p.add_argument("--verbose-children", action="store_true", help="echo the cluster's log lines")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)

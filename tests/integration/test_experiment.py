@@ -1,0 +1,59 @@
+"""`cnnvideo experiment` end to end on a 2-point matrix (lbs vs optimal, 8 small frames) with the local
+backend, so the runner, the summaries and the plots cannot rot without docker."""
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from cnnvideo import experiment
+
+from .helpers import REPO, env
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_point_matrix_local(tmp_path, synthetic_video):
+    spec = {
+        "name": "two-point",
+        "backend": "local",
+        "out": str(tmp_path / "results"),
+        "work": str(tmp_path / "work"),
+        "frames": 8,
+        "base": {"model": "alexnet", "weights": "random", "video": synthetic_video, "frame_size": [96, 128],
+                 "profile_iters": 1, "group_size": 4, "trainer": {"frames": 16},
+                 "cache_dir": str(tmp_path / "cache")},
+        "matrix": {"scheduler": ["lbs", "optimal"], "in_flight": [3], "bandwidth": [3], "variant": ["delta"]},
+    }
+    path = tmp_path / "exp.yml"
+    path.write_text(yaml.safe_dump(spec))
+    proc = subprocess.run([sys.executable, "-m", "cnnvideo", "experiment", "-c", str(path)], cwd=REPO, env=env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = tmp_path / "results" / "two-point"
+    rows = list(csv.DictReader(open(str(out / "results.csv"))))
+    assert [r["scheduler"] for r in rows] == ["lbs", "optimal"]
+    for r in rows:
+        assert int(r["completed"]) == 8 and float(r["fps"]) > 0 and float(r["pred_fps"]) > 0
+        assert float(r["ratio_m_w0"]) < 1.0  # delta mode sends less than dense float32 on the input hop
+        assert float(r["max_abs_err"]) == 0.0
+    md = (out / "results.md").read_text()
+    assert "cnnvideo experiment -c" in md and "Best scheduler vs lbs" in md and "Cost model accuracy" in md
+    page = (out / "results.html").read_text()
+    assert page.count("<svg") >= 4 and "Gantt" in page
+    assert os.path.getsize(str(out / "reports.jsonl")) > 0
+
+
+def test_expand_and_ids():
+    spec = {"frames": 5, "variants": {"t2": {"mode": "delta", "delta": {"input_threshold": 2}}},
+            "matrix": {"bandwidth": [1, 3], "scheduler": ["lbs"], "variant": ["full", "t2"]},
+            "runs": [{"scheduler": "adaptive", "change": {"after_frame": 10, "link": "worker0<>worker1", "rate": 1}}]}
+    runs = experiment.expand(spec)
+    assert len(runs) == 5
+    assert runs[0]["id"] == "lbs_full_m3_bw1"
+    assert runs[-1]["id"] == "adaptive_delta_m3_bw3_chgworker0worker1-1-at10"
+    cfg = experiment.run_config(spec, runs[1])
+    assert cfg["delta"] == {"input_threshold": 2} and cfg["bandwidth"] == [1.0, 1.0] and cfg["frames"] == 5
+    assert experiment._sent_frame("INFO sent frame 11/40 (plan") == 10
