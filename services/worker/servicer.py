@@ -6,9 +6,9 @@ import queue
 
 import grpc
 
+from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-from cnnvideo.rpc import convert
 
 from .engine import TaskError
 
@@ -42,6 +42,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return pb.Ack(ok=True)
 
     def Process(self, request, context):
+        problem = self._check_payload(request)
+        if problem:  # headers only: nothing is queued or allocated for a payload that cannot be right
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
             self.role.current(request.run_id).accept(request)
         except LookupError as exc:
@@ -49,6 +52,18 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         except TaskError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.Ack(ok=True)
+
+    def _check_payload(self, task) -> str:
+        """'' if the payload's hop and codec headers fit the cut it claims, else what is wrong."""
+        cuts = self.role.graph.cuts
+        c = task.payload.cut
+        if not 0 <= c < len(cuts):
+            return "payload cut %d is not a cut of the model (0..%d)" % (c, len(cuts) - 1)
+        try:
+            checks.check_hop_payload(task.payload.data, cuts[c].shape, cuts[c].dtype, self.role.cfg.max_message_bytes)
+        except ValueError as exc:  # HopError, CodecError
+            return "bad payload at cut %d: %s" % (c, exc)
+        return ""
 
     def _stream(self, request, context, attr):
         try:
