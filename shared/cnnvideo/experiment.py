@@ -50,10 +50,6 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HOPS = ("m->w0", "w0->w1", "w1->m")
 SCHEDULER_COLOURS = {"lbs": "#4e79a7", "edge": "#f28e2b", "cloud": "#e15759", "nsc": "#76b7b2", "das": "#59a14f",
                      "optimal": "#edc948", "adaptive": "#b07aa1"}
-# files of the master that the compose runs mount over the image's copy (the image may predate them)
-MASTER_FILES = ("shared/cnnvideo/adapt.py", "shared/cnnvideo/schedulers.py", "shared/cnnvideo/costmodel.py",
-                "services/master/planning.py", "services/master/role.py")
-IMAGE_PKG = "/usr/local/lib/python3.11/dist-packages/cnnvideo"
 
 
 class ExperimentError(RuntimeError):
@@ -218,8 +214,7 @@ class ComposeBackend:
 
     def compose(self, *args: str, rates: Optional[Sequence[float]] = None, timeout: float = 1800,
                 check: bool = True) -> str:
-        cmd = ["docker", "compose", "-p", self.project, "-f", os.path.join(REPO, "docker-compose.yml"),
-               "-f", os.path.join(self.gen, "override.yml")] + list(args)
+        cmd = self._compose_cmd() + list(args)
         proc = subprocess.run(cmd, cwd=REPO, env=self._env(rates or self.rates or [3.0, 3.0]),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=timeout)
@@ -227,34 +222,55 @@ class ComposeBackend:
             raise ExperimentError("%s failed (%d): %s" % (" ".join(cmd[3:]), proc.returncode, proc.stdout[-3000:]))
         return proc.stdout
 
+    def _compose_cmd(self) -> List[str]:
+        src = os.path.join(self.gen, "src")
+        return ["docker", "compose", "-p", self.project, "--project-directory", src, "-f",
+                os.path.join(src, "docker-compose.yml"), "-f", os.path.join(self.gen, "override.yml")]
+
     def _write_gen(self) -> None:
-        os.makedirs(os.path.join(self.gen, "code"), exist_ok=True)
-        mounts = []
-        for rel in MASTER_FILES:  # snapshot: later edits to the tree do not leak into a running matrix
-            dst = os.path.join(self.gen, "code", os.path.basename(rel))
-            shutil.copyfile(os.path.join(REPO, rel), dst)
-            inner = "master/" if rel.startswith("services/master/") else ""
-            mounts.append("%s:%s/%s%s:ro" % (dst, IMAGE_PKG, inner, os.path.basename(rel)))
+        """Export the committed tree (git HEAD) as the build context and compose project: a run never picks up
+        uncommitted edits of the working tree; images are tagged cnnvideo-exp/* so other users are unaffected."""
+        src = os.path.join(self.gen, "src")
+        if os.path.exists(src):
+            shutil.rmtree(src)
+        os.makedirs(src)
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=REPO, stdout=subprocess.PIPE,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+        self.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, stdout=subprocess.PIPE,
+                                     universal_newlines=True, check=True).stdout.strip()
+        shutil.copytree(os.path.join(REPO, "build", "wheels"), os.path.join(src, "build", "wheels"))
         cluster = _merge(self.spec.get("base") or {}, {
             "cluster": {"trainer": "trainer:50051", "workers": ["worker0:50060", "worker1:50060"]},
             "video": "/usr/share/cnnvideo/vtest.avi", "cache_dir": "/var/cache/cnnvideo", "out": "/app/out"})
         cluster.pop("tls", None)
+        for k in ("scheduler_options",):
+            cluster.pop(k, None)
         with open(os.path.join(self.gen, "cluster.yml"), "w") as fh:
             yaml.safe_dump(cluster, fh, sort_keys=False)
         gen_mount = "%s:/app/gen:ro" % self.gen
+        node = {"image": "cnnvideo-exp/node", "volumes": [gen_mount]}
         override = {"services": {
-            "trainer": {"volumes": [gen_mount]},
-            "worker0": {"volumes": [gen_mount]},
-            "worker1": {"volumes": [gen_mount]},
-            "master": {"volumes": [gen_mount] + mounts},
+            "trainer": dict(node), "worker0": dict(node), "worker1": dict(node), "master": dict(node),
+            "netem": {"image": "cnnvideo-exp/netem"},
         }}
         with open(os.path.join(self.gen, "override.yml"), "w") as fh:
             yaml.safe_dump(override, fh, sort_keys=False)
+        base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
+        for target, tag in (("runtime", "cnnvideo-exp/node"), ("netem", "cnnvideo-exp/netem")):
+            proc = subprocess.run(["docker", "build", "-q", "--build-arg", "BASE_IMAGE=" + base, "--target", target,
+                                   "-t", tag, src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True, timeout=3600)
+            if proc.returncode != 0:
+                raise ExperimentError("docker build %s failed: %s" % (target, proc.stdout[-3000:]))
 
     def start(self) -> None:
         os.makedirs(os.path.join(self.work, "runs"), exist_ok=True)
+        os.chmod(self.work, 0o777)
+        os.chmod(os.path.join(self.work, "runs"), 0o777)
         self._write_gen()
         self.rates = [3.0, 3.0]
+        self.compose("down", "--timeout", "5", check=False, timeout=600)
         self.compose("up", "-d", "--wait", "trainer", "worker0", "worker1", "netem", timeout=3600)
 
     def stop(self) -> None:
@@ -283,7 +299,8 @@ class ComposeBackend:
 
     def facts(self) -> Dict[str, Any]:
         return {"shaping": "tc htb per destination by the netem helper (compose project %s)" % self.project,
-                "cpu_caps": self.spec.get("cpus") or {}}
+                "cpu_caps": self.spec.get("cpus") or {}, "code": "git HEAD %s (images cnnvideo-exp/*)"
+                % getattr(self, "commit", "?")}
 
     def run(self, r: Dict[str, Any], cfg: Dict[str, Any], run_dir: str) -> Tuple[int, str]:
         self.set_rates(bandwidth_list(r["bandwidth"]))
@@ -295,8 +312,8 @@ class ComposeBackend:
         with open(os.path.join(cfg_dir, r["id"] + ".yml"), "w") as fh:
             yaml.safe_dump(cfg, fh, sort_keys=False)
         rel = os.path.relpath(run_dir, self.work)
-        cmd = ["docker", "compose", "-p", self.project, "-f", os.path.join(REPO, "docker-compose.yml"),
-               "-f", os.path.join(self.gen, "override.yml"), "run", "--rm", "--no-deps", "-T", "master", "master",
+        os.chmod(run_dir, 0o777)
+        cmd = self._compose_cmd() + ["run", "--rm", "--no-deps", "-T", "master", "master",
                "-c", "/app/gen/runs/%s.yml" % r["id"], "--out", "/app/out/%s" % rel, "--frames", str(r["frames"])]
         proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(self.rates), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, universal_newlines=True)
@@ -355,6 +372,18 @@ def measured_stages(report: Dict[str, Any]) -> List[Optional[float]]:
             comp("w1") + res]
 
 
+def steady_ratio(report: Dict[str, Any], name: str, actor: str) -> Optional[float]:
+    """Bytes sent / dense float32 on a hop over frames 1.. (frame 0 is always a keyframe), from the send spans."""
+    h = hop(report, name)
+    if not h.get("messages") or not h.get("bytes_dense"):
+        return None
+    dense = float(h["bytes_dense"]) / float(h["messages"])
+    sent = [int(b) for f, a, st, _, _, b in report.get("spans") or [] if a == actor and st == "send" and int(f) > 0]
+    if not sent or dense <= 0:
+        return None
+    return round(sum(sent) / (dense * len(sent)), 4)
+
+
 def after_change_fps(report: Dict[str, Any], frame: int) -> Optional[float]:
     """Frames per second over the frames sent at or after `frame` (finish of frame-1 to the last finish)."""
     times = sorted((t["frame"], t["done_s"]) for t in report.get("times") or [] if t.get("done_s") is not None)
@@ -397,6 +426,8 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         row["bytes_" + key] = h.get("bytes_sent")
         row["ratio_" + key] = None if h.get("ratio") is None else round(h["ratio"], 4)
         row["MBps_" + key] = h.get("effective_MBps")
+    for name, actor in (("m->w0", "m"), ("w0->w1", "w0")):
+        row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, actor)
     pst = report.get("predicted_stage_s") or []
     mst = measured_stages(report)
     for i, label in enumerate(("t0", "c0", "t1", "c1")):
@@ -423,7 +454,8 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
            "latency_mean_s", "pred_fps", "model_err", "cuts", "cut_names", "plans", "max_abs_err",
-           "bytes_m_w0", "ratio_m_w0", "bytes_w0_w1", "ratio_w0_w1", "bytes_w1_m", "ratio_w1_m",
+           "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
+           "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
            "meas_c1", "fps_before_change", "fps_after_change", "replanned_at_frame", "exit", "run_s", "error"]
 
@@ -656,8 +688,11 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                 ("das_vs_lbs", "das/lbs")]
         md.write(md_table(ratio_rows, cols) + "\n\n")
     md.write("## Bytes per hop (mean over runs; ratio = bytes sent / dense float32)\n\n")
-    md.write(md_table(bytes_summary(ok), [("variant", "variant"), ("ratio_m_w0", "m->w0"),
-                                          ("ratio_w0_w1", "w0->w1"), ("ratio_w1_m", "w1->m"),
+    md.write("`steady` = frames 1.. only (frame 0 is a keyframe on every hop); w0->w1 depends on the cut each "
+             "scheduler chose (runs where w0->w1 carried nothing are left out).\n\n")
+    md.write(md_table(bytes_summary(ok), [("variant", "variant"), ("ratio_m_w0", "m->w0 all"),
+                                          ("steady_m_w0", "m->w0 steady"), ("ratio_w0_w1", "w0->w1 all"),
+                                          ("steady_w0_w1", "w0->w1 steady"), ("ratio_w1_m", "w1->m"),
                                           ("max_abs_err", "max abs output error"), ("n", "runs")]) + "\n\n")
     md.write("## Cost model accuracy\n\n")
     md.write(md_table(model_summary(ok), [("group", "runs"), ("n", "n"), ("mean_abs_err", "mean |fps err|"),
@@ -699,7 +734,7 @@ def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for variant in sorted({r["variant"] for r in rows}):
         rs = [r for r in rows if r["variant"] == variant]
         entry: Dict[str, Any] = {"variant": variant, "n": len(rs)}
-        for k in ("ratio_m_w0", "ratio_w0_w1", "ratio_w1_m"):
+        for k in ("ratio_m_w0", "steady_m_w0", "ratio_w0_w1", "steady_w0_w1", "ratio_w1_m"):
             vals = [r[k] for r in rs if r.get(k) is not None]
             entry[k] = sum(vals) / len(vals) if vals else None
         errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
@@ -790,7 +825,6 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
     os.makedirs(os.path.join(work, "runs"), exist_ok=True)
     backend = ComposeBackend(spec, work) if spec["backend"] == "compose" else LocalBackend(spec, work)
     facts = machine_facts()
-    facts.update(backend.facts())
     facts["backend"] = spec["backend"]
     base = spec.get("base") or {}
     facts["model / weights / frame size"] = "%s / %s / %s" % (
@@ -805,6 +839,7 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
         def tqdm(it: Iterable, **kw: Any) -> Iterable:
             return it
     backend.start()
+    facts.update(backend.facts())
     try:
         bar = tqdm(runs, desc=spec["name"], unit="run")
         for r in bar:
