@@ -42,11 +42,15 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return pb.Ack(ok=True)
 
     def Process(self, request, context):
+        try:
+            run = self.role.current(request.run_id)
+        except LookupError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         problem = self._check_payload(request)
         if problem:  # headers only: nothing is queued or allocated for a payload that cannot be right
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
-            self.role.current(request.run_id).accept(request)
+            run.accept(request)
         except LookupError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except TaskError as exc:

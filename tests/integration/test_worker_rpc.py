@@ -149,12 +149,23 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     with pytest.raises(grpc.RpcError) as err:
         stubs[0].StartRun(pb.RunSetup(run_id="x", mode="sideways", n_workers=2), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    # garbage payload: the run fails with a reported error, the process keeps serving
+    # garbage payload: refused at once from its headers (nothing queued)
+    with pytest.raises(grpc.RpcError) as err:
+        stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0,
+                                      payload=pb.Tensor(cut=0, data=b"\x00garbage" * 10)), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "bad payload" in err.value.details()
+    # headers fine but undecodable in sequence (an update with no keyframe before it): the run fails with a
+    # reported error, the process keeps serving
+    from cnnvideo.hop import HopSender
+
+    frame = np.zeros((1,) + tuple(cfg.frame_size) + (3,), np.uint8)
+    update = bytearray(HopSender().encode(frame, keyframe=True))
+    update[3] = 2  # hop kind ADD256
     stages, calls = [], []
     t = threading.Thread(target=_collect, args=(stubs[0], "bad", "Stages", stages, calls), daemon=True)
     t.start()
     stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0,
-                                  payload=pb.Tensor(cut=0, data=b"\x00garbage" * 10)), timeout=10)
+                                  payload=pb.Tensor(cut=0, data=bytes(update))), timeout=10)
     t0 = time.time()
     while not stages and time.time() - t0 < 20:
         time.sleep(0.1)
