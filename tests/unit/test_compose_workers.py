@@ -1,0 +1,45 @@
+"""scripts/compose_workers.py: an N-worker compose file and config that validate and chain the hops."""
+import os
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from cnnvideo import config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import compose_workers  # noqa: E402
+
+
+def test_four_worker_chain():
+    """4 workers: services worker0..3, netem links master->w0->...->w3->master, config lists the chain."""
+    compose, cfg = compose_workers.build(4, rate=2.0, cpus=0.25)
+    services = compose["services"]
+    assert sorted(s for s in services if s.startswith("worker")) == ["worker%d" % i for i in range(4)]
+    assert services["worker3"]["command"][-1] == "3" and services["worker3"]["cpus"] == 0.25
+    links = [c.split(",")[0] for c in services["netem"]["command"] if c != "--link"]
+    assert links == ["master<>worker0", "worker0<>worker1", "worker1<>worker2", "worker2<>worker3", "worker3<>master"]
+    assert set(services["master"]["depends_on"]) == {"trainer", "netem", "worker0", "worker1", "worker2", "worker3"}
+    loaded = config.from_dict(cfg, check_files=False)
+    assert loaded.cluster.workers == ["worker%d:50060" % i for i in range(4)] and loaded.bandwidth == [2.0] * 4
+
+
+def test_written_compose_file_validates(tmp_path):
+    """The script writes files that `docker compose config` accepts (when the compose plugin exists)."""
+    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "3"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    path = os.path.join(ROOT, "docker-compose.w3.yml")
+    try:
+        with open(path) as fh:
+            assert "worker2" in yaml.safe_load(fh)["services"]
+        docker = shutil.which("docker")
+        if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+            check = subprocess.run([docker, "compose", "-f", path, "config", "-q"], cwd=ROOT, capture_output=True,
+                                   text=True)
+            assert check.returncode == 0, check.stderr
+    finally:
+        os.remove(path)
+        os.remove(os.path.join(ROOT, "configs", "compose-w3.yml"))
