@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import grpc
 import numpy as np
 
-from cnnvideo.hop import HopReceiver, HopSender
+from cnnvideo.hop import HopError, HopReceiver, HopSender
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
@@ -18,10 +18,16 @@ from cnnvideo.rpc import net
 log = logging.getLogger(__name__)
 
 _STOP = object()
+QUEUE_LIMIT = 256  # results / stage reports / forwards waiting: beyond this the compute loop waits (backpressure)
+PENDING_LIMIT = 1024  # out-of-order tasks buffered on the input hop
 
 
 class TaskError(ValueError):
     """A FrameTask does not fit this worker's graph or run."""
+
+
+class StaleError(LookupError):
+    """A task or stream of another generation of the run (before or after a resync)."""
 
 
 def last_worker_with_work(cuts: List[int]) -> int:
@@ -56,6 +62,7 @@ class Run:
         rpc_timeout: float,
     ) -> None:
         self.run_id = setup.run_id
+        self.generation = int(setup.generation)
         self.mode = setup.mode
         self.worker_id = worker_id
         self.n_workers = setup.n_workers
@@ -72,14 +79,15 @@ class Run:
         self.next_sender_input = HopSender(threshold=float(setup.input_threshold))
         self.result_sender = HopSender(**later)
         self.last_cut_out = -1  # cut sent on the hop to worker i+1 by the previous frame
+        self.in_epoch: Optional[int] = None  # plan epoch of the input hop seen last
         self.result_count = 0
         self.next_seq = 0
         self.out_seq = 0
         self.pending: Dict[int, Tuple[pb.FrameTask, float]] = {}
         self.cond = threading.Condition()
-        self.results: queue.Queue = queue.Queue()
-        self.stages: queue.Queue = queue.Queue()
-        self.forward_q: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue(QUEUE_LIMIT)
+        self.stages: queue.Queue = queue.Queue(QUEUE_LIMIT)
+        self.forward_q: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.failed = ""
         self.closed = threading.Event()
         self.threads = [
@@ -93,6 +101,9 @@ class Run:
     def accept(self, task: pb.FrameTask) -> None:
         """Queue a task by its hop sequence number; raise TaskError on duplicates or a failed run."""
         now = time.time()
+        if task.generation != self.generation:
+            raise StaleError("task of generation %d, run %s on worker %d is at generation %d"
+                             % (task.generation, self.run_id, self.worker_id, self.generation))
         if self.failed:
             raise TaskError("run %s failed on worker %d: %s" % (self.run_id, self.worker_id, self.failed))
         if task.hop != self.worker_id:
@@ -104,7 +115,7 @@ class Run:
         with self.cond:
             if task.seq < self.next_seq or task.seq in self.pending:
                 raise TaskError("duplicate sequence number %d on hop %d" % (task.seq, task.hop))
-            if len(self.pending) > 10000:
+            if len(self.pending) >= PENDING_LIMIT:
                 raise TaskError("too many out-of-order tasks buffered")
             self.pending[task.seq] = (task, now)
             self.cond.notify_all()
@@ -139,6 +150,11 @@ class Run:
         stages = [pb.StageTiming(stage="receive", start=task.sent_at or arrived, end=arrived,
                                  bytes=len(task.payload.data))]
         t0 = time.time()
+        epoch = int(task.epoch[w]) if len(task.epoch) > w else 0
+        if self.in_epoch is not None and epoch != self.in_epoch and not task.payload.keyframe:
+            # the plan changed the cut of this hop: only a whole tensor may follow (never a delta on a wrong base)
+            raise HopError("hop %d moved to epoch %d without a keyframe (resync needed)" % (w, epoch))
+        self.in_epoch = epoch
         x = self.receiver.decode(task.payload.data)
         expect = tuple(self.graph.cuts[cuts[w]].shape)
         if tuple(x.shape) != expect:
@@ -149,7 +165,8 @@ class Run:
         y = self.executor_for(start, end).run(x) if start < end else x
         t2 = time.time()
         stages.append(pb.StageTiming(stage="compute", start=t1, end=t2))
-        report = pb.StageReport(run_id=self.run_id, frame_id=task.frame_id, worker_id=w, start_cut=start,
+        report = pb.StageReport(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id,
+                                worker_id=w, start_cut=start,
                                 end_cut=end, hop_in=w, bytes_in=len(task.payload.data))
         full = self.mode == "full"
         if w >= last_worker_with_work(cuts) or w == self.n_workers - 1:
@@ -157,7 +174,8 @@ class Run:
             data = self.result_sender.encode(np.ascontiguousarray(y), keyframe=keyframe)
             t3 = time.time()
             stages.append(pb.StageTiming(stage="encode", start=t2, end=t3, bytes=len(data)))
-            result = pb.FrameResult(run_id=self.run_id, frame_id=task.frame_id, worker_id=w, seq=self.result_count,
+            result = pb.FrameResult(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id,
+                                    worker_id=w, seq=self.result_count,
                                     output=pb.Tensor(cut=end, data=data, keyframe=keyframe,
                                                      bytes_dense=_dense_bytes(y)), sent_at=t3)
             self.result_count += 1
@@ -167,8 +185,8 @@ class Run:
             report.keyframe_out = keyframe
             report.dense_out = _dense_bytes(y)
             report.stages.extend(stages)
-            self.results.put(result)
-            self.stages.put(report)
+            self.put(self.results, result)
+            self.put(self.stages, report)
             return
         nxt = w + 1
         keyframe = full or (len(task.keyframe) > nxt and bool(task.keyframe[nxt]))
@@ -179,7 +197,8 @@ class Run:
         data = sender.encode(np.ascontiguousarray(y), keyframe=keyframe)
         t3 = time.time()
         stages.append(pb.StageTiming(stage="encode", start=t2, end=t3, bytes=len(data)))
-        out = pb.FrameTask(run_id=self.run_id, frame_id=task.frame_id, cuts=cuts, keyframe=list(task.keyframe),
+        out = pb.FrameTask(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id, cuts=cuts,
+                           keyframe=list(task.keyframe),
                            epoch=list(task.epoch), hop=nxt, created_at=task.created_at,
                            payload=pb.Tensor(cut=end, data=data, keyframe=keyframe, bytes_dense=_dense_bytes(y)))
         report.hop_out = nxt
@@ -187,12 +206,27 @@ class Run:
         report.keyframe_out = keyframe
         report.dense_out = _dense_bytes(y)
         report.stages.extend(stages)
-        self.forward_q.put((out, report))
+        self.put(self.forward_q, (out, report))
+
+    def put(self, q: queue.Queue, item) -> bool:
+        """Queue `item`, waiting while the queue is full (backpressure); False if the run closed meanwhile."""
+        while not self.closed.is_set():
+            try:
+                q.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def _forward_loop(self) -> None:
         while True:
-            item = self.forward_q.get()
-            if item is _STOP:
+            try:
+                item = self.forward_q.get(timeout=0.5)
+            except queue.Empty:
+                if self.closed.is_set():
+                    return
+                continue
+            if item is _STOP or self.closed.is_set():
                 return
             out, report = item
             if self.failed:
@@ -212,7 +246,7 @@ class Run:
                           out.frame_id)
                 continue
             report.stages.add(stage="send", start=t0, end=time.time(), bytes=len(out.payload.data))
-            self.stages.put(report)
+            self.put(self.stages, report)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str, frame_id: int = -1) -> None:
@@ -220,16 +254,18 @@ class Run:
             return
         self.failed = message
         log.error("run %s: %s", self.run_id, message)
-        self.stages.put(pb.StageReport(run_id=self.run_id, frame_id=frame_id, worker_id=self.worker_id,
-                                       error=message))
+        self.put(self.stages, pb.StageReport(run_id=self.run_id, generation=self.generation, frame_id=frame_id,
+                                             worker_id=self.worker_id, error=message))
 
     def close(self) -> None:
         self.closed.set()
         with self.cond:
             self.cond.notify_all()
-        self.forward_q.put(_STOP)
-        self.results.put(_STOP)
-        self.stages.put(_STOP)
+        for q in (self.forward_q, self.results, self.stages):  # consumers also watch `closed`
+            try:
+                q.put_nowait(_STOP)
+            except queue.Full:
+                pass
 
 
 def _dense_bytes(y: np.ndarray) -> int:

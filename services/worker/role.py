@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -76,6 +77,7 @@ class WorkerRole:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.server: Optional[net.Server] = None
+        self.instance = uuid.uuid4().hex[:12]  # tells the master this process is not the one it saw before
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -134,7 +136,7 @@ class WorkerRole:
                              seed=self.cfg.seed, frame_size=list(self.cfg.frame_size), cuts=cuts, host=self.host,
                              next=self.next_address, segment_layers=[len(s) for s in segs],
                              layer_names=[layer.name for layer in self.graph.layers],
-                             segment_layer_ids=[i for s in segs for i in s])
+                             segment_layer_ids=[i for s in segs for i in s], instance=self.instance)
 
     def start_run(self, setup: pb.RunSetup) -> None:
         if setup.mode not in ("full", "delta"):
@@ -145,9 +147,15 @@ class WorkerRole:
         with self.lock:
             if self.run is not None:
                 self.run.close()
+            if self.next_address:  # a fresh channel: no reconnect backoff left over from a restarted neighbour
+                if self._next_channel is not None:
+                    self._next_channel.close()
+                self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
+                self.next_stub = pb_grpc.WorkerStub(self._next_channel)
             self.run = Run(setup, self.worker_id, self.graph, self.executor_for, self.next_stub, self.next_address,
                            self.cfg.max_message_bytes, self.cfg.limits.rpc_timeout_s)
-        log.info("worker %d: run %s started (%s mode)", self.worker_id, setup.run_id, setup.mode)
+        log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
+                 setup.mode)
 
     def current(self, run_id: str) -> Run:
         run = self.run

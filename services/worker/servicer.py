@@ -10,7 +10,7 @@ from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 
-from .engine import TaskError
+from .engine import StaleError, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
             run.accept(request)
-        except LookupError as exc:
+        except (LookupError, StaleError) as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except TaskError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -74,8 +74,11 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             run = self.role.current(request.run_id)
         except LookupError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if request.generation != run.generation:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "stream for generation %d, run is at generation %d"
+                          % (request.generation, run.generation))
         q = getattr(run, attr)
-        while context.is_active() and not self.role.stopping.is_set():
+        while context.is_active() and not self.role.stopping.is_set() and not run.closed.is_set():
             try:
                 item = q.get(timeout=0.5)
             except queue.Empty:

@@ -71,6 +71,16 @@ class Tls:
 
 
 @dataclass
+class Reliability:
+    """Frame retries and role restarts: every frame ends completed or dropped (with a reason), never twice."""
+
+    restart: bool = True  # roles come back after a crash (`cnnvideo local` restarts them; compose: on-failure)
+    max_restarts: int = 5  # per role, by `cnnvideo local` (then the run fails as without restarts)
+    retries: int = 3  # re-sends of a frame hit by a fault before it is dropped
+    reconnect_s: float = 60.0  # how long the master waits for a failed worker to serve again
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -92,6 +102,7 @@ class Config:
     cpus: Dict[str, float] = field(default_factory=dict)  # role -> CPU share (compose / reporting)
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     limits: Limits = field(default_factory=Limits)
+    reliability: Reliability = field(default_factory=Reliability)
     tls: Tls = field(default_factory=Tls)
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
@@ -226,6 +237,11 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     if cfg.tls.enabled and not cfg.tls.dir and not (cfg.tls.ca and cfg.tls.cert and cfg.tls.key):
         raise ConfigError("config key 'tls' is enabled but names neither 'tls.dir' nor all of 'tls.ca', "
                           "'tls.cert', 'tls.key'")
+    if cfg.reliability.max_restarts < 0 or cfg.reliability.retries < 0:
+        key = "max_restarts" if cfg.reliability.max_restarts < 0 else "retries"
+        raise ConfigError("config key 'reliability.%s' must be >= 0" % key)
+    if cfg.reliability.reconnect_s <= 0:
+        raise ConfigError("config key 'reliability.reconnect_s' must be > 0, got %r" % cfg.reliability.reconnect_s)
     for role, share in cfg.cpus.items():
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))

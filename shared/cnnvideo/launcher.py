@@ -44,18 +44,30 @@ class Child:
 
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], log_path: str) -> None:
         self.name = name
+        self.argv, self.env = argv, env
+        self.restarts = 0
         self.log_file = open(log_path, "w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
         self.lines: List[str] = []
-        self.thread = threading.Thread(target=self._pump, name="log-" + name, daemon=True)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        self.thread = threading.Thread(target=self._pump, name="log-" + self.name, daemon=True)
         self.thread.start()
+
+    def respawn(self) -> None:
+        """Start the same command again (after it exited); its log continues in the same file."""
+        self.thread.join(2)
+        self.restarts += 1
+        self._spawn()
 
     def _pump(self) -> None:
         prefix = "[%s] " % self.name
         buf = b""
+        stdout = self.proc.stdout
         while True:
-            chunk = self.proc.stdout.read1(4096) if hasattr(self.proc.stdout, "read1") else self.proc.stdout.read(1)
+            chunk = stdout.read1(4096) if hasattr(stdout, "read1") else stdout.read(1)
             if not chunk:
                 break
             buf += chunk.replace(b"\r", b"\n")  # progress bars redraw with \r: one line per redraw
@@ -67,7 +79,8 @@ class Child:
             self._emit(prefix, buf.decode("utf-8", "replace"))
 
     def _emit(self, prefix: str, line: str) -> None:
-        self.lines.append(line)
+        if len(self.lines) < 1000:  # the first lines only (start-up problems): bounded memory on long runs
+            self.lines.append(line)
         self.log_file.write(line + "\n")
         self.log_file.flush()
         sys.stderr.write(prefix + line + "\n")
@@ -194,15 +207,40 @@ def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -
     return None
 
 
-def _wait_master(master: Child, others: List[Child], grace: float = 20.0) -> int:
-    """Wait for the master; if another role dies and the master is still running `grace` s later, stop it."""
+def _restart_delay(n: int) -> float:
+    """Back-off before the n-th restart of a role (1, 2, ...): 0.5 s doubling up to 5 s."""
+    return min(0.5 * 2 ** (n - 1), 5.0)
+
+
+def _supervise(children: List[Child], rel) -> None:
+    """Restart every dead role (like compose `restart: on-failure`) up to reliability.max_restarts each."""
+    for c in children:
+        if c.alive() or not rel.restart or c.restarts >= rel.max_restarts:
+            continue
+        code = c.proc.returncode
+        delay = _restart_delay(c.restarts + 1)
+        print("[local] %s exited (code %s); restarting it in %.1f s (%d/%d)" % (c.name, code, delay, c.restarts + 1,
+                                                                              rel.max_restarts),
+              file=sys.stderr, flush=True)
+        time.sleep(delay)
+        c.respawn()
+        print("[local] started %s pid %d (restart %d)" % (c.name, c.pid, c.restarts), file=sys.stderr, flush=True)
+
+
+def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=None) -> int:
+    """Wait for the master, restarting crashed roles if `rel.restart`; if a role stays dead (no restarts, or
+    out of restarts) and the master is still running `grace` s later, stop it."""
     died_at = None
     while True:
         try:
             return master.proc.wait(0.5)
         except subprocess.TimeoutExpired:
             pass
+        if rel is not None:
+            _supervise(others, rel)
         dead = [c for c in others if not c.alive()]
+        if not dead:
+            died_at = None
         if dead and died_at is None:
             died_at = time.time()
         if died_at is not None and time.time() - died_at > grace:
@@ -224,6 +262,8 @@ def _summary(report: Dict[str, Any]) -> str:
         "%-22s mean %s  p50 %s  p95 %s  max %s" % ("latency (s)", lat.get("mean"), lat.get("p50"), lat.get("p95"),
                                                   lat.get("max")),
         "%-22s %s" % ("max abs error", report.get("max_abs_err")),
+        "%-22s retried %s  dropped %s  restarts %s" % ("reliability", report.get("retried"), report.get("dropped"),
+                                                       report.get("restarts")),
         "%-22s %s" % ("plan (layers/worker)", " | ".join(str(len(p)) for p in report.get("plan") or [])),
         "%-22s %s" % ("wall (s)", report.get("wall_s")),
         "%-10s %12s %14s %8s %10s" % ("hop", "bytes sent", "bytes dense", "ratio", "wire s"),
@@ -269,12 +309,19 @@ def run(args) -> int:
         master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"))
         children.append(master)
         print("[local] started master pid %d" % master.pid, file=sys.stderr, flush=True)
-        code = _wait_master(master, children[:-1])
+        code = _wait_master(master, children[:-1], rel=cfg.reliability)
+        restarts = {c.name: c.restarts for c in children if c.restarts}
         master.thread.join(5)
         report = None
         if os.path.isfile(report_path):
             with open(report_path) as fh:
                 report = json.load(fh)
+            if restarts:  # what the supervisor did, next to what the master saw
+                report["supervisor_restarts"] = restarts
+                with open(report_path + ".tmp", "w") as fh:
+                    json.dump(report, fh, indent=2)
+                    fh.write("\n")
+                os.replace(report_path + ".tmp", report_path)
             print(_summary(report))
             print("report: %s  picture: %s" % (report_path, os.path.join(out, "report.html")))
         if code != 0:

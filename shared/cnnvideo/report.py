@@ -78,6 +78,9 @@ class FrameRecord:
     done_at: Optional[float] = None
     worker: int = -1
     error: float = float("nan")
+    status: str = "pending"  # pending | completed | dropped (each frame ends exactly once)
+    attempts: int = 0  # times the master sent it (1 + re-sends after faults)
+    reason: str = ""  # why it was dropped
 
     @property
     def latency(self) -> Optional[float]:
@@ -120,6 +123,29 @@ def stage_summary(spans: Sequence[StageSpan]) -> Dict[str, Dict[str, Dict[str, f
     return out
 
 
+class StageTotals:
+    """stage_summary() computed incrementally: memory does not grow with the number of spans."""
+
+    def __init__(self) -> None:
+        self._d: Dict[str, Dict[str, Dict[str, float]]] = {}
+
+    def add(self, s: StageSpan) -> None:
+        d = self._d.setdefault(s.actor, {}).setdefault(s.stage, {"count": 0, "total_s": 0.0, "bytes": 0})
+        d["count"] += 1
+        d["total_s"] += max(s.end - s.start, 0.0)
+        d["bytes"] += s.nbytes
+
+    def summary(self) -> Dict[str, Dict[str, Dict[str, float]]]:
+        out: Dict[str, Dict[str, Dict[str, float]]] = {}
+        for actor, stages in self._d.items():
+            for stage, d in stages.items():
+                out.setdefault(actor, {})[stage] = {"count": d["count"], "total_s": round(d["total_s"], 6),
+                                                    "bytes": d["bytes"],
+                                                    "mean_s": round(d["total_s"] / d["count"], 6) if d["count"]
+                                                    else 0.0}
+        return out
+
+
 def build(
     *,
     frames_total: int,
@@ -134,6 +160,7 @@ def build(
     wall_s: float,
     max_abs_err: Optional[float] = None,
     extra: Optional[Dict[str, Any]] = None,
+    stages: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The report.json mapping (contract fields first, then details)."""
     done = [r for r in records if r.done_at is not None]
@@ -162,7 +189,7 @@ def build(
         "plan": plan_layers,
         "max_abs_err": max_abs_err,
         "wall_s": round(wall_s, 3),
-        "stages": stage_summary(spans),
+        "stages": stages if stages is not None else stage_summary(spans),
         "plans_used": [{"cuts": [int(c) for c in k.split(",")], "frames": n} for k, n in plans.items()],
     }
     if extra:

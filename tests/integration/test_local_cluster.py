@@ -87,7 +87,8 @@ def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
 
 
 def test_worker_killed_mid_run_stops_master(tmp_path, synthetic_video, cache_dir):
-    data = base_config(synthetic_video, cache_dir, frames=5000, in_flight=2, scheduler="lbs", check=False)
+    data = base_config(synthetic_video, cache_dir, frames=5000, in_flight=2, scheduler="lbs", check=False,
+                       reliability={"restart": False})  # no supervision: the run must stop, naming the worker
     cfg_path = write_config(str(tmp_path / "kill.yml"), data)
     proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out",
                              str(tmp_path / "kill")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
