@@ -10,7 +10,8 @@ EXPERIMENT.yml:
     cpus: {worker0: 0.35, worker1: 0.35}   # compose CPU caps (also written into each run's config)
     base: {...}                  # cnnvideo config keys shared by every run
     variants: {full: {mode: full}, delta: {mode: delta}, delta_t2: {mode: delta, delta: {input_threshold: 2}}}
-    matrix:                      # every combination, run in this key order (outer first)
+    matrix:                      # every combination, run in this key order (outer first); a list of such
+                                 # mappings runs the union of their products (each run once)
       bandwidth: [1, 3, 8]       # MB/s on every hop (tc rates on compose; cost-model input everywhere)
       variant: [full, delta]
       in_flight: [1, 3, 6]
@@ -84,11 +85,13 @@ def load_spec(path: str) -> Dict[str, Any]:
 
 def expand(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Every run as a flat mapping: scheduler, in_flight, bandwidth, variant, frames (+ change), with an id."""
-    matrix = spec.get("matrix") or {}
-    keys = list(matrix)
+    blocks = spec.get("matrix") or {}
+    blocks = blocks if isinstance(blocks, list) else [blocks]  # a list of matrices = the union of their products
     runs: List[Dict[str, Any]] = []
-    for values in itertools.product(*(list(matrix[k]) for k in keys)):
-        runs.append(dict(zip(keys, values)))
+    for matrix in blocks:
+        keys = list(matrix)
+        for values in itertools.product(*(list(matrix[k]) for k in keys)):
+            runs.append(dict(zip(keys, values)))
     runs.extend(dict(r) for r in spec.get("runs") or [])
     out = []
     for r in runs:
@@ -102,11 +105,12 @@ def expand(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
         r["id"] = run_id(r)
         out.append(r)
     seen = set()
-    for r in out:
-        if r["id"] in seen:
-            raise ExperimentError("two runs with the same settings: %s" % r["id"])
-        seen.add(r["id"])
-    return out
+    unique = []
+    for r in out:  # overlapping matrices: each run once, first position wins
+        if r["id"] not in seen:
+            seen.add(r["id"])
+            unique.append(r)
+    return unique
 
 
 def run_id(r: Dict[str, Any]) -> str:
@@ -198,6 +202,7 @@ class ComposeBackend:
         self.gen = os.path.join(self.work, "gen")
         self.rates: Optional[List[float]] = None
         self.dirty = False  # tc rules changed behind the helper's back
+        self.degsoed: set = set()  # container pids whose eth0 sends one MSS per packet
 
     # ---------------------------------------------------------------- compose plumbing
     def _env(self, rates: Sequence[float]) -> Dict[str, str]:
@@ -272,6 +277,34 @@ class ComposeBackend:
         self.rates = [3.0, 3.0]
         self.compose("down", "--timeout", "5", check=False, timeout=600)
         self.compose("up", "-d", "--wait", "trainer", "worker0", "worker1", "netem", timeout=3600)
+        self.degso()
+
+    def degso(self) -> int:
+        """Make every project container's eth0 hand TCP one MSS per packet (gso_max_size 1500, gso_max_segs 1), so
+        htb paces every message at the link rate. With GSO a message up to 64 KB is one skb that htb lets through
+        whole while its bucket is positive: short messages would cross a '1 MB/s' link at memory speed. Sockets
+        cache the size when they connect, so this runs before the roles connect (workers: after `up`; the master
+        of each run starts 3 s late). Returns how many containers were changed."""
+        ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=com.docker.compose.project=%s" % self.project],
+                             stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
+        if not ids:
+            return 0
+        out = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}"] + ids, stdout=subprocess.PIPE,
+                             universal_newlines=True).stdout.split()
+        pids = [int(p) for p in out if p.isdigit() and int(p) > 0 and int(p) not in self.degsoed]
+        if not pids:
+            return 0
+        script = "; ".join("nsenter -t %d -n ip link set dev eth0 gso_max_size 1500 gso_max_segs 1" % p for p in pids)
+        self.compose("exec", "-T", "netem", "sh", "-c", script, timeout=120, check=False)
+        self.degsoed.update(pids)
+        return len(pids)
+
+    def _degso_master(self, stop: threading.Event) -> None:
+        """Poll for the run's master container and de-GSO it as soon as it exists."""
+        while not stop.is_set():
+            if self.degso():
+                return
+            stop.wait(0.3)
 
     def stop(self) -> None:
         self.compose("down", "--timeout", "5", check=False, timeout=600)
@@ -298,7 +331,8 @@ class ComposeBackend:
         return self.compose(*args, timeout=120, check=False)
 
     def facts(self) -> Dict[str, Any]:
-        return {"shaping": "tc htb per destination by the netem helper (compose project %s)" % self.project,
+        return {"shaping": "tc htb per destination by the netem helper (compose project %s); every container's "
+                "eth0 with gso_max_size 1500 / gso_max_segs 1 so htb paces each message" % self.project,
                 "cpu_caps": self.spec.get("cpus") or {}, "code": "git HEAD %s (images cnnvideo-exp/*)"
                 % getattr(self, "commit", "?")}
 
@@ -313,8 +347,12 @@ class ComposeBackend:
             yaml.safe_dump(cfg, fh, sort_keys=False)
         rel = os.path.relpath(run_dir, self.work)
         os.chmod(run_dir, 0o777)
-        cmd = self._compose_cmd() + ["run", "--rm", "--no-deps", "-T", "master", "master",
-               "-c", "/app/gen/runs/%s.yml" % r["id"], "--out", "/app/out/%s" % rel, "--frames", str(r["frames"])]
+        master = "exec cnnvideo-entrypoint master -c /app/gen/runs/%s.yml --out /app/out/%s --frames %d" % (
+            r["id"], rel, int(r["frames"]))
+        cmd = self._compose_cmd() + ["run", "--rm", "--no-deps", "-T", "--entrypoint", "sh", "master", "-c",
+                                     "sleep 3; " + master]
+        stop_degso = threading.Event()
+        threading.Thread(target=self._degso_master, args=(stop_degso,), daemon=True).start()
         proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(self.rates), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, universal_newlines=True)
         lines: List[str] = []
@@ -335,6 +373,7 @@ class ComposeBackend:
             rc = proc.wait()
         finally:
             timer.cancel()
+            stop_degso.set()
         return rc, "".join(lines)
 
 
