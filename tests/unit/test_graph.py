@@ -1,4 +1,6 @@
 """Layer graph: exact layers and cuts of a hand-made model, block-boundary cuts, stage modules, chain vs fx."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,10 @@ from torch import nn
 from cnnvideo import graph as graph_mod
 from cnnvideo.graph import Cut, GraphError, LayerGraph
 from cnnvideo.models import Preprocess, build_model
+
+HAS_FX = graph_mod._fx() is not None
+# Tiny and Block are not plain chains: without torch.fx (torch<1.8, the 32-bit Pi image) they cannot be graphed
+needs_fx = pytest.mark.skipif(not HAS_FX, reason="needs torch.fx (torch>=1.8); this torch is %s" % torch.__version__)
 
 
 class Tiny(nn.Module):
@@ -62,6 +68,7 @@ def _run_stages(g, plan, frame):
     return x.numpy()
 
 
+@needs_fx
 def test_tiny_model_exact_layers_and_cuts():
     """Layers are in topological order with fx-stable names and producer inputs; cuts are the 1-live points."""
     g = LayerGraph.from_model(Tiny().eval(), (8, 8), method="fx")
@@ -91,6 +98,7 @@ def test_tiny_model_exact_layers_and_cuts():
     assert g.num_segments == 7 and g.frame_size == (8, 8)
 
 
+@needs_fx
 def test_segments_partition_layers():
     """segment_layers over all segments lists every layer exactly once, in order."""
     g = LayerGraph.from_model(Tiny().eval(), (8, 8))
@@ -101,6 +109,7 @@ def test_segments_partition_layers():
         g.segment_layers(g.num_segments)
 
 
+@needs_fx
 def test_tiny_stages_reproduce_model():
     """Every split of the tiny model at two cuts gives bit-identical output to the whole model."""
     torch.manual_seed(0)
@@ -114,6 +123,7 @@ def test_tiny_stages_reproduce_model():
             np.testing.assert_array_equal(_run_stages(g, [0, a, b, K], frame), ref)
 
 
+@needs_fx
 def test_no_cut_inside_residual_submodule():
     """A sub-module with a fork/merge is cut only at its boundaries (not between its add and relu)."""
     model = nn.Sequential(nn.Conv2d(3, 4, 1), Block(), Block()).eval()
@@ -122,6 +132,7 @@ def test_no_cut_inside_residual_submodule():
     assert [layer.kind for layer in g.layers if layer.name.startswith("1.")] == ["Conv2d", "BatchNorm2d", "add", "ReLU"]
 
 
+@needs_fx
 def test_resnet50_cuts_only_at_bottleneck_boundaries():
     """resnet50: each cut inside layerN.M is that bottleneck's last layer; no cut is inside a bottleneck."""
     g = LayerGraph.from_model(build_model("resnet50"), (64, 64))
@@ -135,6 +146,7 @@ def test_resnet50_cuts_only_at_bottleneck_boundaries():
     assert g.cuts[-1].shape == (1, 1000)
 
 
+@needs_fx
 def test_unknown_cut_and_bad_stage_raise():
     """Unknown cut names/indices raise GraphError naming them; a reversed stage raises too."""
     g = LayerGraph.from_model(Tiny().eval(), (8, 8))
@@ -149,6 +161,7 @@ def test_unknown_cut_and_bad_stage_raise():
         LayerGraph.from_model(Tiny(), (8, 8), method="magic")
 
 
+@needs_fx
 def test_empty_stage_is_identity():
     """stage_module(k, k) returns its input."""
     g = LayerGraph.from_model(Tiny().eval(), (8, 8))
@@ -156,6 +169,7 @@ def test_empty_stage_is_identity():
     assert g.stage_module(3, 3)(x) is x
 
 
+@needs_fx
 def test_chain_equals_fx_for_alexnet():
     """For alexnet the module-tree walk gives the same layers, cuts and stage outputs as torch.fx."""
     model = build_model("alexnet")
@@ -179,6 +193,24 @@ def test_chain_mobilenet_v2_matches_model():
     frame = _frame(64, 64, seed=2)
     out = _run_stages(g, [0, 7, g.num_segments - 3, g.num_segments], frame)
     np.testing.assert_allclose(out, _reference(model, frame), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_graph_models_ask_for_fx_in_chain_mode(name):
+    """resnet50/googlenet are not chains: the chain walk (all there is without torch.fx) says fx is needed."""
+    with pytest.raises(GraphError, match=r"need torch\.fx \(torch>=1\.8\)"):
+        LayerGraph.from_model(build_model(name), (64, 64), method="chain")
+
+
+@pytest.mark.skipif(HAS_FX, reason="this torch has torch.fx")
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_graph_models_fail_clearly_without_fx(name):
+    """On torch<1.8 (the Pi's 1.7) 'auto' falls back to the chain walk: a clear GraphError asking for fx."""
+    clear = r"need torch\.fx \(torch>=1\.8\), this torch is " + re.escape(torch.__version__)
+    with pytest.raises(GraphError, match=clear):
+        LayerGraph.from_model(build_model(name), (64, 64))
+    with pytest.raises(GraphError, match=r"needs torch\.fx \(torch>=1\.8\)"):
+        LayerGraph.from_model(build_model(name), (64, 64), method="fx")
 
 
 def test_auto_falls_back_to_chain_without_fx(monkeypatch):
