@@ -117,6 +117,8 @@ def run_id(r: Dict[str, Any]) -> str:
     bw = r["bandwidth"]
     bws = "-".join("%g" % b for b in bw) if isinstance(bw, (list, tuple)) else "%g" % bw
     rid = "%s_%s_m%d_bw%s" % (r["scheduler"], r["variant"], int(r["in_flight"]), bws)
+    if r.get("repeat") is not None:
+        rid += "_r%d" % int(r["repeat"])
     if r.get("change"):
         c = r["change"]
         rid += "_chg%s-%g-at%d" % (str(c.get("link", "")).replace("<>", "").replace(">", ""), float(c["rate"]),
@@ -411,6 +413,19 @@ def measured_stages(report: Dict[str, Any]) -> List[Optional[float]]:
             comp("w1") + res]
 
 
+def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: int) -> Optional[float]:
+    """The cost model's pipeline recurrence fed with the run's own measured mean stage costs (so it checks the
+    timing model, not the profile): frames / simulated makespan."""
+    from .costmodel import simulate
+
+    if frames <= 0 or any(c is None for c in stage_s):
+        return None
+    costs = [[float(c) for c in stage_s]] * frames
+    done = simulate(costs, in_flight)
+    span = float(done[-1, -1])
+    return round(frames / span, 4) if span > 0 else None
+
+
 def steady_ratio(report: Dict[str, Any], name: str, actor: str) -> Optional[float]:
     """Bytes sent / dense float32 on a hop over frames 1.. (frame 0 is always a keyframe), from the send spans."""
     h = hop(report, name)
@@ -469,6 +484,8 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, actor)
     pst = report.get("predicted_stage_s") or []
     mst = measured_stages(report)
+    row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]))
+    row["recur_err"] = round(fps / row["recur_fps"] - 1.0, 4) if fps and row["recur_fps"] else None
     for i, label in enumerate(("t0", "c0", "t1", "c1")):
         p = pst[i] if i < len(pst) else None
         m = mst[i]
@@ -492,7 +509,8 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
-           "latency_mean_s", "pred_fps", "model_err", "cuts", "cut_names", "plans", "max_abs_err",
+           "latency_mean_s", "pred_fps", "model_err", "recur_fps", "recur_err", "cuts", "cut_names", "plans",
+           "max_abs_err",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
@@ -532,27 +550,39 @@ def md_table(rows: Sequence[Dict[str, Any]], cols: Sequence[Tuple[str, str]]) ->
     return "\n".join(out)
 
 
+def _median(values: Sequence[float]) -> float:
+    data = sorted(values)
+    n = len(data)
+    return data[n // 2] if n % 2 else 0.5 * (data[n // 2 - 1] + data[n // 2])
+
+
 def ratios_vs(rows: Sequence[Dict[str, Any]], base: str = "lbs") -> List[Dict[str, Any]]:
     """Per (variant, bandwidth, in_flight): every scheduler's fps, the best one and its ratio to `base`."""
-    groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {}
+    lists: Dict[tuple, Dict[str, List[float]]] = {}
     for row in rows:
         if row.get("fps") and not row.get("id", "").count("_chg"):
             key = (row["variant"], _fmt(row["bandwidth"]), row["in_flight"])
-            groups.setdefault(key, {})[row["scheduler"]] = row
+            lists.setdefault(key, {}).setdefault(row["scheduler"], []).append(float(row["fps"]))
+    # repeats of a run: the median fps
+    groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {
+        key: {name: {"scheduler": name, "fps": _median(v), "n": len(v)} for name, v in g.items()}
+        for key, g in lists.items()}
     out = []
     for key in sorted(groups, key=lambda k: (k[0], float(k[1].split("-")[0]), k[2])):
         g = groups[key]
         best = max(g.values(), key=lambda r: r["fps"])
         entry: Dict[str, Any] = {"variant": key[0], "bandwidth": key[1], "in_flight": key[2],
-                                 "best": best["scheduler"], "best_fps": best["fps"]}
+                                 "best": best["scheduler"], "best_fps": best["fps"],
+                                 "repeats": max(r["n"] for r in g.values())}
         for name, r in g.items():
             entry["fps_" + name] = r["fps"]
         if base in g:
             entry["best_vs_" + base] = round(best["fps"] / g[base]["fps"], 3)
             if "optimal" in g:
                 entry["optimal_vs_" + base] = round(g["optimal"]["fps"] / g[base]["fps"], 3)
-            if "das" in g:
-                entry["das_vs_" + base] = round(g["das"]["fps"] / g[base]["fps"], 3)
+            for name in ("das", "adaptive"):
+                if name in g:
+                    entry[name + "_vs_" + base] = round(g[name]["fps"] / g[base]["fps"], 3)
         out.append(entry)
     return out
 
@@ -721,10 +751,11 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     if ratio_rows:
         md.write("## Best scheduler vs lbs\n\n")
         scheds = [s for s in SCHEDULER_COLOURS if any(("fps_" + s) in e for e in ratio_rows)]
-        cols = [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight")] + \
+        md.write("fps = median over repeats (`repeats` runs each).\n\n")
+        cols = [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"), ("repeats", "repeats")] + \
                [("fps_" + s, s + " fps") for s in scheds] + \
                [("best", "best"), ("best_vs_lbs", "best/lbs"), ("optimal_vs_lbs", "optimal/lbs"),
-                ("das_vs_lbs", "das/lbs")]
+                ("das_vs_lbs", "das/lbs"), ("adaptive_vs_lbs", "adaptive/lbs")]
         md.write(md_table(ratio_rows, cols) + "\n\n")
     md.write("## Bytes per hop (mean over runs; ratio = bytes sent / dense float32)\n\n")
     md.write("`steady` = frames 1.. only (frame 0 is a keyframe on every hop); w0->w1 depends on the cut each "
@@ -734,8 +765,15 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                           ("steady_w0_w1", "w0->w1 steady"), ("ratio_w1_m", "w1->m"),
                                           ("max_abs_err", "max abs output error"), ("n", "runs")]) + "\n\n")
     md.write("## Cost model accuracy\n\n")
+    md.write("`fps err` = measured / predicted - 1 with the profiled compute and configured bandwidth (what the "
+             "schedulers see); `recurrence` = the same pipeline recurrence fed with the run's measured mean stage "
+             "costs (checks the timing model apart from the profile). Stage errors: measured / predicted - 1, mean "
+             "over runs.\n\n")
     md.write(md_table(model_summary(ok), [("group", "runs"), ("n", "n"), ("mean_abs_err", "mean |fps err|"),
-                                          ("within_15", "share within 15%"), ("t0", "t0 err"), ("c0", "c0 err"),
+                                          ("within_15", "share within 15%"),
+                                          ("recur_mean_abs_err", "recurrence mean |err|"),
+                                          ("recur_within_15", "recurrence within 15%"), ("t0", "t0 err"),
+                                          ("c0", "c0 err"),
                                           ("t1", "t1 err"), ("c1", "c1 err")]) + "\n\n")
     chg = [r for r in rows if "_chg" in r["id"]]
     if chg:
@@ -745,6 +783,7 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                 ("cuts", "main plan"), ("plans", "plans used")]) + "\n\n")
     md.write("## All runs\n\n")
     md.write(md_table(rows, [("id", "run"), ("fps", "fps"), ("pred_fps", "pred fps"), ("model_err", "model err"),
+                             ("recur_err", "recur err"),
                              ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
                              ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"), ("pred_t0", "t0 p"),
                              ("meas_t0", "t0 m"), ("pred_c0", "c0 p"), ("meas_c0", "c0 m"), ("pred_t1", "t1 p"),
@@ -788,6 +827,9 @@ def model_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         entry: Dict[str, Any] = {"group": name, "n": len(errs)}
         entry["mean_abs_err"] = sum(errs) / len(errs) if errs else None
         entry["within_15"] = sum(e <= 0.15 for e in errs) / len(errs) if errs else None
+        rec = [abs(r["recur_err"]) for r in rs if r.get("recur_err") is not None]
+        entry["recur_mean_abs_err"] = sum(rec) / len(rec) if rec else None
+        entry["recur_within_15"] = sum(e <= 0.15 for e in rec) / len(rec) if rec else None
         for label in ("t0", "c0", "t1", "c1"):
             pairs = [(r.get("pred_" + label), r.get("meas_" + label)) for r in rs]
             pairs = [(p, m) for p, m in pairs if p and m is not None and p > 1e-4]
@@ -905,6 +947,8 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
             rows.append(summarise(r, report, rc, time.time() - t0))
     finally:
         backend.stop()
+    with open(os.path.join(work, "meta.json"), "w") as fh:  # for --report-only
+        json.dump({"command": command, "facts": facts}, fh, indent=1, default=str)
     out_dir = os.path.join(spec["out"], spec["name"])
     paths = write_results(spec, rows, reports, out_dir, command, facts)
     with open(os.path.join(out_dir, "reports.jsonl"), "w") as fh:
@@ -923,8 +967,14 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
             with open(path) as fh:
                 reports[r["id"]] = json.load(fh)
             rows.append(summarise(r, reports[r["id"]], 0, 0.0))
-    facts = machine_facts()
-    facts["backend"] = spec["backend"]
+    meta_path = os.path.join(work, "meta.json")
+    if os.path.exists(meta_path):  # the facts and command of the runs themselves
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+        command, facts = meta["command"], meta["facts"]
+    else:
+        facts = machine_facts()
+        facts["backend"] = spec["backend"]
     return write_results(spec, rows, reports, os.path.join(spec["out"], spec["name"]), command, facts)
 
 
