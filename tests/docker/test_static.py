@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILES = ["Dockerfile", "Dockerfile.arm32v7"]
+DOCKERFILES = ["Dockerfile", "Dockerfile.arm32v7", "docker/pi-standin.Dockerfile"]
 
 
 def compose_cli():
