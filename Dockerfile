@@ -40,7 +40,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3 python3-numpy python3-yaml python3-grpcio python3-protobuf \
-      python3-torch python3-torchvision python3-opencv \
+      python3-torch python3-torchvision python3-opencv python3-zstandard python3-lz4 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # /var/cache/cnnvideo is shared by roles that may run as different users (see entrypoint.sh)
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
