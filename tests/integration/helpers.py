@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
@@ -71,3 +72,63 @@ def hop(report: Dict[str, Any], name: str) -> Dict[str, Any]:
         if h["name"] == name:
             return h
     raise AssertionError("no hop %r in %r" % (name, [h["name"] for h in report["hops"]]))
+
+
+class LocalRun:
+    """`cnnvideo local` in the background with its stderr followed: child pids, frames sent, resyncs."""
+
+    def __init__(self, cfg_path: str, out: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
+        self.lines = []  # type: List[str]
+        self.pids = {}  # type: Dict[str, int]
+        self.sent = 0
+        self.resyncs = 0
+        self.stdout = ""
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._pump, daemon=True),
+                        threading.Thread(target=lambda: setattr(self, "stdout", self.proc.stdout.read()), daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:
+            with self.cond:
+                self.lines.append(line)
+                if line.startswith("[local] started"):
+                    parts = line.split()
+                    self.pids[parts[2]] = int(parts[4])
+                if "[master]" in line and "sent frame " in line:
+                    self.sent = max(self.sent, int(line.split("sent frame ")[1].split("/")[0]))
+                if "[master]" in line and "resynchronised at generation" in line:
+                    self.resyncs += 1
+                self.cond.notify_all()
+
+    def count(self, text: str) -> int:
+        """How many log lines so far contain `text`."""
+        return sum(text in ln for ln in self.lines)
+
+    def wait_for(self, predicate, timeout: float) -> None:
+        """Block until predicate() holds; fail (with the last log lines) on timeout or if the run ended."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: predicate() or self.proc.poll() is not None, timeout), \
+                "".join(self.lines[-40:])
+            assert self.proc.poll() is None, "".join(self.lines[-40:])
+
+    def finish(self, timeout: float):
+        """Wait for the run; return (exit code, report.json or None, the whole log)."""
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        for t in self.threads:
+            t.join(5)
+        path = os.path.join(self.out, "report.json")
+        report = None
+        if os.path.isfile(path):
+            with open(path) as fh:
+                report = json.load(fh)
+        return code, report, "".join(self.lines)

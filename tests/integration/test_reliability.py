@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
 
-from .helpers import REPO, base_config, env, write_config
+from .helpers import LocalRun, base_config, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,59 +16,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("cache"))
-
-
-class LocalRun:
-    """`cnnvideo local` in the background with its stderr followed: child pids, frames sent, resyncs."""
-
-    def __init__(self, cfg_path: str, out: str) -> None:
-        self.out = out
-        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
-        self.lines = []
-        self.pids = {}
-        self.sent = 0
-        self.resyncs = 0
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-        self.out_thread = threading.Thread(target=lambda: setattr(self, "stdout", self.proc.stdout.read()),
-                                           daemon=True)
-        self.out_thread.start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stderr:
-            with self.cond:
-                self.lines.append(line)
-                if line.startswith("[local] started"):
-                    parts = line.split()
-                    self.pids[parts[2]] = int(parts[4])
-                if "[master]" in line and "sent frame " in line:
-                    self.sent = max(self.sent, int(line.split("sent frame ")[1].split("/")[0]))
-                if "[master]" in line and "resynchronised at generation" in line:
-                    self.resyncs += 1
-                self.cond.notify_all()
-
-    def wait_for(self, predicate, timeout: float) -> None:
-        with self.cond:
-            assert self.cond.wait_for(lambda: predicate() or self.proc.poll() is not None, timeout), \
-                "".join(self.lines[-40:])
-            assert self.proc.poll() is None, "".join(self.lines[-40:])
-
-    def finish(self, timeout: float):
-        try:
-            code = self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        self.thread.join(5)
-        self.out_thread.join(5)
-        import json
-
-        path = os.path.join(self.out, "report.json")
-        report = json.load(open(path)) if os.path.isfile(path) else None
-        return code, report, "".join(self.lines)
 
 
 def test_worker1_killed_three_times_run_completes_exactly(tmp_path, synthetic_video, cache_dir):

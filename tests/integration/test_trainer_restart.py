@@ -5,66 +5,14 @@ the predictors from the on-disk cache (no re-fit, cache file untouched, `cached`
 from __future__ import annotations
 
 import glob
-import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 
 import pytest
 
-from .helpers import REPO, base_config, env, write_config
+from .helpers import LocalRun, base_config, write_config
 
 pytestmark = pytest.mark.slow
-
-
-class Run:
-    """`cnnvideo local` in the background, its stderr lines kept; the pids of the roles it started."""
-
-    def __init__(self, cfg_path: str, out: str) -> None:
-        self.out = out
-        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
-        self.lines = []
-        self.pids = {}
-        self.cond = threading.Condition()
-        self.stdout = ""
-        self.threads = [threading.Thread(target=self._pump, daemon=True),
-                        threading.Thread(target=lambda: setattr(self, "stdout", self.proc.stdout.read()), daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stderr:
-            with self.cond:
-                self.lines.append(line)
-                if line.startswith("[local] started"):
-                    parts = line.split()
-                    self.pids[parts[2]] = int(parts[4])
-                self.cond.notify_all()
-
-    def count(self, text: str) -> int:
-        return sum(text in ln for ln in self.lines)
-
-    def wait_for(self, predicate, timeout: float) -> None:
-        with self.cond:
-            assert self.cond.wait_for(lambda: predicate() or self.proc.poll() is not None, timeout), \
-                "".join(self.lines[-40:])
-            assert self.proc.poll() is None, "".join(self.lines[-40:])
-
-    def finish(self, timeout: float):
-        try:
-            code = self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        for t in self.threads:
-            t.join(5)
-        path = os.path.join(self.out, "report.json")
-        report = json.load(open(path)) if os.path.isfile(path) else None
-        return code, report, "".join(self.lines)
 
 
 def _get_predictors(address: str, cfg: dict):
@@ -86,7 +34,7 @@ def test_trainer_killed_while_fitting_and_after_setup_run_completes(tmp_path, sy
                        trainer={"frames": 200},
                        reliability={"restart": True, "max_restarts": 5, "retries": 3, "reconnect_s": 120.0})
     out = str(tmp_path / "run")
-    run = Run(write_config(str(tmp_path / "t.yml"), data), out)
+    run = LocalRun(write_config(str(tmp_path / "t.yml"), data), out)
     pattern = os.path.join(cache_dir, "predictors", "*.npz")
 
     # kill 1: the trainer is fitting (its progress bar redrew twice: ~2 s into a fit of 200 frames), nothing
