@@ -122,6 +122,8 @@ class Shaper:
         dev = self.device(src.pid, own_ip)
         before = self.applied.get(src.name)
         old = before[2] if before and before[:2] == (src.pid, dev) else None  # new container: start afresh
+        if old is None:  # older iproute2 lacks gso_max_segs: shaping still works, just coarser
+            self.run(tc.in_netns(src.pid, tc.one_segment_per_packet(dev)), True)
         for i, argv in enumerate(tc.plan(dev, old, peers, self.netem)):
             self.run(tc.in_netns(src.pid, argv), old is None and i == 0)  # deleting a missing root may fail
         self.applied[src.name] = (src.pid, dev, peers)

@@ -126,6 +126,12 @@ def plan(dev: str, old: Optional[Peers], new: Peers, netem: bool = True) -> List
     return commands
 
 
+def one_segment_per_packet(dev: str) -> Argv:
+    """Stop TCP handing `dev` 64 KB GSO super-packets: htb lets a whole one through while its bucket is
+    positive, so small messages would cross a slow link almost instantly; one MSS per packet paces them."""
+    return ["ip", "link", "set", "dev", check_dev(dev), "gso_max_size", "1500", "gso_max_segs", "1"]
+
+
 def in_netns(pid: int, argv: Argv) -> Argv:
     """Run argv in the network namespace of process `pid` (a container's init)."""
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:

@@ -113,6 +113,14 @@ def test_plan_changes_in_place():
     assert tc.plan("eth0", old, {0: old[0]}) == [tc.delete_filter("eth0", 1), tc.delete_class("eth0", 1)]
 
 
+def test_one_segment_per_packet_is_checked_ip_link_argv():
+    """GSO off for paced small messages: an `ip link set` argv on a validated device name."""
+    assert tc.one_segment_per_packet("eth0") == ["ip", "link", "set", "dev", "eth0", "gso_max_size", "1500",
+                                                 "gso_max_segs", "1"]
+    with pytest.raises(LinkError):
+        tc.one_segment_per_packet("eth0; reboot")
+
+
 def test_in_netns_wraps_with_nsenter_and_checks_pid():
     assert tc.in_netns(42, ["tc", "qdisc"]) == ["nsenter", "-t", "42", "-n", "--", "tc", "qdisc"]
     for bad in (0, -1, "42", True):
@@ -178,9 +186,10 @@ def test_shaper_applies_then_updates_in_place_then_starts_afresh_on_restart():
     tc_calls = [(a[5:], f) for a, f in run.calls if a[5] == "tc"]
     assert tc_calls[0] == (tc.delete_root("eth0"), True)  # may fail: nothing to delete yet
     assert all(a[:2] == ["nsenter", "-t"] and a[2] == "10" for a, _ in run.calls)
+    assert (tc.in_netns(10, tc.one_segment_per_packet("eth0")), True) in run.calls  # once, failure tolerated
     run.calls.clear()
     shaper.sync(targets)
-    assert [a for a, _ in run.calls if a[5] == "tc"] == []
+    assert [a for a, _ in run.calls if a[5] in ("tc", "ip") and "addr" not in a] == []
     targets["m"] = Target("m", "1", 99, {"n": "10.2.0.2"})
     shaper.sync(targets)
     assert [a[5:] for a, _ in run.calls if a[5] == "tc"][0] == tc.delete_root("eth0")
