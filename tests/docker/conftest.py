@@ -5,7 +5,7 @@ When CI has set the engine up (CNNVIDEO_DOCKER_TESTS=1) a missing engine is a fa
 import os
 
 import pytest
-from dockerutil import build_image, engine_problem
+from dockerutil import REPO, build_image, docker, engine_problem
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +21,13 @@ def engine():
 @pytest.fixture(scope="session")
 def netem_image(engine):
     return build_image("netem")
+
+
+@pytest.fixture
+def wheels_present(engine):
+    """Skip the compose tests when docker_setup.sh has not made the wheel and base image they build from."""
+    if not list((REPO / "build" / "wheels").glob("grpcio_health_checking-*.whl")):
+        pytest.skip("build/wheels lacks grpcio-health-checking (run scripts/docker_setup.sh)")
+    base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
+    if not docker("image", "ls", "-q", base).strip():
+        pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)

@@ -6,19 +6,10 @@ import subprocess
 import uuid
 
 import pytest
-from dockerutil import REPO, docker
+from dockerutil import REPO
 
 pytestmark = pytest.mark.docker
 FRAMES = 10
-
-
-@pytest.fixture
-def wheels_present(engine):
-    if not list((REPO / "build" / "wheels").glob("grpcio_health_checking-*.whl")):
-        pytest.skip("build/wheels lacks grpcio-health-checking (run scripts/docker_setup.sh)")
-    base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
-    if not docker("image", "ls", "-q", base).strip():
-        pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)
 
 
 def test_compose_up_runs_the_demo_to_completion(wheels_present, tmp_path):

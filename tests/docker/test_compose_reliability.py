@@ -27,15 +27,6 @@ FRAMES = 80
 KILL_AT = (21, 41)  # "sent frame N/80" lines of the master (logged for frames 1, 11, 21, ...)
 
 
-@pytest.fixture
-def wheels_present(engine):
-    if not list((REPO / "build" / "wheels").glob("grpcio_health_checking-*.whl")):
-        pytest.skip("build/wheels lacks grpcio-health-checking (run scripts/docker_setup.sh)")
-    base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
-    if not docker("image", "ls", "-q", base).strip():
-        pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)
-
-
 class MasterLog:
     """`docker logs -f` of the master container, followed: highest frame sent, resyncs seen."""
 
