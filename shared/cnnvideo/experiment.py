@@ -204,7 +204,6 @@ class ComposeBackend:
         self.gen = os.path.join(self.work, "gen")
         self.rates: Optional[List[float]] = None
         self.dirty = False  # tc rules changed behind the helper's back
-        self.degsoed: set = set()  # container pids whose eth0 sends one MSS per packet
 
     # ---------------------------------------------------------------- compose plumbing
     def _env(self, rates: Sequence[float]) -> Dict[str, str]:
@@ -278,35 +277,9 @@ class ComposeBackend:
         self._write_gen()
         self.rates = [3.0, 3.0]
         self.compose("down", "--timeout", "5", check=False, timeout=600)
+        # the netem helper turns GSO off on every shaped container's eth0 (one MSS per packet) so htb paces small
+        # messages too; sockets cache that when they connect, hence the master's 3 s start delay below
         self.compose("up", "-d", "--wait", "trainer", "worker0", "worker1", "netem", timeout=3600)
-        self.degso()
-
-    def degso(self) -> int:
-        """Make every project container's eth0 hand TCP one MSS per packet (gso_max_size 1500, gso_max_segs 1), so
-        htb paces every message at the link rate. With GSO a message up to 64 KB is one skb that htb lets through
-        whole while its bucket is positive: short messages would cross a '1 MB/s' link at memory speed. Sockets
-        cache the size when they connect, so this runs before the roles connect (workers: after `up`; the master
-        of each run starts 3 s late). Returns how many containers were changed."""
-        ids = subprocess.run(["docker", "ps", "-q", "--filter", "label=com.docker.compose.project=%s" % self.project],
-                             stdout=subprocess.PIPE, universal_newlines=True).stdout.split()
-        if not ids:
-            return 0
-        out = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}"] + ids, stdout=subprocess.PIPE,
-                             universal_newlines=True).stdout.split()
-        pids = [int(p) for p in out if p.isdigit() and int(p) > 0 and int(p) not in self.degsoed]
-        if not pids:
-            return 0
-        script = "; ".join("nsenter -t %d -n ip link set dev eth0 gso_max_size 1500 gso_max_segs 1" % p for p in pids)
-        self.compose("exec", "-T", "netem", "sh", "-c", script, timeout=120, check=False)
-        self.degsoed.update(pids)
-        return len(pids)
-
-    def _degso_master(self, stop: threading.Event) -> None:
-        """Poll for the run's master container and de-GSO it as soon as it exists."""
-        while not stop.is_set():
-            if self.degso():
-                return
-            stop.wait(0.3)
 
     def stop(self) -> None:
         self.compose("down", "--timeout", "5", check=False, timeout=600)
@@ -333,8 +306,9 @@ class ComposeBackend:
         return self.compose(*args, timeout=120, check=False)
 
     def facts(self) -> Dict[str, Any]:
-        return {"shaping": "tc htb per destination by the netem helper (compose project %s); every container's "
-                "eth0 with gso_max_size 1500 / gso_max_segs 1 so htb paces each message" % self.project,
+        return {"shaping": "tc htb per destination by the netem helper (compose project %s); every shaped "
+                "container's eth0 with gso_max_size 1500 / gso_max_segs 1 (set by the helper) so htb paces each "
+                "message" % self.project,
                 "cpu_caps": self.spec.get("cpus") or {}, "code": "git HEAD %s (images cnnvideo-exp/*)"
                 % getattr(self, "commit", "?")}
 
@@ -353,8 +327,6 @@ class ComposeBackend:
             r["id"], rel, int(r["frames"]))
         cmd = self._compose_cmd() + ["run", "--rm", "--no-deps", "-T", "--entrypoint", "sh", "master", "-c",
                                      "sleep 3; " + master]
-        stop_degso = threading.Event()
-        threading.Thread(target=self._degso_master, args=(stop_degso,), daemon=True).start()
         proc = subprocess.Popen(cmd, cwd=REPO, env=self._env(self.rates), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, universal_newlines=True)
         lines: List[str] = []
@@ -375,7 +347,6 @@ class ComposeBackend:
             rc = proc.wait()
         finally:
             timer.cancel()
-            stop_degso.set()
         return rc, "".join(lines)
 
 
