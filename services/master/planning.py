@@ -13,8 +13,10 @@ log = logging.getLogger(__name__)
 
 
 def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
-                input_nz: Optional[np.ndarray] = None) -> CostInputs:
-    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut and (optional) predictors."""
+                input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
+                decode_time: Optional[np.ndarray] = None) -> CostInputs:
+    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and
+    (optional) [W, K+1] codec seconds per cut."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -27,7 +29,8 @@ def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndar
             log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
         full = delta = dense
     return CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
-                      bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]))
+                      bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
+                      encode_time=encode_time, decode_time=decode_time)
 
 
 def check_options(name: str, options: Dict[str, Any]) -> None:

@@ -162,8 +162,10 @@ class MasterRole:
         self.infos = [self._call(w, "Info", pb.Empty(), self.timeout) for w in range(self.W)]
         self._check_infos()
         self.cut0_shape = tuple(self.infos[0].cuts[0].shape)
-        seg_time = np.stack([convert.from_array(self._call(w, "Costs", pb.CostRequest(iters=self.cfg.profile_iters),
-                                                           SETUP_TIMEOUT_S).seconds) for w in range(self.W)])
+        costs = [self._call(w, "Costs", pb.CostRequest(iters=self.cfg.profile_iters), SETUP_TIMEOUT_S)
+                 for w in range(self.W)]
+        seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
+        codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
         t1 = time.time()
         self.frames = list(read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.cfg.frames))
@@ -186,7 +188,7 @@ class MasterRole:
         frame_nz = np.array(nz)
         delta = self.cfg.mode == "delta"
         mean_nz = frame_nz[1:].mean(axis=0) if len(frame_nz) > 1 else None
-        inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz)
+        inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time)
         self.planner = Planner(self.cfg.scheduler, inputs, self.cfg.in_flight, delta, self.cfg.group_size,
                                self.cfg.scheduler_options, self.predictors, frame_nz)
         log.info("setup done in %.1f s: %d frames, %d cuts, scheduler %s", time.time() - t0, len(self.frames),
@@ -198,6 +200,22 @@ class MasterRole:
         except grpc.RpcError as exc:
             raise MasterError("worker w%d at %s: %s failed: %s" % (w, self.addresses[w], method,
                                                                    net.code_name(exc))) from None
+
+    def _codec_times(self, costs, n_cuts: int):
+        """([W, K+1] encode, [W, K+1] decode) seconds from the workers' profiles; (None, None) if any worker
+        did not send them (the cost model then charges compute only)."""
+        enc, dec = [], []
+        for c in costs:
+            try:
+                e, d = convert.from_array(c.encode), convert.from_array(c.decode)
+            except ValueError:
+                e = d = np.zeros(0)
+            if e.shape != (n_cuts,) or d.shape != (n_cuts,) or not (np.all(np.isfinite(e)) and np.all(np.isfinite(d))):
+                log.warning("worker %d sent no usable codec profile: the cost model charges compute only", c.worker_id)
+                return None, None
+            enc.append(e)
+            dec.append(d)
+        return np.stack(enc), np.stack(dec)
 
     def _check_infos(self) -> None:
         first = self.infos[0]

@@ -13,6 +13,7 @@ import numpy as np
 
 from cnnvideo.config import Config
 from cnnvideo.pipeline import load_graph
+from cnnvideo.profiling import WorkerProfile, profile_worker
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
@@ -23,36 +24,45 @@ log = logging.getLogger(__name__)
 
 
 def costs_cache_path(cfg: Config, host: str) -> str:
-    """Cache file of segment times: one per model, frame size, host (and torch thread count)."""
+    """Cache file of the worker profile: one per model, frame size, host (its CPU cap is in the compose host
+    name), torch thread count, iterations and hop codec options."""
     import torch
 
-    key = "%s-%dx%d-%s-t%d-i%d" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host, torch.get_num_threads(),
-                                   cfg.profile_iters)
+    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s-p2" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host,
+                                            torch.get_num_threads(), cfg.profile_iters, cfg.delta.threshold,
+                                            cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return cfg.cache_path("costs", safe + ".npy")
+    return cfg.cache_path("costs", safe + ".npz")
 
 
-def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[np.ndarray, bool]:
-    """Segment times (seconds, length K) from the on-disk cache, else measured and stored."""
-    from cnnvideo.executor import profile_segments
+def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[WorkerProfile, bool]:
+    """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored."""
+    from cnnvideo.hop import HopSender
 
     path = costs_cache_path(cfg, host)
     k = len(graph.cuts) - 1
     if not refresh and os.path.isfile(path):
         try:
-            times = np.load(path, allow_pickle=False)
-            if times.shape == (k,) and np.all(np.isfinite(times)):
-                return times.astype(np.float64), True
-            log.warning("ignoring cached costs %s (shape %s, expected (%d,))", path, times.shape, k)
+            with np.load(path, allow_pickle=False) as data:
+                return WorkerProfile.from_arrays({n: data[n] for n in data.files}, k), True
         except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable cached costs %s: %s", path, exc)
+            log.warning("ignoring unreadable cached profile %s: %s", path, exc)
+
+    def sender_for(cut: int) -> HopSender:
+        if cut == 0:
+            return HopSender(threshold=float(cfg.delta.input_threshold))
+        return HopSender(threshold=cfg.delta.threshold, fp16=cfg.delta.fp16)
+
     t0 = time.time()
-    times = np.asarray(profile_segments(graph, iters=cfg.profile_iters), dtype=np.float64)
-    log.info("profiled %d segments in %.1f s (total %.3f s per frame)", k, time.time() - t0, float(times.sum()))
-    tmp = "%s.%d.tmp.npy" % (path[:-4], os.getpid())
-    np.save(tmp, times, allow_pickle=False)
+    prof = profile_worker(graph, cfg.profile_iters, sender_for, cfg.max_message_bytes)
+    log.info("profiled %d segments in %.1f s: %.3f s compute per frame, codec %.3f s encode / %.3f s decode over "
+             "all cuts, wall/CPU %.2f", k, time.time() - t0, float(prof.seconds.sum()), float(prof.encode.sum()),
+             float(prof.decode.sum()), prof.wall_per_cpu)
+    tmp = "%s.%d.tmp.npz" % (path[:-4], os.getpid())
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **prof.to_arrays())
     os.replace(tmp, path)
-    return times, False
+    return prof, False
 
 
 class WorkerRole:
@@ -67,7 +77,7 @@ class WorkerRole:
         self.next_address = cfg.cluster.workers[worker_id + 1] if worker_id + 1 < cfg.n_workers else ""
         self.host = os.environ.get("CNNVIDEO_HOST") or socket.gethostname()
         self.graph = None
-        self.costs: Optional[np.ndarray] = None
+        self.costs: Optional[WorkerProfile] = None
         self.costs_cached = False
         self._executors: Dict[Tuple[int, int], object] = {}
         self._exec_lock = threading.Lock()

@@ -30,9 +30,10 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             from .role import profile_cached
 
             role.costs, role.costs_cached = profile_cached(role.cfg, role.graph, role.host, refresh=True)
-        seconds = convert.to_array(role.costs, "seconds")
-        return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=seconds,
-                               cached=role.costs_cached)
+        prof = role.costs
+        return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
+                               "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),
+                               decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu)
 
     def StartRun(self, request, context):
         try:

@@ -46,13 +46,15 @@ def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
     for w, b in enumerate(bandwidth):
         if b is not None and b > 0 and w < bw.size:
             bw[w] = b
-    seg = np.array(inputs.seg_time, dtype=np.float64)
+    scale = np.ones(inputs.n_workers)
     for w, s in enumerate(compute_scale):
-        if s is not None and s > 0 and w < seg.shape[0]:
-            seg[w] *= s
-    result_bw = inputs.result_bandwidth
-    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta, seg_time=seg, bandwidth=bw,
-                      result_bandwidth=result_bw, result_bytes=inputs.result_bytes)
+        if s is not None and s > 0 and w < scale.size:
+            scale[w] = s
+    codec = {name: None if getattr(inputs, name) is None else getattr(inputs, name) * scale[:, None]
+             for name in ("encode_time", "decode_time")}  # the same CPU runs the codec
+    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta,
+                      seg_time=inputs.seg_time * scale[:, None], bandwidth=bw,
+                      result_bandwidth=inputs.result_bandwidth, result_bytes=inputs.result_bytes, **codec)
 
 
 def relative_drift(configured: Sequence[float], measured: Sequence[Optional[float]]) -> float:

@@ -1,8 +1,10 @@
 """Pipeline cost model: per-stage costs of a plan and the pipelined timing recurrence (pure functions).
 
 A frame passes 2 stages per worker w: the transfer into w (hop w carries the tensor at cut c_w),
-then the compute of segments c_w .. c_{w+1}-1 on w. The last worker also sends the model output
-to the master; that result transfer is charged to its compute stage (it occupies the same worker).
+then the work on w: decode the update at cut c_w, compute segments c_w .. c_{w+1}-1, encode the update
+at cut c_{w+1} (codec times are optional inputs; without them the stage is the compute alone). The last
+worker also sends the model output to the master; that result transfer is charged to its work stage
+(it occupies the same worker).
 Timing: done[f][s] = max(done[f-1][s], done[f][s-1]) + cost[f][s], and with an in-flight cap m > 0
 frame f cannot start before frame f-m has finished its last stage.
 
@@ -89,6 +91,8 @@ class CostInputs:
     bandwidth: np.ndarray  # [W] bytes/s of hop w (into worker w; hop 0 = master -> w0)
     result_bandwidth: Optional[float] = None  # bytes/s of the last worker -> master hop (None: bandwidth[-1])
     result_bytes: Optional[float] = None  # bytes of the result message (None: bytes_full[-1])
+    encode_time: Optional[np.ndarray] = None  # [W, K+1] seconds worker w spends encoding the update at cut i
+    decode_time: Optional[np.ndarray] = None  # [W, K+1] seconds worker w spends decoding the update at cut i
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
@@ -102,6 +106,11 @@ class CostInputs:
             raise ValueError("bandwidth must have one entry per worker (%d)" % self.seg_time.shape[0])
         if np.any(self.bandwidth <= 0):
             raise ValueError("bandwidth must be positive")
+        for name in ("encode_time", "decode_time"):
+            value = getattr(self, name)
+            if value is not None:
+                value = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.seg_time.shape[0], k + 1)).copy()
+                setattr(self, name, value)
 
     @property
     def n_workers(self) -> int:
@@ -123,6 +132,14 @@ class CostInputs:
         np.cumsum(self.seg_time, axis=1, out=out[:, 1:])
         return out
 
+    def work_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(begin [W, K+1], end [W, K+1]): worker w's work stage for cuts i..j costs end[w, j] - begin[w, i]
+        (compute prefix sums, minus the decode at i, plus the encode at j)."""
+        prefix = self.prefix_time()
+        begin = prefix if self.decode_time is None else prefix - self.decode_time
+        end = prefix if self.encode_time is None else prefix + self.encode_time
+        return begin, end
+
     def result_time(self) -> float:
         """Seconds to send the model output from the last worker to the master."""
         bw = self.result_bandwidth if self.result_bandwidth is not None else self.bandwidth[-1]
@@ -131,12 +148,12 @@ class CostInputs:
 
 
 def compute_costs(plan: Plan, inputs: CostInputs) -> np.ndarray:
-    """[W] compute seconds per worker (the last one includes the result transfer)."""
+    """[W] work seconds per worker: decode + compute + encode (the last one includes the result transfer)."""
     cuts = np.asarray(plan.cuts)
     _check(plan, inputs)
-    prefix = inputs.prefix_time()
+    begin, end = inputs.work_bounds()
     rows = np.arange(inputs.n_workers)
-    comp = prefix[rows, cuts[1:]] - prefix[rows, cuts[:-1]]
+    comp = end[rows, cuts[1:]] - begin[rows, cuts[:-1]]
     comp[-1] += inputs.result_time()
     return comp
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import List, Union
 
 import numpy as np
@@ -60,37 +59,9 @@ class StageExecutor:
         return _to_numpy(out)
 
 
-def _segment_modules(graph: LayerGraph) -> List[torch.nn.Module]:
-    """One stage module per segment k (cut k -> cut k+1)."""
-    return [graph.stage_module(k, k + 1) for k in range(graph.num_segments)]
-
-
-def _random_input(graph: LayerGraph, seed: int = 0) -> torch.Tensor:
-    """A random uint8 frame matching cut 0."""
-    rng = np.random.RandomState(seed)
-    return torch.from_numpy(rng.randint(0, 256, size=graph.cuts[0].shape).astype(np.uint8))
-
-
-def _timed_pass(modules: List[torch.nn.Module], frame: torch.Tensor) -> np.ndarray:
-    """Run the chain segment by segment once; seconds per segment."""
-    times = np.zeros(len(modules), dtype=np.float64)
-    x = frame
-    for k, module in enumerate(modules):
-        t0 = time.perf_counter()
-        x = module(x)
-        times[k] = time.perf_counter() - t0
-    return times
-
-
 def profile_segments(graph: LayerGraph, iters: int = 3) -> np.ndarray:
-    """Median seconds per segment (length K) over `iters` timed passes of a random frame, after one warm-up."""
-    if iters < 1:
-        raise ValueError("iters must be >= 1, got %r" % (iters,))
-    modules = _segment_modules(graph)
-    frame = _random_input(graph)
-    with torch.no_grad():
-        _timed_pass(modules, frame)
-        runs = [_timed_pass(modules, frame) for _ in range(iters)]
-    result = np.median(np.stack(runs), axis=0)
-    log.debug("profiled %d segments: total %.4f s", len(modules), float(result.sum()))
-    return result
+    """Seconds per segment (length K) under this process's CPU share: median CPU time over `iters` timed passes
+    of a random frame (after one warm-up), scaled by the passes' wall/CPU ratio (see cnnvideo.profiling)."""
+    from cnnvideo.profiling import profile_compute
+
+    return profile_compute(graph, iters)[0]

@@ -6,7 +6,9 @@ ridge fit on features of the input hop's per-channel rates x (3 channels of the 
   "channels": [1, x_0, x_1, x_2, sqrt(mean(x))]
 clipped to [0, 1]. Cut 0 (the frame) passes x through. The full (keyframe) size of a cut uses the
 mean non-zero rate of its raw activations, observed to be nearly constant. Bytes come from the
-codec's size model over the whole tensor (codec.estimate_bytes). Stored as plain float arrays.
+codec's size model over the whole tensor (codec.estimate_bytes), times a per-cut compression ratio
+(bytes the hop really sent with the codec's compression / the size model's bytes for the same
+non-zeros, over the training frames; separately for keyframes). Stored as plain float arrays.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 FEATURES = ("sqrt", "channels")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def estimate_bytes(nnz, numel, itemsize) -> np.ndarray:
@@ -78,6 +80,8 @@ class Recorder:
         self._delta = {}  # type: Dict[int, List[np.ndarray]]
         self._raw = {}  # type: Dict[int, List[float]]
         self._bytes = {}  # type: Dict[int, List[float]]
+        self._model = {}  # type: Dict[int, List[float]]
+        self._key = {}  # type: Dict[int, Tuple[float, float]]
         self.frames = 0
 
     def add(
@@ -85,14 +89,18 @@ class Recorder:
         delta_nz: Dict[int, np.ndarray],
         raw_nz: Optional[Dict[int, float]] = None,
         sizes: Optional[Dict[int, float]] = None,
+        model: Optional[Dict[int, float]] = None,
     ) -> None:
-        """One frame: {cut: per-channel delta rate}, optional {cut: raw rate} and {cut: actual bytes}."""
+        """One frame: {cut: per-channel delta rate}, optional {cut: raw rate}, {cut: actual bytes} and
+        {cut: the size model's bytes for the same non-zeros}."""
         for k, v in delta_nz.items():
             self._delta.setdefault(int(k), []).append(np.asarray(v, dtype=np.float64).reshape(-1))
         for k, r in (raw_nz or {}).items():
             self._raw.setdefault(int(k), []).append(float(r))
         for k, b in (sizes or {}).items():
             self._bytes.setdefault(int(k), []).append(float(b))
+        for k, b in (model or {}).items():
+            self._model.setdefault(int(k), []).append(float(b))
         if delta_nz:
             self.frames += 1
 
@@ -104,15 +112,33 @@ class Recorder:
         """{cut: mean raw non-zero rate}."""
         return {k: float(np.mean(v)) for k, v in sorted(self._raw.items())}
 
+    def add_keyframe(self, sizes: Dict[int, float], model: Dict[int, float]) -> None:
+        """The keyframe's actual and size-model bytes per cut."""
+        for k, b in sizes.items():
+            self._key[int(k)] = (float(b), float(model[k]))
+
+    def ratios(self, n_cuts: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(delta, keyframe) compression ratio per cut: actual bytes / size-model bytes (1 where not recorded)."""
+        delta, key = np.ones(n_cuts), np.ones(n_cuts)
+        for k in range(n_cuts):
+            actual, model = sum(self._bytes.get(k, [])), sum(self._model.get(k, []))
+            if actual > 0 and model > 0:
+                delta[k] = actual / model
+            if k in self._key and self._key[k][1] > 0:
+                key[k] = self._key[k][0] / self._key[k][1]
+        return np.clip(delta, 0.01, 2.0), np.clip(key, 0.01, 2.0)
+
     def sizes(self) -> Dict[int, np.ndarray]:
         """{cut: [N] actual bytes per frame} (if recorded)."""
         return {k: np.asarray(v) for k, v in sorted(self._bytes.items())}
 
     def to_arrays(self) -> Dict[str, np.ndarray]:
-        """Plain arrays: delta_<k> [N, C], raw_<k> [N], bytes_<k> [N]."""
+        """Plain arrays: delta_<k> [N, C], raw_<k> [N], bytes_<k> [N], model_<k> [N], key_<k> [2]."""
         out = {"delta_%d" % k: v for k, v in self.arrays().items()}
         out.update({"raw_%d" % k: np.asarray(v) for k, v in self._raw.items()})
         out.update({"bytes_%d" % k: np.asarray(v) for k, v in self._bytes.items()})
+        out.update({"model_%d" % k: np.asarray(v) for k, v in self._model.items()})
+        out.update({"key_%d" % k: np.asarray(v) for k, v in self._key.items()})
         return out
 
     @classmethod
@@ -121,10 +147,12 @@ class Recorder:
         rec = cls()
         for key, value in d.items():
             kind, _, k = key.partition("_")
-            target = {"delta": rec._delta, "raw": rec._raw, "bytes": rec._bytes}.get(kind)
+            target = {"delta": rec._delta, "raw": rec._raw, "bytes": rec._bytes, "model": rec._model}.get(kind)
+            arr = np.asarray(value, dtype=np.float64)
+            if kind == "key" and k.isdigit() and arr.size == 2:
+                rec._key[int(k)] = (float(arr[0]), float(arr[1]))
             if target is None or not k.isdigit():
                 continue
-            arr = np.asarray(value, dtype=np.float64)
             target[int(k)] = list(arr) if kind == "delta" else [float(a) for a in arr.reshape(-1)]
         rec.frames = max([len(v) for v in rec._delta.values()] or [0])
         return rec
@@ -140,6 +168,14 @@ class Predictors:
     coefs: List[np.ndarray] = field(default_factory=list)  # [K+1] of [d, C_k]; coefs[0] unused (pass-through)
     kind: str = "sqrt"
     input_nz: np.ndarray = field(default_factory=lambda: np.full(3, 0.1))  # mean input rates seen when fitting
+    ratio: Optional[np.ndarray] = None  # [K+1] compression ratio of delta updates (None: 1)
+    full_ratio: Optional[np.ndarray] = None  # [K+1] compression ratio of keyframes (None: 1)
+
+    def __post_init__(self) -> None:
+        n = self.numel.size
+        self.ratio = np.ones(n) if self.ratio is None else np.asarray(self.ratio, dtype=np.float64).reshape(-1)
+        self.full_ratio = (np.ones(n) if self.full_ratio is None
+                           else np.asarray(self.full_ratio, dtype=np.float64).reshape(-1))
 
     @property
     def n_cuts(self) -> int:
@@ -163,11 +199,13 @@ class Predictors:
         x = np.asarray(input_nz, dtype=np.float64)
         nz = self.predict_mean_nz(x)
         out = estimate_bytes(np.round(nz * self.numel[None, :]), self.numel[None, :], self.itemsize[None, :])
+        out = out * self.ratio[None, :]
         return out[0] if x.ndim == 1 else out
 
     def full_bytes(self) -> np.ndarray:
         """[K+1] bytes of a keyframe (whole tensor, zeros implicit) from the raw non-zero rates."""
-        return np.asarray(estimate_bytes(np.round(self.raw_nz * self.numel), self.numel, self.itemsize), dtype=float)
+        size = np.asarray(estimate_bytes(np.round(self.raw_nz * self.numel), self.numel, self.itemsize), dtype=float)
+        return size * self.full_ratio
 
     def to_arrays(self) -> Dict[str, np.ndarray]:
         """Plain float arrays (np.savez with allow_pickle=False, proto float arrays)."""
@@ -178,6 +216,8 @@ class Predictors:
             "itemsize": self.itemsize.astype(np.float64),
             "raw_nz": self.raw_nz.astype(np.float64),
             "input_nz": np.asarray(self.input_nz, dtype=np.float64),
+            "ratio": self.ratio.astype(np.float64),
+            "full_ratio": self.full_ratio.astype(np.float64),
         }
         for k, c in enumerate(self.coefs):
             out["coef_%d" % k] = np.asarray(c, dtype=np.float64)
@@ -195,11 +235,19 @@ class Predictors:
             n_feat = features(np.zeros((1, 3)), kind).shape[1]
             coefs = [np.asarray(d["coef_%d" % k], dtype=np.float64).reshape(n_feat, -1) for k in range(numel.size)]
             input_nz = np.asarray(d["input_nz"], dtype=np.float64).reshape(-1)
+            ratio = np.asarray(d["ratio"], dtype=np.float64).reshape(-1)
+            full_ratio = np.asarray(d["full_ratio"], dtype=np.float64).reshape(-1)
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError("malformed predictor arrays: %s" % exc) from None
-        if version != FORMAT_VERSION or itemsize.size != numel.size or raw.size != numel.size:
-            raise ValueError("predictor arrays: version %d or sizes do not match" % version)
-        return cls(numel=numel, itemsize=itemsize, raw_nz=raw, coefs=coefs, kind=kind, input_nz=input_nz)
+            raise ValueError("malformed predictor arrays (version %d expected): %s" % (FORMAT_VERSION, exc)) from None
+        sizes = {a.size for a in (itemsize, raw, ratio, full_ratio)}
+        if version != FORMAT_VERSION or sizes != {numel.size}:
+            raise ValueError("predictor arrays: version %d (expected %d) or sizes do not match" % (version,
+                                                                                                  FORMAT_VERSION))
+        if not (np.all(np.isfinite(ratio)) and np.all(ratio > 0) and np.all(np.isfinite(full_ratio))
+                and np.all(full_ratio > 0)):
+            raise ValueError("predictor arrays: compression ratios must be finite and positive")
+        return cls(numel=numel, itemsize=itemsize, raw_nz=raw, coefs=coefs, kind=kind, input_nz=input_nz,
+                   ratio=ratio, full_ratio=full_ratio)
 
     def save(self, path: str) -> None:
         """np.savez without pickle."""
@@ -227,8 +275,11 @@ def fit(
     raw_nz: Optional[Dict[int, float]] = None,
     kind: str = "sqrt",
     lam: float = 1e-6,
+    ratio: Optional[np.ndarray] = None,
+    full_ratio: Optional[np.ndarray] = None,
 ) -> Predictors:
-    """Fit per-cut predictors from {cut: [N, C_k] delta rates} (cut 0 = input hop [N, 3])."""
+    """Fit per-cut predictors from {cut: [N, C_k] delta rates} (cut 0 = input hop [N, 3]); compression
+    ratios per cut pass through (None: 1)."""
     numel = np.asarray(numel, dtype=np.float64)
     n_cuts = numel.size
     if 0 not in records:
@@ -246,7 +297,7 @@ def fit(
         raw[int(k)] = v
     log.debug("fitted %d cut predictors (%s) on %d frames", n_cuts, kind, x.shape[0])
     return Predictors(numel=numel, itemsize=np.asarray(itemsize, dtype=np.float64), raw_nz=raw, coefs=coefs,
-                      kind=kind, input_nz=x.mean(axis=0))
+                      kind=kind, input_nz=x.mean(axis=0), ratio=ratio, full_ratio=full_ratio)
 
 
 def cut_meta(graph, fp16: bool = False) -> Tuple[np.ndarray, np.ndarray]:
@@ -264,15 +315,17 @@ def record_video(
     threshold: float = 0.0,
     input_threshold: float = 0.0,
     fp16: bool = False,
-    compress: str = "none",
-    measure_bytes: bool = False,
+    compress: str = "auto",
+    measure_bytes: bool = True,
 ) -> Recorder:
-    """Play frames through the whole graph, one closed-loop HopSender per cut; record rates (and bytes)."""
+    """Play frames through the whole graph, one closed-loop HopSender per cut (compressing as the hops do);
+    record rates, and with measure_bytes the bytes sent next to the size model's bytes."""
     import torch
 
     from .hop import HopSender
 
     n_cuts = len(graph.cuts)
+    items = cut_meta(graph, fp16)[1]
     stages = [graph.stage_module(k, k + 1) for k in range(n_cuts - 1)]
     senders = [HopSender(threshold=input_threshold if k == 0 else threshold, fp16=fp16, compress=compress)
                for k in range(n_cuts)]
@@ -284,17 +337,22 @@ def record_video(
             for stage in stages:
                 x = stage(x)
                 tensors.append(x)
-            delta, raw, sizes = {}, {}, {}
+            delta, raw, sizes, model = {}, {}, {}, {}
             for k, t in enumerate(tensors):
                 arr = t.numpy()
                 buf = senders[k].encode(arr)
-                raw[k] = np.count_nonzero(arr) / float(arr.size)
+                nnz = np.count_nonzero(arr)
+                raw[k] = nnz / float(arr.size)
                 sizes[k] = float(len(buf))
                 if index > 0 and senders[k].last_mask is not None:  # a dense "full" update still has a mask
                     cut = graph.cuts[k]
                     delta[k] = channel_rates(senders[k].last_mask, cut.shape, cut.dtype)
-            # the keyframe (first frame) contributes raw rates only
-            rec.add(delta, raw, sizes if (measure_bytes and delta) else None)
+                    nnz = senders[k].last_nnz
+                model[k] = float(estimate_bytes(nnz, arr.size, items[k]))
+            # the keyframe (first frame) contributes raw rates and keyframe sizes only
+            if measure_bytes and index == 0:
+                rec.add_keyframe(sizes, model)
+            rec.add(delta, raw, sizes if (measure_bytes and delta) else None, model if (measure_bytes and delta) else None)
     return rec
 
 
@@ -312,4 +370,5 @@ def cache_file(cfg) -> str:
 def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6) -> Predictors:
     """fit() from a Recorder and the graph's cut sizes."""
     numel, items = cut_meta(graph, fp16)
-    return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam)
+    ratio, full_ratio = rec.ratios(numel.size)
+    return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam, ratio=ratio, full_ratio=full_ratio)

@@ -103,8 +103,8 @@ def _stage_matrices(inputs: CostInputs, delta: bool) -> Tuple[np.ndarray, np.nda
     """transfer [W, K+1] (hop w at cut i) and compute [W, K+1, K+1] (worker w runs cuts i..j; inf if j < i)."""
     n = inputs.n_segments + 1
     transfer = inputs.hop_bytes(delta)[None, :] / inputs.bandwidth[:, None]
-    prefix = inputs.prefix_time()
-    comp = prefix[:, None, :] - prefix[:, :, None]
+    begin, end = inputs.work_bounds()
+    comp = end[:, None, :] - begin[:, :, None]
     comp[:, np.tril_indices(n, -1)[0], np.tril_indices(n, -1)[1]] = INF
     comp[-1, :, -1] += inputs.result_time()
     return transfer, comp
@@ -253,9 +253,9 @@ def group_costs(
     else:
         new = hop_cut != np.asarray(prev.cuts[:-1])[None, :]
     hop_bytes[:, 0, :] = np.where(new, inputs.bytes_full[hop_cut], hop_bytes[:, 0, :])
-    prefix = inputs.prefix_time()
+    begin, end = inputs.work_bounds()
     rows = np.arange(w1 - 1)[None, :]
-    comp = prefix[rows, cuts[:, 1:]] - prefix[rows, cuts[:, :-1]]
+    comp = end[rows, cuts[:, 1:]] - begin[rows, cuts[:, :-1]]
     comp[:, -1] += inputs.result_time()
     out = np.empty((p, g, 2 * (w1 - 1)))
     out[:, :, 0::2] = hop_bytes / inputs.bandwidth[None, None, :]
@@ -342,7 +342,7 @@ def _das_dp(
     """Heuristic DP over workers: per end cut keep the prefix whose last group frame finishes first."""
     n_workers, n = inputs.n_workers, inputs.n_segments + 1
     n_frames = frame_bytes.shape[0]
-    prefix = inputs.prefix_time()
+    begin, end = inputs.work_bounds()
     per_frame = frame_bytes if delta else np.broadcast_to(inputs.bytes_full, frame_bytes.shape)
     ready = np.zeros(2 * n_workers) if ready is None else ready
     # state per cut i: done times [G] of the frames leaving the previous worker (inf = unreachable)
@@ -357,7 +357,7 @@ def _das_dp(
         else:
             hop[:, 0] = np.where(np.arange(n) != prev.cuts[w], inputs.bytes_full, hop[:, 0])
         t_cost = hop / inputs.bandwidth[w]  # [n, G]
-        c_cost = prefix[w][None, :] - prefix[w][:, None]  # [i, j]
+        c_cost = end[w][None, :] - begin[w][:, None]  # [i, j]
         if w == n_workers - 1:
             c_cost = c_cost + np.where(np.arange(n) == n - 1, inputs.result_time(), 0.0)[None, :]
         # transfer stage: depends on i only

@@ -41,7 +41,7 @@ def measure(model: str, video: str, frames: int, frame_size, fit_fraction: float
     graph = LayerGraph.from_model(build_model(model, "random", 0), tuple(frame_size))
     clip, source = _frames(video, frame_size, frames)
     t0 = time.perf_counter()
-    rec = record_video(graph, clip, threshold=0.0, input_threshold=0, measure_bytes=True)
+    rec = record_video(graph, clip, threshold=0.0, input_threshold=0, compress="none", measure_bytes=True)
     record_s = time.perf_counter() - t0
     rates = rec.arrays()
     sizes = rec.sizes()

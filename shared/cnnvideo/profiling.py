@@ -1,0 +1,152 @@
+"""What a worker costs, measured where it runs: compute per segment and hop codec time per cut.
+
+Timed by the process's CPU clock, then scaled by the wall/CPU ratio of whole passes. Under a CFS cap
+(`cpus: 0.2`) a short segment's wall time is either its CPU time or that plus a whole throttle wait,
+so per-segment wall times are noise; CPU times are not, and the ratio over whole passes (~1/cap, plus
+any contention) turns them back into the wall seconds the pipeline sees.
+
+The codec part times what a worker does around its compute for every frame: decode the hop update that
+came in and encode the one it sends on, at each cut, for a realistic update (the tensors of a random
+frame and of the same frame with one block changed, so the change spreads through the layers as motion
+does).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+CHANGED_SHARE = 0.1  # share of the frame's area redrawn for the codec profile's second frame
+
+
+@dataclass
+class WorkerProfile:
+    """Seconds (wall, under this process's CPU share) per segment [K], and per cut [K+1] to encode / decode
+    one delta update; wall_per_cpu is the measured wall/CPU ratio used to scale CPU times."""
+
+    seconds: np.ndarray
+    encode: np.ndarray
+    decode: np.ndarray
+    wall_per_cpu: float
+
+    def to_arrays(self) -> dict:
+        """Plain float arrays (np.savez without pickle)."""
+        return {"seconds": self.seconds, "encode": self.encode, "decode": self.decode,
+                "wall_per_cpu": np.array([self.wall_per_cpu])}
+
+    @classmethod
+    def from_arrays(cls, d, k: int) -> "WorkerProfile":
+        """Inverse of to_arrays; ValueError unless the shapes fit K segments and every value is finite."""
+        try:
+            out = cls(np.asarray(d["seconds"], dtype=np.float64), np.asarray(d["encode"], dtype=np.float64),
+                      np.asarray(d["decode"], dtype=np.float64), float(np.asarray(d["wall_per_cpu"]).reshape(-1)[0]))
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ValueError("malformed worker profile: %s" % exc) from None
+        shapes = (out.seconds.shape, out.encode.shape, out.decode.shape)
+        if shapes != ((k,), (k + 1,), (k + 1,)):
+            raise ValueError("worker profile shapes %s do not fit %d segments" % (shapes, k))
+        if not all(np.all(np.isfinite(a)) for a in (out.seconds, out.encode, out.decode)):
+            raise ValueError("worker profile has non-finite values")
+        return out
+
+
+def _segment_modules(graph) -> list:
+    return [graph.stage_module(k, k + 1) for k in range(graph.num_segments)]
+
+
+def _random_frame(graph, seed: int = 0) -> np.ndarray:
+    rng = np.random.RandomState(seed)
+    return rng.randint(0, 256, size=graph.cuts[0].shape).astype(np.uint8)
+
+
+def _changed_frame(frame: np.ndarray, seed: int = 1) -> np.ndarray:
+    """The frame with one block (CHANGED_SHARE of the area) redrawn."""
+    out = frame.copy()
+    h, w = out.shape[-3], out.shape[-2]
+    bh, bw = max(int(h * CHANGED_SHARE ** 0.5), 1), max(int(w * CHANGED_SHARE ** 0.5), 1)
+    rng = np.random.RandomState(seed)
+    out[..., h // 3:h // 3 + bh, w // 3:w // 3 + bw, :] = rng.randint(0, 256, size=out[..., :bh, :bw, :].shape)
+    return out
+
+
+def _pass(modules, frame) -> Tuple[np.ndarray, float, float, List[np.ndarray]]:
+    """One pass segment by segment: CPU seconds per segment, wall and CPU of the pass, the cut tensors."""
+    import torch
+
+    cpu = np.zeros(len(modules))
+    x = torch.from_numpy(frame)
+    tensors = [frame]
+    w0, c0 = time.perf_counter(), time.process_time()
+    for k, module in enumerate(modules):
+        c = time.process_time()
+        x = module(x)
+        cpu[k] = time.process_time() - c
+        tensors.append(x)
+    wall, total = time.perf_counter() - w0, time.process_time() - c0
+    return cpu, wall, total, tensors
+
+
+def profile_compute(graph, iters: int = 3) -> Tuple[np.ndarray, float, List[np.ndarray]]:
+    """(seconds per segment [K], wall/CPU ratio, cut tensors of the random frame) after one warm-up pass."""
+    import torch
+
+    if iters < 1:
+        raise ValueError("iters must be >= 1, got %r" % (iters,))
+    modules = _segment_modules(graph)
+    frame = _random_frame(graph)
+    with torch.no_grad():
+        _pass(modules, frame)
+        runs = [_pass(modules, frame) for _ in range(iters)]
+    cpu = np.median(np.stack([r[0] for r in runs]), axis=0)
+    wall = sum(r[1] for r in runs)
+    total = sum(r[2] for r in runs)
+    ratio = wall / total if total > 0 else 1.0
+    tensors = [t if isinstance(t, np.ndarray) else t.numpy() for t in runs[-1][3]]
+    log.debug("profiled %d segments: %.4f s CPU per pass, wall/CPU %.2f", len(modules), float(cpu.sum()), ratio)
+    return cpu * ratio, ratio, tensors
+
+
+def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
+                  sender_for: Callable[[int], object], max_bytes: int, iters: int = 2) -> Tuple[np.ndarray, np.ndarray]:
+    """(encode, decode) seconds per cut [K+1] of one delta update, from the CPU clock times ratio."""
+    import torch
+
+    from .hop import HopReceiver
+
+    modules = _segment_modules(graph)
+    with torch.no_grad():
+        second = _pass(modules, _changed_frame(tensors[0]))[3]
+    second = [t if isinstance(t, np.ndarray) else t.numpy() for t in second]
+    enc = np.zeros(len(tensors))
+    dec = np.zeros(len(tensors))
+    for k, (a, b) in enumerate(zip(tensors, second)):
+        e, d = [], []
+        for _ in range(max(int(iters), 1)):
+            sender, receiver = sender_for(k), HopReceiver(max_bytes)
+            receiver.decode(sender.encode(np.ascontiguousarray(a), keyframe=True))
+            c = time.process_time()
+            buf = sender.encode(np.ascontiguousarray(b))
+            e.append(time.process_time() - c)
+            c = time.process_time()
+            receiver.decode(buf)
+            d.append(time.process_time() - c)
+        enc[k], dec[k] = min(e), min(d)
+    return enc * ratio, dec * ratio
+
+
+def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], object]] = None,
+                   max_bytes: int = 1 << 30) -> WorkerProfile:
+    """Compute and codec profile of this process (see the module docstring)."""
+    from .hop import HopSender
+
+    seconds, ratio, tensors = profile_compute(graph, iters)
+    if sender_for is None:
+        def sender_for(k: int) -> object:
+            return HopSender()
+    enc, dec = profile_codec(graph, tensors, ratio, sender_for, max_bytes)
+    return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio))
