@@ -370,13 +370,15 @@ def hop(report: Dict[str, Any], name: str) -> Dict[str, Any]:
 
 
 def measured_stages(report: Dict[str, Any]) -> List[Optional[float]]:
-    """Mean seconds per frame of the cost model's stages: [transfer into w0, compute w0, transfer into w1,
-    compute w1 (+ result transfer)], from hop totals and the workers' compute spans."""
+    """Mean seconds per frame of the cost model's stages: [transfer into w0, work on w0, transfer into w1,
+    work on w1 (+ result transfer)], from hop totals and the workers' decode + compute + encode spans."""
     st = report.get("stages") or {}
     frames = max(int(report.get("completed") or 0), 1)
 
     def comp(actor: str) -> float:
-        return float(((st.get(actor) or {}).get("compute") or {}).get("total_s", 0.0)) / frames
+        spans = st.get(actor) or {}
+        return sum(float((spans.get(name) or {}).get("total_s", 0.0)) for name in ("decode", "compute", "encode")) \
+            / frames
 
     h0, h1 = hop(report, "m->w0"), hop(report, "w0->w1")
     res = sum(float(hop(report, "w%d->m" % w).get("transfer_s", 0.0)) for w in range(2)) / frames
@@ -717,7 +719,7 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write("\nRuns: %d (%d with a report). Throughput = completed frames / (last result - first send); "
              "`pred_fps` = the cost model's simulated makespan of the same number of frames for the plan used "
              "(first frame a keyframe); `model_err` = fps / pred_fps - 1. Stage columns: t0/t1 transfer into "
-             "w0/w1, c0/c1 compute on w0/w1 (c1 includes the result transfer), seconds per frame, predicted "
+             "w0/w1, c0/c1 work on w0/w1: decode + compute + encode (c1 includes the result transfer), seconds per frame, predicted "
              "vs measured.\n\n" % (len(rows), len(ok)))
     if ratio_rows:
         md.write("## Best scheduler vs lbs\n\n")

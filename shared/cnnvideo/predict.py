@@ -352,7 +352,8 @@ def record_video(
             # the keyframe (first frame) contributes raw rates and keyframe sizes only
             if measure_bytes and index == 0:
                 rec.add_keyframe(sizes, model)
-            rec.add(delta, raw, sizes if (measure_bytes and delta) else None, model if (measure_bytes and delta) else None)
+            keep = measure_bytes and bool(delta)
+            rec.add(delta, raw, sizes if keep else None, model if keep else None)
     return rec
 
 
