@@ -719,8 +719,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write("\nRuns: %d (%d with a report). Throughput = completed frames / (last result - first send); "
              "`pred_fps` = the cost model's simulated makespan of the same number of frames for the plan used "
              "(first frame a keyframe); `model_err` = fps / pred_fps - 1. Stage columns: t0/t1 transfer into "
-             "w0/w1, c0/c1 work on w0/w1: decode + compute + encode (c1 includes the result transfer), seconds per frame, predicted "
-             "vs measured.\n\n" % (len(rows), len(ok)))
+             "w0/w1, c0/c1 work on w0/w1: decode + compute + encode (c1 includes the result transfer), seconds "
+             "per frame, predicted vs measured.\n\n" % (len(rows), len(ok)))
     if ratio_rows:
         md.write("## Best scheduler vs lbs\n\n")
         scheds = [s for s in SCHEDULER_COLOURS if any(("fps_" + s) in e for e in ratio_rows)]
