@@ -283,8 +283,9 @@ def inputs_from_graph(
     )
 
 
-def random_inputs(n_workers: int, n_cuts: int, seed: int = 0) -> CostInputs:
-    """Random but plausible CostInputs (K = n_cuts - 1 segments) for tests and benches."""
+def random_inputs(n_workers: int, n_cuts: int, seed: int = 0, codec: bool = False) -> CostInputs:
+    """Random but plausible CostInputs (K = n_cuts - 1 segments) for tests and benches; codec=True adds
+    encode/decode seconds per cut (a few % of a segment, larger for bigger tensors)."""
     rng = np.random.RandomState(seed)
     k = n_cuts - 1
     base = rng.gamma(2.0, 0.01, size=k)
@@ -292,9 +293,14 @@ def random_inputs(n_workers: int, n_cuts: int, seed: int = 0) -> CostInputs:
     noise = rng.uniform(0.8, 1.25, size=(n_workers, k))
     full = np.concatenate([[3e5], rng.uniform(1e4, 2e6, size=k - 1), [4e3]])
     delta = full * rng.uniform(0.05, 0.6, size=k + 1)
+    extra = {}
+    if codec:
+        per_byte = rng.uniform(2e-9, 2e-8, size=(n_workers, 1))
+        extra = {"encode_time": per_byte * full[None, :], "decode_time": 0.5 * per_byte * full[None, :]}
     return CostInputs(
         bytes_full=full,
         bytes_delta=delta,
         seg_time=base[None, :] * speed * noise,
         bandwidth=rng.uniform(1e6, 8e6, size=n_workers),
+        **extra,
     )

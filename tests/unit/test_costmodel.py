@@ -107,3 +107,34 @@ def test_plan_helpers_and_validation():
         Plan((0, 3, 2))
     with pytest.raises(ValueError):
         Plan.from_list([0, 1, 4], n_segments=5)
+
+
+def test_codec_times_are_charged_to_the_work_stage():
+    """With encode/decode times, worker w's stage = decode at its input cut + compute + encode at its output
+    cut; a worker with no layers still decodes and re-encodes what it forwards."""
+    from cnnvideo.costmodel import compute_costs
+
+    inp = _inputs()
+    enc = np.array([[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]])
+    dec = enc / 10.0
+    coded = CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
+                       bandwidth=inp.bandwidth, result_bandwidth=10.0, encode_time=enc, decode_time=dec)
+    plan = Plan((0, 1, 3))
+    base = compute_costs(plan, inp)
+    got = compute_costs(plan, coded)
+    np.testing.assert_allclose(got - base, [dec[0, 0] + enc[0, 1], dec[1, 1] + enc[1, 3]])
+    empty = Plan((0, 3, 3))
+    np.testing.assert_allclose(compute_costs(empty, coded)[1] - compute_costs(empty, inp)[1], dec[1, 3] + enc[1, 3])
+    # transfers are untouched
+    np.testing.assert_allclose(stage_costs(plan, coded)[0::2], stage_costs(plan, inp)[0::2])
+
+
+def test_codec_times_shape_checked():
+    """Codec times broadcast from [K+1] to [W, K+1]; another shape is a ValueError."""
+    inp = _inputs()
+    ok = CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
+                    bandwidth=inp.bandwidth, encode_time=np.ones(4))
+    assert ok.encode_time.shape == (2, 4)
+    with pytest.raises(ValueError):
+        CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
+                   bandwidth=inp.bandwidth, decode_time=np.ones(3))

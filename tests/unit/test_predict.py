@@ -106,3 +106,63 @@ def test_features_shapes():
     assert features(np.zeros((5, 3)), "channels").shape == (5, 5)
     with pytest.raises(ValueError):
         features(np.zeros(3), "mlp")
+
+
+def test_compression_ratios_scale_predicted_bytes():
+    """Per-cut ratios (actual / size-model bytes) multiply delta and keyframe predictions, survive the array
+    round trip, and must be finite and positive; version-1 arrays (no ratios) are rejected."""
+    preds, rec = _fitted()
+    plain_delta, plain_full = preds.predict_bytes(rec[0][0]), preds.full_bytes()
+    arrays = preds.to_arrays()
+    arrays["ratio"] = np.array([0.5, 0.25])
+    arrays["full_ratio"] = np.array([1.0, 0.5])
+    scaled = Predictors.from_arrays(arrays)
+    np.testing.assert_allclose(scaled.predict_bytes(rec[0][0]), plain_delta * [0.5, 0.25])
+    np.testing.assert_allclose(scaled.full_bytes(), plain_full * [1.0, 0.5])
+    np.testing.assert_array_equal(Predictors.from_arrays(scaled.to_arrays()).ratio, [0.5, 0.25])
+    for key, value in (("ratio", np.array([0.5, 0.0])), ("full_ratio", np.array([np.nan, 1.0])),
+                       ("version", np.array([1.0]))):
+        bad = scaled.to_arrays()
+        bad[key] = value
+        with pytest.raises(ValueError):
+            Predictors.from_arrays(bad)
+
+
+def test_recorder_ratios():
+    """Delta ratio = sum of actual bytes / sum of size-model bytes per cut; keyframe ratio from the keyframe;
+    unrecorded cuts stay 1; the round trip keeps both."""
+    rec = Recorder()
+    rec.add_keyframe({0: 50.0, 1: 400.0}, {0: 100.0, 1: 400.0})
+    for i in range(2):
+        rec.add({0: [0.1, 0.1, 0.1]}, sizes={0: 10.0 + i}, model={0: 40.0})
+    delta, key = rec.ratios(3)
+    np.testing.assert_allclose(delta, [21.0 / 80.0, 1.0, 1.0])
+    np.testing.assert_allclose(key, [0.5, 1.0, 1.0])
+    back = Recorder.from_arrays(rec.to_arrays())
+    np.testing.assert_allclose(back.ratios(3)[0], delta)
+    np.testing.assert_allclose(back.ratios(3)[1], key)
+
+
+def test_record_video_learns_compression_of_a_compressible_clip():
+    """On a clip whose frames brighten one flat block step by step, zstd/lz4 shrink the input hop's updates
+    (the same value at every changed pixel): the learned input-hop ratio is well below 1."""
+    import torch
+
+    from cnnvideo import codec
+    from cnnvideo.graph import LayerGraph
+    from cnnvideo.predict import fit_recorder, record_video
+
+    if codec._auto_code(1) == codec.NONE:
+        pytest.skip("no compressor installed")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten()).eval()
+    g = LayerGraph.from_model(model, (64, 64))
+    frames = []
+    for i in range(6):
+        f = np.full((64, 64, 3), 100, dtype=np.uint8)
+        f[8:56, 8:56] = 100 + 10 * i  # a flat square brightening
+        frames.append(f)
+    preds = fit_recorder(record_video(g, frames), g)
+    assert preds.ratio[0] < 0.9
+    raw = record_video(g, frames, compress="none")
+    assert np.all(np.abs(raw.ratios(len(g.cuts))[0][1:] - 1.0) < 0.2)  # the size model is near-exact uncompressed

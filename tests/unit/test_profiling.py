@@ -1,0 +1,58 @@
+"""Worker profile: CPU-clock segment times scaled to wall, codec times per cut, and the cache array format."""
+import numpy as np
+import pytest
+import torch
+
+from cnnvideo.graph import LayerGraph
+from cnnvideo.hop import HopSender
+from cnnvideo.profiling import WorkerProfile, profile_worker
+
+
+def _graph():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3),
+                                torch.nn.ReLU(), torch.nn.Flatten()).eval()
+    return LayerGraph.from_model(model, (32, 48))
+
+
+def test_profile_worker_shapes_and_values():
+    """K segment times and K+1 encode/decode times, all finite and >= 0, the sums positive; wall/CPU > 0."""
+    g = _graph()
+    k = len(g.cuts) - 1
+    prof = profile_worker(g, iters=2)
+    assert prof.seconds.shape == (k,) and prof.encode.shape == (k + 1,) and prof.decode.shape == (k + 1,)
+    for arr in (prof.seconds, prof.encode, prof.decode):
+        assert np.all(np.isfinite(arr)) and np.all(arr >= 0) and arr.sum() > 0
+    assert prof.wall_per_cpu > 0
+
+
+def test_codec_profile_uses_the_given_senders():
+    """The codec profile builds its senders with sender_for(cut) for every cut (the worker passes its hop
+    options through it)."""
+    g = _graph()
+    seen = []
+
+    def sender_for(k):
+        seen.append(k)
+        return HopSender()
+
+    profile_worker(g, iters=1, sender_for=sender_for)
+    assert sorted(set(seen)) == list(range(len(g.cuts)))
+
+
+def test_profile_arrays_round_trip_and_rejects_bad_shapes():
+    """to_arrays/from_arrays round trip; wrong shapes, missing keys or NaN are ValueErrors."""
+    prof = WorkerProfile(np.ones(3), np.ones(4), np.ones(4), 5.0)
+    back = WorkerProfile.from_arrays(prof.to_arrays(), 3)
+    np.testing.assert_array_equal(back.encode, prof.encode)
+    assert back.wall_per_cpu == 5.0
+    with pytest.raises(ValueError):
+        WorkerProfile.from_arrays(prof.to_arrays(), 4)
+    bad = prof.to_arrays()
+    del bad["decode"]
+    with pytest.raises(ValueError):
+        WorkerProfile.from_arrays(bad, 3)
+    bad = prof.to_arrays()
+    bad["seconds"] = np.array([1.0, np.nan, 1.0])
+    with pytest.raises(ValueError):
+        WorkerProfile.from_arrays(bad, 3)
