@@ -14,9 +14,11 @@ log = logging.getLogger(__name__)
 
 def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
                 input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
-                decode_time: Optional[np.ndarray] = None) -> CostInputs:
-    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and
-    (optional) [W, K+1] codec seconds per cut."""
+                decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
+                delta_mode: bool = True) -> CostInputs:
+    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors,
+    (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of worker time per byte it receives or
+    sends, charged to its work stage with the hop's predicted bytes (the CPU the network path takes from it)."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -28,6 +30,11 @@ def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndar
         if predictors is not None:
             log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
         full = delta = dense
+    if net_s_per_byte is not None:
+        per_byte = np.asarray(net_s_per_byte, dtype=np.float64).reshape(-1, 1)
+        hop = (delta if delta_mode else full)[None, :] * per_byte
+        encode_time = hop if encode_time is None else np.asarray(encode_time, dtype=np.float64) + hop
+        decode_time = hop if decode_time is None else np.asarray(decode_time, dtype=np.float64) + hop
     return CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
                       bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
                       encode_time=encode_time, decode_time=decode_time)

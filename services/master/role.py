@@ -188,7 +188,10 @@ class MasterRole:
         frame_nz = np.array(nz)
         delta = self.cfg.mode == "delta"
         mean_nz = frame_nz[1:].mean(axis=0) if len(frame_nz) > 1 else None
-        inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time)
+        wall_per_cpu = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in costs])
+        net_s = wall_per_cpu * self.cfg.net_cpu_ns_per_byte * 1e-9
+        inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
+                             net_s_per_byte=net_s, delta_mode=delta)
         self.planner = Planner(self.cfg.scheduler, inputs, self.cfg.in_flight, delta, self.cfg.group_size,
                                self.cfg.scheduler_options, self.predictors, frame_nz)
         log.info("setup done in %.1f s: %d frames, %d cuts, scheduler %s", time.time() - t0, len(self.frames),

@@ -107,6 +107,9 @@ class Config:
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
     profile_iters: int = 3
+    # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
+    # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
+    net_cpu_ns_per_byte: float = 25.0
 
     @property
     def n_workers(self) -> int:
@@ -228,6 +231,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         )
     if not 0 <= cfg.delta.input_threshold <= 255:
         raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
+    if not cfg.net_cpu_ns_per_byte >= 0:
+        raise ConfigError("config key 'net_cpu_ns_per_byte' must be >= 0, got %r" % cfg.net_cpu_ns_per_byte)
     if cfg.delta.threshold < 0:
         raise ConfigError("config key 'delta.threshold' must be >= 0, got %r" % cfg.delta.threshold)
     if not 0 < cfg.trainer.fit_fraction <= 1:

@@ -1,0 +1,23 @@
+"""Master planning: how worker profiles, codec times and the network CPU charge become CostInputs."""
+import numpy as np
+
+from cnnvideo.costmodel import Plan, compute_costs
+from cnnvideo.master.planning import cost_inputs
+
+
+def test_net_cpu_charge_follows_the_hop_bytes():
+    """Each worker's stage grows by its per-byte charge times the bytes it receives plus the bytes it sends
+    (delta bytes in delta mode, dense sizes without predictors), on top of the codec times."""
+    seg = np.full((2, 3), 0.1)
+    dense = np.array([1000.0, 4000.0, 2000.0, 40.0])
+    enc = np.full((2, 4), 0.01)
+    plain = cost_inputs(seg, [1e6, 1e6], dense, encode_time=enc, decode_time=enc)
+    charged = cost_inputs(seg, [1e6, 1e6], dense, encode_time=enc, decode_time=enc,
+                          net_s_per_byte=[1e-6, 2e-6])
+    plan = Plan((0, 1, 3))
+    extra = compute_costs(plan, charged) - compute_costs(plan, plain)
+    np.testing.assert_allclose(extra, [1e-6 * (1000 + 4000), 2e-6 * (4000 + 40)])
+    # transfers stay bytes / bandwidth
+    assert charged.bytes_delta[1] == 4000.0
+    no_codec = cost_inputs(seg, [1e6, 1e6], dense, net_s_per_byte=[1e-6, 1e-6])
+    np.testing.assert_allclose(no_codec.encode_time, no_codec.decode_time)
