@@ -30,14 +30,12 @@ def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndar
         if predictors is not None:
             log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
         full = delta = dense
+    inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
+                        bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
+                        encode_time=encode_time, decode_time=decode_time)
     if net_s_per_byte is not None:
-        per_byte = np.asarray(net_s_per_byte, dtype=np.float64).reshape(-1, 1)
-        hop = (delta if delta_mode else full)[None, :] * per_byte
-        encode_time = hop if encode_time is None else np.asarray(encode_time, dtype=np.float64) + hop
-        decode_time = hop if decode_time is None else np.asarray(decode_time, dtype=np.float64) + hop
-    return CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
-                      bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
-                      encode_time=encode_time, decode_time=decode_time)
+        inputs = costmodel.with_network_cpu(inputs, net_s_per_byte, delta_mode)
+    return inputs
 
 
 def check_options(name: str, options: Dict[str, Any]) -> None:

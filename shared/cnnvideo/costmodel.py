@@ -283,6 +283,19 @@ def inputs_from_graph(
     )
 
 
+def with_network_cpu(inputs: CostInputs, seconds_per_byte: Sequence[float], delta: bool = True) -> CostInputs:
+    """CostInputs whose work stages also pay each worker's network CPU: seconds_per_byte[w] times the steady
+    bytes of the hop it receives (added to its decode at that cut) and of the hop it sends (added to its
+    encode). The CPU the TCP path and gRPC take is the worker's own; under a CPU cap it slows compute too."""
+    per_byte = np.asarray(seconds_per_byte, dtype=np.float64).reshape(-1, 1)
+    hop = inputs.hop_bytes(delta)[None, :] * per_byte
+    enc = hop if inputs.encode_time is None else inputs.encode_time + hop
+    dec = hop if inputs.decode_time is None else inputs.decode_time + hop
+    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta, seg_time=inputs.seg_time,
+                      bandwidth=inputs.bandwidth, result_bandwidth=inputs.result_bandwidth,
+                      result_bytes=inputs.result_bytes, encode_time=enc, decode_time=dec)
+
+
 def random_inputs(n_workers: int, n_cuts: int, seed: int = 0, codec: bool = False) -> CostInputs:
     """Random but plausible CostInputs (K = n_cuts - 1 segments) for tests and benches; codec=True adds
     encode/decode seconds per cut (a few % of a segment, larger for bigger tensors)."""

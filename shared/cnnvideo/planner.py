@@ -1,9 +1,10 @@
 """`cnnvideo plan`: every scheduler's split and predicted per-frame time for a config, without any network.
 
-Segment times are profiled locally (one thread) and divided by each worker's CPU share
+Segment and hop codec times are profiled locally (one thread) and divided by each worker's CPU share
 (`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
-as 1). Delta bytes per cut come from the trainer's predictor cache when present, else from
-predictors fitted on ~20 frames of the config's video (synthetic frames if the file is missing).
+as 1), as is the network CPU charge (`net_cpu_ns_per_byte`). Delta bytes per cut come from the trainer's
+predictor cache when present, else from predictors fitted on ~20 frames of the config's video (synthetic
+frames if the file is missing).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import config as config_mod
-from .costmodel import CostInputs, Plan, inputs_from_graph, latency, per_frame_time, stage_costs
+from .costmodel import CostInputs, Plan, inputs_from_graph, latency, per_frame_time, stage_costs, with_network_cpu
 from .schedulers import SCHEDULERS, check_options, objective, schedule
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ def worker_share(cfg: config_mod.Config, w: int) -> float:
 
 
 def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
-    """[W, K] seconds per segment per worker: the local profile divided by each worker's CPU share."""
+    """[W, K] (or [W, K+1] for per-cut codec times) seconds per worker: the local profile divided by each
+    worker's CPU share."""
     shares = np.array([worker_share(cfg, w) for w in range(cfg.n_workers)])
     return np.asarray(profile, dtype=np.float64)[None, :] / shares[:, None]
 
@@ -64,14 +66,21 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     """Graph, profile, predictors and CostInputs for a config."""
     import torch
 
-    from .executor import profile_segments
     from .graph import LayerGraph
+    from .hop import HopSender
     from .models import build_model
     from .predict import Predictors, cache_file, fit_recorder, record_video
+    from .profiling import profile_worker
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
-    profile = profile_segments(graph, cfg.profile_iters)
+    def sender_for(cut: int) -> HopSender:
+        if cut == 0:
+            return HopSender(threshold=float(cfg.delta.input_threshold))
+        return HopSender(threshold=cfg.delta.threshold, fp16=cfg.delta.fp16)
+
+    prof = profile_worker(graph, cfg.profile_iters, sender_for, cfg.max_message_bytes)
+    profile = prof.seconds
     path = cache_file(cfg)
     preds = None
     frame_bytes = None
@@ -94,6 +103,10 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     bytes_delta = preds.predict_bytes(preds.input_nz)
     bandwidth = cfg.bandwidth_bytes()
     inputs = inputs_from_graph(graph, seg_times(cfg, profile), bandwidth, bytes_delta, preds.full_bytes())
+    inputs.encode_time = seg_times(cfg, prof.encode)
+    inputs.decode_time = seg_times(cfg, prof.decode)
+    per_byte = seg_times(cfg, np.array([cfg.net_cpu_ns_per_byte * 1e-9 * prof.wall_per_cpu]))[:, 0]
+    inputs = with_network_cpu(inputs, per_byte, cfg.mode == "delta")
     return PlanContext(graph, inputs, preds, profile, source, frame_bytes)
 
 
