@@ -13,7 +13,7 @@ import numpy as np
 
 from cnnvideo.config import Config
 from cnnvideo.pipeline import load_graph
-from cnnvideo.profiling import WorkerProfile, profile_worker
+from cnnvideo.profiling import WorkerProfile, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
@@ -37,8 +37,6 @@ def costs_cache_path(cfg: Config, host: str) -> str:
 
 def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[WorkerProfile, bool]:
     """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored."""
-    from cnnvideo.hop import HopSender
-
     path = costs_cache_path(cfg, host)
     k = len(graph.cuts) - 1
     if not refresh and os.path.isfile(path):
@@ -48,13 +46,8 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tupl
         except (OSError, ValueError) as exc:
             log.warning("ignoring unreadable cached profile %s: %s", path, exc)
 
-    def sender_for(cut: int) -> HopSender:
-        if cut == 0:
-            return HopSender(threshold=float(cfg.delta.input_threshold))
-        return HopSender(threshold=cfg.delta.threshold, fp16=cfg.delta.fp16)
-
     t0 = time.time()
-    prof = profile_worker(graph, cfg.profile_iters, sender_for, cfg.max_message_bytes)
+    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
     log.info("profiled %d segments in %.1f s: %.3f s compute per frame, codec %.3f s encode / %.3f s decode over "
              "all cuts, wall/CPU %.2f", k, time.time() - t0, float(prof.seconds.sum()), float(prof.encode.sum()),
              float(prof.decode.sum()), prof.wall_per_cpu)

@@ -67,19 +67,13 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     import torch
 
     from .graph import LayerGraph
-    from .hop import HopSender
     from .models import build_model
     from .predict import Predictors, cache_file, fit_recorder, record_video
-    from .profiling import profile_worker
+    from .profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
-    def sender_for(cut: int) -> HopSender:
-        if cut == 0:
-            return HopSender(threshold=float(cfg.delta.input_threshold))
-        return HopSender(threshold=cfg.delta.threshold, fp16=cfg.delta.fp16)
-
-    prof = profile_worker(graph, cfg.profile_iters, sender_for, cfg.max_message_bytes)
+    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
     profile = prof.seconds
     path = cache_file(cfg)
     preds = None

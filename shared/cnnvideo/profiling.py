@@ -139,6 +139,19 @@ def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
     return enc * ratio, dec * ratio
 
 
+def senders_for(delta_options) -> Callable[[int], object]:
+    """sender_for(cut) building the HopSender a worker uses at that cut, from a config's `delta` options
+    (the uint8 frame at cut 0 takes the pixel threshold, later cuts the float threshold and fp16)."""
+    from .hop import HopSender
+
+    def sender_for(cut: int) -> object:
+        if cut == 0:
+            return HopSender(threshold=float(delta_options.input_threshold))
+        return HopSender(threshold=float(delta_options.threshold), fp16=bool(delta_options.fp16))
+
+    return sender_for
+
+
 def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], object]] = None,
                    max_bytes: int = 1 << 30) -> WorkerProfile:
     """Compute and codec profile of this process (see the module docstring)."""
