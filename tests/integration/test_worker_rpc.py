@@ -82,6 +82,7 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
     assert len(info.cuts) == 24 and info.model == "alexnet"
     costs = stubs[1].Costs(pb.CostRequest(), timeout=60)
     assert list(costs.seconds.shape) == [23]
+    assert list(costs.encode.shape) == [24] and list(costs.decode.shape) == [24] and costs.wall_per_cpu > 0
     run_id = "plans"
     for s in stubs:
         s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2), timeout=30)
