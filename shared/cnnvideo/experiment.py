@@ -270,7 +270,36 @@ class ComposeBackend:
             if proc.returncode != 0:
                 raise ExperimentError("docker build %s failed: %s" % (target, proc.stdout[-3000:]))
 
+    def lock(self) -> None:
+        """Hold the host-wide lock of this compose project: two experiments on one project would recreate each
+        other's containers and tc rules mid-run. ExperimentError naming the holder if it is taken."""
+        import fcntl
+        import tempfile
+
+        path = os.path.join(tempfile.gettempdir(), "cnnvideo-%s.lock" % self.project)
+        fh = open(path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown process"
+            fh.close()
+            raise ExperimentError("compose project %s is in use by another experiment (%s, lock %s): wait for it "
+                                  "to finish or stop it" % (self.project, holder, path)) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write("pid %d" % os.getpid())
+        fh.flush()
+        self._lock_fh = fh
+
+    def unlock(self) -> None:
+        fh = getattr(self, "_lock_fh", None)
+        if fh is not None:
+            fh.close()  # closing releases the flock
+            self._lock_fh = None
+
     def start(self) -> None:
+        self.lock()
         os.makedirs(os.path.join(self.work, "runs"), exist_ok=True)
         os.chmod(self.work, 0o777)
         os.chmod(os.path.join(self.work, "runs"), 0o777)
@@ -282,7 +311,10 @@ class ComposeBackend:
         self.compose("up", "-d", "--wait", "trainer", "worker0", "worker1", "netem", timeout=3600)
 
     def stop(self) -> None:
-        self.compose("down", "--timeout", "5", check=False, timeout=600)
+        try:
+            self.compose("down", "--timeout", "5", check=False, timeout=600)
+        finally:
+            self.unlock()
 
     def set_rates(self, rates: List[float]) -> None:
         """Re-create the tc helper with new per-hop rates (it removes its rules on exit, applies the new ones)."""
