@@ -162,8 +162,8 @@ class MasterRole:
         self.infos = [self._call(w, "Info", pb.Empty(), self.timeout) for w in range(self.W)]
         self._check_infos()
         self.cut0_shape = tuple(self.infos[0].cuts[0].shape)
-        costs = [self._call(w, "Costs", pb.CostRequest(iters=self.cfg.profile_iters), SETUP_TIMEOUT_S)
-                 for w in range(self.W)]
+        request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale)
+        costs = [self._call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0

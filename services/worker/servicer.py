@@ -31,6 +31,10 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
             role.costs, role.costs_cached = profile_cached(role.cfg, role.graph, role.host, refresh=True)
         prof = role.costs
+        if request.rescale:
+            from cnnvideo.profiling import rescale
+
+            prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10))
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
                                "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),
                                decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu)

@@ -107,6 +107,7 @@ class Config:
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
     profile_iters: int = 3
+    profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
     # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
     # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
     net_cpu_ns_per_byte: float = 25.0

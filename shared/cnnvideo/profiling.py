@@ -111,6 +111,28 @@ def profile_compute(graph, iters: int = 3) -> Tuple[np.ndarray, float, List[np.n
     return cpu * ratio, ratio, tensors
 
 
+def rescale(prof: WorkerProfile, graph, passes: int = 2) -> Tuple[WorkerProfile, float]:
+    """(prof scaled to this machine's speed now, the factor): `passes` timed whole passes of the random frame
+    (after a warm-up) against the profile's total. Much cheaper than a new profile; tracks a host that got
+    slower or faster since the profile was cached (other jobs, a new cap)."""
+    import torch
+
+    modules = _segment_modules(graph)
+    frame = _random_frame(graph)
+    with torch.no_grad():
+        _pass(modules, frame)
+        runs = [_pass(modules, frame) for _ in range(max(int(passes), 1))]
+    cpu = sum(r[2] for r in runs)
+    wall = sum(r[1] for r in runs)
+    now = wall / len(runs)
+    total = float(prof.seconds.sum())
+    factor = now / total if total > 0 and now > 0 else 1.0
+    log.info("profile rescaled by %.3f (whole pass %.3f s now, %.3f s profiled; wall/CPU %.2f)", factor, now, total,
+             wall / cpu if cpu > 0 else float("nan"))
+    return WorkerProfile(seconds=prof.seconds * factor, encode=prof.encode * factor, decode=prof.decode * factor,
+                         wall_per_cpu=prof.wall_per_cpu * factor), factor
+
+
 def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
                   sender_for: Callable[[int], object], max_bytes: int, iters: int = 2) -> Tuple[np.ndarray, np.ndarray]:
     """(encode, decode) seconds per cut [K+1] of one delta update, from the CPU clock times ratio."""

@@ -83,6 +83,11 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
     costs = stubs[1].Costs(pb.CostRequest(), timeout=60)
     assert list(costs.seconds.shape) == [23]
     assert list(costs.encode.shape) == [24] and list(costs.decode.shape) == [24] and costs.wall_per_cpu > 0
+    now = stubs[1].Costs(pb.CostRequest(iters=1, rescale=True), timeout=60)  # rescaled: one factor for all
+    from cnnvideo.rpc import convert
+
+    ratio = convert.from_array(now.seconds) / convert.from_array(costs.seconds)
+    assert np.all(np.isfinite(ratio)) and np.ptp(ratio) < 1e-9 * ratio.max() and ratio[0] > 0
     run_id = "plans"
     for s in stubs:
         s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2), timeout=30)

@@ -56,3 +56,18 @@ def test_profile_arrays_round_trip_and_rejects_bad_shapes():
     bad["seconds"] = np.array([1.0, np.nan, 1.0])
     with pytest.raises(ValueError):
         WorkerProfile.from_arrays(bad, 3)
+
+
+def test_rescale_scales_every_part_by_one_factor():
+    """rescale times whole passes now and scales compute, codec and wall/CPU by now / profiled total: a profile
+    inflated 20x comes back scaled down (factor < 1) and every array keeps its shape and proportions."""
+    from cnnvideo.profiling import rescale
+
+    g = _graph()
+    prof = profile_worker(g, iters=2)
+    inflated = WorkerProfile(prof.seconds * 20, prof.encode * 20, prof.decode * 20, prof.wall_per_cpu * 20)
+    out, factor = rescale(inflated, g, passes=3)
+    assert 0 < factor < 1
+    np.testing.assert_allclose(out.seconds, inflated.seconds * factor)
+    np.testing.assert_allclose(out.encode, inflated.encode * factor)
+    assert out.wall_per_cpu == inflated.wall_per_cpu * factor
