@@ -916,6 +916,7 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
     facts["model / weights / frame size"] = "%s / %s / %s" % (
         base.get("model", "alexnet"), base.get("weights", "random"), base.get("frame_size", [480, 720]))
     facts["frames per run"] = spec.get("frames")
+    facts["cost model"] = cost_model_facts(base)
     facts["note"] = ("2 cores shared with other jobs: timings are noisy" if (os.cpu_count() or 0) <= 2 else "")
     rows: List[Dict[str, Any]] = []
     reports: Dict[str, Dict[str, Any]] = {}
@@ -981,6 +982,16 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
         facts = machine_facts()
         facts["backend"] = spec["backend"]
     return write_results(spec, rows, reports, os.path.join(spec["out"], spec["name"]), command, facts)
+
+
+def cost_model_facts(base: Dict[str, Any]) -> str:
+    """The cost-model settings of the runs (config defaults where the experiment leaves them)."""
+    from .config import Config
+
+    default = Config()
+    return "profile_iters %s, profile_rescale %s, net_cpu_ns_per_byte %s" % (
+        base.get("profile_iters", default.profile_iters), base.get("profile_rescale", default.profile_rescale),
+        base.get("net_cpu_ns_per_byte", default.net_cpu_ns_per_byte))
 
 
 def run(args) -> int:
