@@ -981,6 +981,7 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
     else:
         facts = machine_facts()
         facts["backend"] = spec["backend"]
+    facts.setdefault("cost model", cost_model_facts(spec.get("base") or {}))
     return write_results(spec, rows, reports, os.path.join(spec["out"], spec["name"]), command, facts)
 
 
