@@ -80,9 +80,9 @@ RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head 
 FROM base AS runtime
 COPY --from=build /install/ /
 COPY docker/entrypoint.sh /usr/local/bin/cnnvideo-entrypoint
-COPY docker/healthcheck.py /usr/local/lib/cnnvideo/healthcheck.py
+COPY docker/healthcheck.sh /usr/local/lib/cnnvideo/healthcheck.sh
 WORKDIR /app
-ENV HOME=/home/cnnvideo CNNVIDEO_OUT=/app/out
+ENV HOME=/home/cnnvideo CNNVIDEO_OUT=/app/out CNNVIDEO_HEARTBEAT=/tmp/cnnvideo.alive
 USER 10001
 ENTRYPOINT ["cnnvideo-entrypoint"]
 CMD ["--help"]
@@ -91,14 +91,14 @@ FROM runtime AS worker
 ENV CNNVIDEO_PORT=50060
 EXPOSE 50060
 HEALTHCHECK --interval=5s --timeout=5s --start-period=120s --retries=3 \
-  CMD ["python3", "/usr/local/lib/cnnvideo/healthcheck.py"]
+  CMD ["/usr/local/lib/cnnvideo/healthcheck.sh"]
 CMD ["worker", "-c", "/app/configs/compose.yml", "-i", "0"]
 
 FROM runtime AS trainer
 ENV CNNVIDEO_PORT=50051
 EXPOSE 50051
 HEALTHCHECK --interval=5s --timeout=5s --start-period=300s --retries=3 \
-  CMD ["python3", "/usr/local/lib/cnnvideo/healthcheck.py"]
+  CMD ["/usr/local/lib/cnnvideo/healthcheck.sh"]
 CMD ["trainer", "-c", "/app/configs/compose.yml"]
 
 # The master only dials out (no server to probe). It starts as root only to make a bind-mounted
