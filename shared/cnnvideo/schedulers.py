@@ -40,17 +40,22 @@ def capacities(inputs: CostInputs) -> np.ndarray:
     return totals[0] / totals
 
 
+LBS_TIE = 0.02  # cuts this close (share of the total compute) to the balance point count as equally balanced
+
+
 def lbs(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
-    """Load balance: worker w gets a share of worker 0's compute proportional to its capacity."""
+    """Load balance: worker w gets a share of worker 0's compute proportional to its capacity. Of the cuts
+    within LBS_TIE of each balance point it takes the smallest tensor (a cheap layer such as a ReLU sits
+    between two cuts of nearly equal compute; without this, profile noise alone would pick the side)."""
     cap = capacities(inputs)
     share = np.cumsum(cap / cap.sum())[:-1]
     prefix = inputs.prefix_time()[0]
     targets = share * prefix[-1]
-    # nearest cut to each target (prefix is non-decreasing, so cuts come out non-decreasing)
-    right = np.clip(np.searchsorted(prefix, targets, side="left"), 1, inputs.n_segments)
-    left = right - 1
-    pick = np.where(np.abs(prefix[left] - targets) <= np.abs(prefix[right] - targets), left, right)
-    pick = np.maximum.accumulate(pick) if pick.size else pick
+    dist = np.abs(prefix[None, :] - targets[:, None])  # [W-1, K+1]
+    near = dist <= dist.min(axis=1, keepdims=True) + LBS_TIE * prefix[-1]
+    size = np.where(near, inputs.hop_bytes(delta)[None, :], np.inf)
+    pick = np.lexsort((dist, size), axis=-1)[:, 0] if size.size else np.zeros(0, dtype=int)
+    pick = np.maximum.accumulate(pick) if pick.size else pick  # non-decreasing cuts
     return Plan((0,) + tuple(int(c) for c in pick) + (inputs.n_segments,))
 
 

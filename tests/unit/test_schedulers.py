@@ -46,6 +46,19 @@ def test_lbs_proportional_to_capacity():
     assert plan.cuts == (0, 25, 75, 100)
 
 
+def test_lbs_breaks_near_ties_toward_the_smaller_tensor():
+    """Cuts 2 and 3 sit either side of a ReLU-like 1% segment at the balance point: lbs takes whichever sends
+    fewer bytes, not whichever profile noise put nearer; a real imbalance (cut 1) is never taken for bytes."""
+    seg = np.array([[1.0, 0.49, 0.02, 1.49]])
+    seg = np.repeat(seg, 2, axis=0)
+    for big, small in ((2, 3), (3, 2)):
+        nbytes = np.full(5, 1e3)
+        nbytes[big] = 1e6
+        nbytes[1] = 1.0  # tiny but far from the balance point
+        plan = lbs(CostInputs(nbytes, nbytes, seg, np.array([1e6, 1e6])))
+        assert plan.cuts == (0, small, 4)
+
+
 def test_nsc_not_worse_than_lbs():
     """NSC starts at LBS and only accepts improving moves of the simulated time."""
     from cnnvideo.costmodel import per_frame_time
