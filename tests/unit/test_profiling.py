@@ -59,9 +59,8 @@ def test_profile_arrays_round_trip_and_rejects_bad_shapes():
 
 
 def test_rescale_scales_every_part_by_one_factor():
-    """rescale times whole passes now (CPU clock) and scales compute and codec by now / profiled: a profile
-    inflated 20x comes back scaled down (factor < 1), every array keeps its shape and proportions, and the
-    cap's wall/CPU ratio stays as profiled."""
+    """rescale times whole passes now and scales compute, codec and wall/CPU by now / profiled: a profile
+    inflated 20x comes back scaled down (factor < 1) and every array keeps its shape and proportions."""
     from cnnvideo.profiling import rescale
 
     g = _graph()
@@ -71,4 +70,4 @@ def test_rescale_scales_every_part_by_one_factor():
     assert 0 < factor < 1
     np.testing.assert_allclose(out.seconds, inflated.seconds * factor)
     np.testing.assert_allclose(out.encode, inflated.encode * factor)
-    assert out.wall_per_cpu == inflated.wall_per_cpu
+    assert out.wall_per_cpu == inflated.wall_per_cpu * factor
