@@ -20,7 +20,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import convert, net
 
-from .planning import Planner, check_options, cost_inputs
+from .planning import Planner, check_options, cost_inputs, cpu_model
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,8 @@ class MasterRole:
         frame_nz = np.array(nz)
         delta = self.cfg.mode == "delta"
         mean_nz = frame_nz[1:].mean(axis=0) if len(frame_nz) > 1 else None
-        wall_per_cpu = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in costs])
-        net_s = wall_per_cpu * self.cfg.net_cpu_ns_per_byte * 1e-9
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
-                             net_s_per_byte=net_s, delta_mode=delta)
+                             delta_mode=delta, **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte))
         self.planner = Planner(self.cfg.scheduler, inputs, self.cfg.in_flight, delta, self.cfg.group_size,
                                self.cfg.scheduler_options, self.predictors, frame_nz)
         log.info("setup done in %.1f s: %d frames, %d cuts, scheduler %s", time.time() - t0, len(self.frames),

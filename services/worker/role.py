@@ -13,7 +13,7 @@ import numpy as np
 
 from cnnvideo.config import Config
 from cnnvideo.pipeline import load_graph
-from cnnvideo.profiling import WorkerProfile, profile_worker, senders_for
+from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
@@ -72,6 +72,7 @@ class WorkerRole:
         self.graph = None
         self.costs: Optional[WorkerProfile] = None
         self.costs_cached = False
+        self.cfs: Tuple[float, float] = (0.0, 0.0)  # CFS (quota, period) seconds of this container's CPU cap
         self._executors: Dict[Tuple[int, int], object] = {}
         self._exec_lock = threading.Lock()
         self._next_channel = None
@@ -91,6 +92,7 @@ class WorkerRole:
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
                  len(self.graph.cuts), self.cfg.frame_size[0], self.cfg.frame_size[1], time.time() - t0)
         self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host)
+        self.cfs = cfs_quota()
         if self.next_address:
             self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
             self.next_stub = pb_grpc.WorkerStub(self._next_channel)

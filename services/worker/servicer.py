@@ -37,7 +37,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10))
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
                                "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),
-                               decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu)
+                               decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu,
+                               cfs_quota_s=role.cfs[0], cfs_period_s=role.cfs[1])
 
     def StartRun(self, request, context):
         try:

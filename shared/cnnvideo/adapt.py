@@ -54,7 +54,8 @@ def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
              for name in ("encode_time", "decode_time")}  # the same CPU runs the codec
     return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta,
                       seg_time=inputs.seg_time * scale[:, None], bandwidth=bw,
-                      result_bandwidth=inputs.result_bandwidth, result_bytes=inputs.result_bytes, **codec)
+                      result_bandwidth=inputs.result_bandwidth, result_bytes=inputs.result_bytes, burst=inputs.burst,
+                      **codec)
 
 
 def relative_drift(configured: Sequence[float], measured: Sequence[Optional[float]]) -> float:

@@ -93,6 +93,9 @@ class CostInputs:
     result_bytes: Optional[float] = None  # bytes of the result message (None: bytes_full[-1])
     encode_time: Optional[np.ndarray] = None  # [W, K+1] seconds worker w spends encoding the update at cut i
     decode_time: Optional[np.ndarray] = None  # [W, K+1] seconds worker w spends decoding the update at cut i
+    # [W, 2] CFS (quota, period) seconds of capped workers whose work starts idle (fresh quota): their stages take
+    # burst_wall() of the fluid time instead (None or quota 0 = the fluid time)
+    burst: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
@@ -106,6 +109,8 @@ class CostInputs:
             raise ValueError("bandwidth must have one entry per worker (%d)" % self.seg_time.shape[0])
         if np.any(self.bandwidth <= 0):
             raise ValueError("bandwidth must be positive")
+        if self.burst is not None:
+            self.burst = np.broadcast_to(np.asarray(self.burst, dtype=np.float64), (self.seg_time.shape[0], 2)).copy()
         for name in ("encode_time", "decode_time"):
             value = getattr(self, name)
             if value is not None:
@@ -140,6 +145,14 @@ class CostInputs:
         end = prefix if self.encode_time is None else prefix + self.encode_time
         return begin, end
 
+    def work_wall(self, fluid: np.ndarray, workers) -> np.ndarray:
+        """Work-stage seconds from fluid ones (time = CPU / share); `workers` broadcasts to fluid's shape and
+        says whose stage each entry is. With `burst`, a capped worker's stage is burst_wall() of it."""
+        if self.burst is None:
+            return fluid
+        w = np.broadcast_to(np.asarray(workers), np.shape(fluid))
+        return burst_wall(fluid, self.burst[w, 0], self.burst[w, 1])
+
     def result_time(self) -> float:
         """Seconds to send the model output from the last worker to the master."""
         bw = self.result_bandwidth if self.result_bandwidth is not None else self.bandwidth[-1]
@@ -153,7 +166,7 @@ def compute_costs(plan: Plan, inputs: CostInputs) -> np.ndarray:
     _check(plan, inputs)
     begin, end = inputs.work_bounds()
     rows = np.arange(inputs.n_workers)
-    comp = end[rows, cuts[1:]] - begin[rows, cuts[:-1]]
+    comp = inputs.work_wall(end[rows, cuts[1:]] - begin[rows, cuts[:-1]], rows)
     comp[-1] += inputs.result_time()
     return comp
 
@@ -283,6 +296,26 @@ def inputs_from_graph(
     )
 
 
+def burst_wall(fluid, quota, period, phases: int = 16) -> np.ndarray:
+    """Expected wall seconds of a burst of work that takes `fluid` seconds at a steady CPU share quota/period,
+    when it starts with a fresh CFS quota at a uniformly random point of the period (the worker was idle).
+    CPU c = fluid x share runs unthrottled until the quota or the period ends; after each period boundary it
+    runs `quota` and waits the rest, and the last slice does not wait. quota <= 0 or >= period: fluid."""
+    fluid = np.asarray(fluid, dtype=np.float64)
+    quota = np.broadcast_to(np.asarray(quota, dtype=np.float64), fluid.shape)
+    period = np.broadcast_to(np.asarray(period, dtype=np.float64), fluid.shape)
+    capped = (quota > 0) & (quota < period) & np.isfinite(fluid)
+    q = np.where(capped, quota, 1.0)[..., None]
+    p = np.where(capped, period, 1.0)[..., None]
+    cpu = np.where(capped, fluid, 0.0)[..., None] * q / p
+    r = p * (np.arange(phases) + 0.5) / phases  # time to the next boundary
+    first = np.minimum(q, r)
+    rem = np.maximum(cpu - first, 0.0)
+    k = np.maximum(np.ceil(rem / q) - 1.0, 0.0)
+    wall = np.where(cpu <= first, cpu, r + k * p + rem - k * q).mean(axis=-1)
+    return np.where(capped, wall, fluid)
+
+
 def with_network_cpu(inputs: CostInputs, seconds_per_byte: Sequence[float], delta: bool = True) -> CostInputs:
     """CostInputs whose work stages also pay each worker's network CPU: seconds_per_byte[w] times the steady
     bytes of the hop it receives (added to its decode at that cut) and of the hop it sends (added to its
@@ -293,7 +326,7 @@ def with_network_cpu(inputs: CostInputs, seconds_per_byte: Sequence[float], delt
     dec = hop if inputs.decode_time is None else inputs.decode_time + hop
     return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta, seg_time=inputs.seg_time,
                       bandwidth=inputs.bandwidth, result_bandwidth=inputs.result_bandwidth,
-                      result_bytes=inputs.result_bytes, encode_time=enc, decode_time=dec)
+                      result_bytes=inputs.result_bytes, encode_time=enc, decode_time=dec, burst=inputs.burst)
 
 
 def random_inputs(n_workers: int, n_cuts: int, seed: int = 0, codec: bool = False) -> CostInputs:

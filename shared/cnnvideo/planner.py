@@ -2,9 +2,9 @@
 
 Segment and hop codec times are profiled locally (one thread) and divided by each worker's CPU share
 (`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
-as 1), as is the network CPU charge (`net_cpu_ns_per_byte`). Delta bytes per cut come from the trainer's
-predictor cache when present, else from predictors fitted on ~20 frames of the config's video (synthetic
-frames if the file is missing).
+as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead).
+Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
+~20 frames of the config's video (synthetic frames if the file is missing).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .schedulers import SCHEDULERS, check_options, objective, schedule
 log = logging.getLogger(__name__)
 
 FIT_FRAMES = 20
+CFS_PERIOD_S = 0.1  # the kernel's default CFS period (docker --cpus keeps it)
 
 
 def worker_share(cfg: config_mod.Config, w: int) -> float:
@@ -99,8 +100,13 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     inputs = inputs_from_graph(graph, seg_times(cfg, profile), bandwidth, bytes_delta, preds.full_bytes())
     inputs.encode_time = seg_times(cfg, prof.encode)
     inputs.decode_time = seg_times(cfg, prof.decode)
-    per_byte = seg_times(cfg, np.array([cfg.net_cpu_ns_per_byte * 1e-9 * prof.wall_per_cpu]))[:, 0]
-    inputs = with_network_cpu(inputs, per_byte, cfg.mode == "delta")
+    shares = np.array([worker_share(cfg, w) for w in range(cfg.n_workers)])
+    if cfg.in_flight == 1:  # as the master does (cnnvideo.master.planning.cpu_model), with CFS's 100 ms period
+        inputs.burst = np.stack([np.where(shares < 1, shares * CFS_PERIOD_S, 0.0), np.full(shares.size, CFS_PERIOD_S)],
+                                axis=1)
+    else:
+        per_byte = seg_times(cfg, np.array([cfg.net_cpu_ns_per_byte * 1e-9 * prof.wall_per_cpu]))[:, 0]
+        inputs = with_network_cpu(inputs, per_byte, cfg.mode == "delta")
     return PlanContext(graph, inputs, preds, profile, source, frame_bytes)
 
 

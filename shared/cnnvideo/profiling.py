@@ -13,6 +13,7 @@ does).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
@@ -53,6 +54,29 @@ class WorkerProfile:
         if not all(np.all(np.isfinite(a)) for a in (out.seconds, out.encode, out.decode)):
             raise ValueError("worker profile has non-finite values")
         return out
+
+
+def cfs_quota(root: str = "/sys/fs/cgroup") -> Tuple[float, float]:
+    """(quota, period) seconds of this process's CFS CPU cap (cgroup v2 cpu.max or v1 cpu.cfs_*); (0, 0) when
+    uncapped or unreadable."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as fh:
+            quota, period = fh.read().split()[:2]
+        if quota == "max":
+            return 0.0, 0.0
+        return int(quota) / 1e6, int(period) / 1e6
+    except (OSError, ValueError):
+        pass
+    for sub in ("cpu", "cpu,cpuacct"):
+        try:
+            with open(os.path.join(root, sub, "cpu.cfs_quota_us")) as fh:
+                quota = int(fh.read().strip())
+            with open(os.path.join(root, sub, "cpu.cfs_period_us")) as fh:
+                period = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        return (quota / 1e6, period / 1e6) if quota > 0 and period > 0 else (0.0, 0.0)
+    return 0.0, 0.0
 
 
 def _segment_modules(graph) -> list:

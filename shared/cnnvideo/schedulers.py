@@ -109,7 +109,7 @@ def _stage_matrices(inputs: CostInputs, delta: bool) -> Tuple[np.ndarray, np.nda
     n = inputs.n_segments + 1
     transfer = inputs.hop_bytes(delta)[None, :] / inputs.bandwidth[:, None]
     begin, end = inputs.work_bounds()
-    comp = end[:, None, :] - begin[:, :, None]
+    comp = inputs.work_wall(end[:, None, :] - begin[:, :, None], np.arange(inputs.n_workers)[:, None, None])
     comp[:, np.tril_indices(n, -1)[0], np.tril_indices(n, -1)[1]] = INF
     comp[-1, :, -1] += inputs.result_time()
     return transfer, comp
@@ -260,7 +260,7 @@ def group_costs(
     hop_bytes[:, 0, :] = np.where(new, inputs.bytes_full[hop_cut], hop_bytes[:, 0, :])
     begin, end = inputs.work_bounds()
     rows = np.arange(w1 - 1)[None, :]
-    comp = end[rows, cuts[:, 1:]] - begin[rows, cuts[:, :-1]]
+    comp = inputs.work_wall(end[rows, cuts[:, 1:]] - begin[rows, cuts[:, :-1]], rows)
     comp[:, -1] += inputs.result_time()
     out = np.empty((p, g, 2 * (w1 - 1)))
     out[:, :, 0::2] = hop_bytes / inputs.bandwidth[None, None, :]
@@ -362,7 +362,7 @@ def _das_dp(
         else:
             hop[:, 0] = np.where(np.arange(n) != prev.cuts[w], inputs.bytes_full, hop[:, 0])
         t_cost = hop / inputs.bandwidth[w]  # [n, G]
-        c_cost = end[w][None, :] - begin[w][:, None]  # [i, j]
+        c_cost = inputs.work_wall(end[w][None, :] - begin[w][:, None], w)  # [i, j]
         if w == n_workers - 1:
             c_cost = c_cost + np.where(np.arange(n) == n - 1, inputs.result_time(), 0.0)[None, :]
         # transfer stage: depends on i only

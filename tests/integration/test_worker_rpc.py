@@ -83,6 +83,7 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
     costs = stubs[1].Costs(pb.CostRequest(), timeout=60)
     assert list(costs.seconds.shape) == [23]
     assert list(costs.encode.shape) == [24] and list(costs.decode.shape) == [24] and costs.wall_per_cpu > 0
+    assert costs.cfs_quota_s >= 0 and (costs.cfs_quota_s == 0 or costs.cfs_period_s > 0)
     now = stubs[1].Costs(pb.CostRequest(iters=1, rescale=True), timeout=60)  # rescaled: one factor for all
     from cnnvideo.rpc import convert
 

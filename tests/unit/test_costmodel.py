@@ -138,3 +138,37 @@ def test_codec_times_shape_checked():
     with pytest.raises(ValueError):
         CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
                    bandwidth=inp.bandwidth, decode_time=np.ones(3))
+
+
+def test_burst_wall_bounds_and_identity():
+    """A capped worker starting idle runs its first slice unthrottled: a burst shorter than the quota takes its
+    CPU time; a long one saves at most two throttle waits (the first slice and the last), never more than the
+    fluid time; monotone; uncapped = fluid."""
+    from cnnvideo.costmodel import burst_wall
+
+    q, p = 0.04, 0.1  # cpus 0.4
+    fluid = np.linspace(0.0, 2.0, 201)
+    wall = burst_wall(fluid, q, p)
+    assert np.all(np.diff(wall) >= -1e-12)
+    assert wall[1] == pytest.approx(fluid[1] * 0.4)  # 4 ms of CPU fits every phase's first slice
+    long = fluid > 0.5
+    assert np.all(wall[long] <= fluid[long] + 1e-12) and np.all(wall[long] >= fluid[long] - 2 * (p - q) - 1e-12)
+    np.testing.assert_allclose(burst_wall(fluid, 0.0, p), fluid)
+    np.testing.assert_allclose(burst_wall(fluid, 0.2, 0.1), fluid)  # 2 CPUs of quota: never throttled here
+    assert np.isinf(burst_wall(np.array([np.inf]), q, p)[0])
+
+
+def test_burst_applies_to_work_stages_only():
+    """With burst set, compute_costs are burst_wall of the fluid work (result transfer added after); transfers
+    are unchanged."""
+    from cnnvideo.costmodel import burst_wall, compute_costs
+
+    inp = _inputs()
+    bursty = CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
+                        bandwidth=inp.bandwidth, result_bandwidth=10.0, burst=[[0.04, 0.1], [0.0, 0.0]])
+    plan = Plan((0, 1, 3))
+    fluid = compute_costs(plan, inp)
+    got = compute_costs(plan, bursty)
+    assert got[0] == pytest.approx(float(burst_wall(fluid[0], 0.04, 0.1))) and got[0] < fluid[0]
+    assert got[1] == pytest.approx(fluid[1])  # uncapped worker
+    np.testing.assert_allclose(stage_costs(plan, bursty)[0::2], stage_costs(plan, inp)[0::2])

@@ -21,3 +21,20 @@ def test_net_cpu_charge_follows_the_hop_bytes():
     assert charged.bytes_delta[1] == 4000.0
     no_codec = cost_inputs(seg, [1e6, 1e6], dense, net_s_per_byte=[1e-6, 1e-6])
     np.testing.assert_allclose(no_codec.encode_time, no_codec.decode_time)
+
+
+def test_cpu_model_bursts_with_one_frame_in_flight_and_charges_network_cpu_otherwise():
+    """In-flight 1: each worker's CFS quota/period becomes `burst` (idle-start stages), no network charge;
+    more in flight: ns/byte x the worker's wall/CPU ratio, no burst."""
+    from types import SimpleNamespace
+
+    from cnnvideo.master.planning import cpu_model
+
+    costs = [SimpleNamespace(cfs_quota_s=0.04, cfs_period_s=0.1, wall_per_cpu=2.5),
+             SimpleNamespace(cfs_quota_s=0.0, cfs_period_s=0.0, wall_per_cpu=0.0)]
+    one = cpu_model(costs, 1, 25.0)
+    np.testing.assert_allclose(one["burst"], [[0.04, 0.1], [0.0, 0.0]])
+    assert "net_s_per_byte" not in one
+    many = cpu_model(costs, 6, 25.0)
+    np.testing.assert_allclose(many["net_s_per_byte"], [62.5e-9, 25e-9])
+    assert "burst" not in many

@@ -71,3 +71,24 @@ def test_rescale_scales_every_part_by_one_factor():
     np.testing.assert_allclose(out.seconds, inflated.seconds * factor)
     np.testing.assert_allclose(out.encode, inflated.encode * factor)
     assert out.wall_per_cpu == inflated.wall_per_cpu * factor
+
+
+def test_cfs_quota_reads_cgroup_v2_and_v1(tmp_path):
+    """cpu.max (v2) or cpu/cpu.cfs_quota_us + cfs_period_us (v1) give (quota, period) seconds; 'max', -1 or
+    nothing readable mean uncapped (0, 0)."""
+    from cnnvideo.profiling import cfs_quota
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("40000 100000\n")
+    assert cfs_quota(str(v2)) == (0.04, 0.1)
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cfs_quota(str(v2)) == (0.0, 0.0)
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("20000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert cfs_quota(str(tmp_path / "v1")) == (0.02, 0.1)
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cfs_quota(str(tmp_path / "v1")) == (0.0, 0.0)
+    assert cfs_quota(str(tmp_path / "nothing")) == (0.0, 0.0)
