@@ -40,13 +40,16 @@ def capacities(inputs: CostInputs) -> np.ndarray:
     return totals[0] / totals
 
 
-LBS_TIE = 0.02  # cuts this close (share of the total compute) to the balance point count as equally balanced
+# cuts this close (share of the total compute) to the balance point count as equally balanced: a ReLU or a
+# flatten between two cuts costs well under this, a convolution well over it
+LBS_TIE = 0.005
 
 
 def lbs(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
-    """Load balance: worker w gets a share of worker 0's compute proportional to its capacity. Of the cuts
-    within LBS_TIE of each balance point it takes the smallest tensor (a cheap layer such as a ReLU sits
-    between two cuts of nearly equal compute; without this, profile noise alone would pick the side)."""
+    """Load balance (the original's LBS): worker w gets a share of worker 0's compute proportional to its
+    capacity, at the cut nearest the balance point. Cuts within LBS_TIE of it tie and the smallest tensor wins
+    (a ReLU sits between two cuts of nearly equal compute; profile noise alone would otherwise pick the side,
+    and the pre-ReLU side is dense)."""
     cap = capacities(inputs)
     share = np.cumsum(cap / cap.sum())[:-1]
     prefix = inputs.prefix_time()[0]

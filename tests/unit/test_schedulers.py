@@ -47,9 +47,9 @@ def test_lbs_proportional_to_capacity():
 
 
 def test_lbs_breaks_near_ties_toward_the_smaller_tensor():
-    """Cuts 2 and 3 sit either side of a ReLU-like 1% segment at the balance point: lbs takes whichever sends
+    """Cuts 2 and 3 sit either side of a ReLU-like 0.3% segment at the balance point: lbs takes whichever sends
     fewer bytes, not whichever profile noise put nearer; a real imbalance (cut 1) is never taken for bytes."""
-    seg = np.array([[1.0, 0.49, 0.02, 1.49]])
+    seg = np.array([[1.0, 0.495, 0.01, 1.495]])
     seg = np.repeat(seg, 2, axis=0)
     for big, small in ((2, 3), (3, 2)):
         nbytes = np.full(5, 1e3)
