@@ -12,6 +12,7 @@ Pure functions plus one small mutable holder (`Estimates`) the master feeds; no 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -52,10 +53,7 @@ def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
             scale[w] = s
     codec = {name: None if getattr(inputs, name) is None else getattr(inputs, name) * scale[:, None]
              for name in ("encode_time", "decode_time")}  # the same CPU runs the codec
-    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta,
-                      seg_time=inputs.seg_time * scale[:, None], bandwidth=bw,
-                      result_bandwidth=inputs.result_bandwidth, result_bytes=inputs.result_bytes, burst=inputs.burst,
-                      **codec)
+    return dataclasses.replace(inputs, seg_time=inputs.seg_time * scale[:, None], bandwidth=bw, **codec)
 
 
 def relative_drift(configured: Sequence[float], measured: Sequence[Optional[float]]) -> float:

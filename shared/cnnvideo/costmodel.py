@@ -14,6 +14,7 @@ cycle mean of its event graph: T = max(max_s cost[s], sum_s cost[s] / m) (m = 0:
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -324,9 +325,7 @@ def with_network_cpu(inputs: CostInputs, seconds_per_byte: Sequence[float], delt
     hop = inputs.hop_bytes(delta)[None, :] * per_byte
     enc = hop if inputs.encode_time is None else inputs.encode_time + hop
     dec = hop if inputs.decode_time is None else inputs.decode_time + hop
-    return CostInputs(bytes_full=inputs.bytes_full, bytes_delta=inputs.bytes_delta, seg_time=inputs.seg_time,
-                      bandwidth=inputs.bandwidth, result_bandwidth=inputs.result_bandwidth,
-                      result_bytes=inputs.result_bytes, encode_time=enc, decode_time=dec, burst=inputs.burst)
+    return dataclasses.replace(inputs, encode_time=enc, decode_time=dec)
 
 
 def random_inputs(n_workers: int, n_cuts: int, seed: int = 0, codec: bool = False) -> CostInputs:
