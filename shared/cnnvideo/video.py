@@ -17,6 +17,14 @@ def _cv2():
     return cv2
 
 
+def to_rgb(bgr: np.ndarray, frame_size: Tuple[int, int]) -> np.ndarray:
+    """An OpenCV BGR frame as (H, W, 3) uint8 RGB of `frame_size` (height, width), resized with INTER_AREA."""
+    height, width = frame_size
+    if bgr.shape[:2] != (height, width):
+        bgr = _cv2().resize(bgr, (width, height), interpolation=_cv2().INTER_AREA)
+    return np.ascontiguousarray(bgr[:, :, ::-1])
+
+
 def read_frames(path: str, frame_size: Tuple[int, int], limit: int = 0, loop: bool = True) -> Iterator[np.ndarray]:
     """Yield up to `limit` frames (0 = all) as (H, W, 3) uint8 RGB; loop the clip if it is shorter."""
     cv2 = _cv2()
@@ -35,9 +43,7 @@ def read_frames(path: str, frame_size: Tuple[int, int], limit: int = 0, loop: bo
                 if not ok:
                     break
                 got_any = True
-                if bgr.shape[:2] != (height, width):
-                    bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
-                yield np.ascontiguousarray(bgr[:, :, ::-1])
+                yield to_rgb(bgr, (height, width))
                 produced += 1
         finally:
             cap.release()
