@@ -1,0 +1,109 @@
+"""Online exactness check: a share of completed frames re-run on the unsplit model in a background thread.
+
+The master offers (frame, input, output) as results arrive; a bounded queue holds what waits. Offline runs wait
+for room (every sampled frame is checked); live runs never wait: a sample that finds the queue full is counted
+as `missed`, so an endless run never piles up frames.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class CheckError(RuntimeError):
+    """A checked result has another shape than the reference's."""
+
+
+class OnlineChecker:
+    """Compares sampled outputs with `reference(frame_rgb)` (the whole model) as the run goes."""
+
+    def __init__(self, reference: Callable[[np.ndarray], np.ndarray], share: float = 1.0, queue: int = 4,
+                 block: bool = True) -> None:
+        self.reference = reference
+        self.share = float(share)
+        self.queue_cap = max(int(queue), 1)
+        self.block = block
+        self.cond = threading.Condition()
+        self.queue: Deque[Tuple[int, np.ndarray, np.ndarray]] = collections.deque()
+        self.offered = self.sampled = self.checked = self.missed = 0
+        self.max_err = 0.0
+        self.errors: Dict[int, float] = {}  # frame -> max abs error (checked frames only)
+        self.problem: Optional[str] = None
+        self.busy_s = 0.0
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="online-check", daemon=True)
+        self.thread.start()
+
+    def wants(self) -> bool:
+        """True if the next offered frame is in the sample (every frame at share 1, about 1 in 1/share else)."""
+        k = self.offered
+        return int((k + 1) * self.share) > int(k * self.share)
+
+    def offer(self, frame: int, rgb: np.ndarray, output: np.ndarray) -> bool:
+        """Queue the frame for checking if sampled; False if not sampled or (live) the queue was full."""
+        with self.cond:
+            take = self.wants()
+            self.offered += 1
+            if not take:
+                return False
+            self.sampled += 1
+            while self.block and len(self.queue) >= self.queue_cap and not self.closed:
+                self.cond.wait(0.5)
+            if len(self.queue) >= self.queue_cap or self.closed:
+                self.missed += 1
+                return False
+            self.queue.append((frame, rgb, np.array(output, copy=True)))
+            self.cond.notify_all()
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.closed:
+                    self.cond.wait(0.5)
+                if not self.queue:
+                    return
+                frame, rgb, out = self.queue[0]
+            t0 = time.time()
+            ref = self.reference(rgb)
+            if ref.shape != out.shape:
+                err = float("inf")
+                problem = "frame %d: result shape %r differs from the reference's %r" % (frame, out.shape, ref.shape)
+            else:
+                problem = None
+                err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
+            with self.cond:
+                self.queue.popleft()
+                self.busy_s += time.time() - t0
+                self.checked += 1
+                self.errors[frame] = err
+                self.max_err = max(self.max_err, err)
+                if problem and self.problem is None:
+                    self.problem = problem
+                self.cond.notify_all()
+
+    def close(self, timeout: float = 600.0) -> None:
+        """Check what is queued (up to `timeout` s), then stop the thread."""
+        deadline = time.time() + timeout
+        with self.cond:
+            while self.queue and time.time() < deadline and self.thread.is_alive():
+                self.cond.wait(0.5)
+            self.closed = True
+            self.missed += len(self.queue)
+            self.queue.clear()
+            self.cond.notify_all()
+        self.thread.join(5)
+
+    def summary(self) -> Dict[str, Any]:
+        """The report's `check` section."""
+        with self.cond:
+            return {"share": self.share, "offered": self.offered, "sampled": self.sampled, "checked": self.checked,
+                    "missed": self.missed, "max_abs_err": self.max_err if self.checked else None,
+                    "busy_s": round(self.busy_s, 3), "waits_for_room": self.block}

@@ -1,0 +1,55 @@
+"""Online checking: the sampled share of frames is compared with the reference in the background; a live
+checker never makes the caller wait and never holds more than its queue."""
+import time
+
+import numpy as np
+import pytest
+
+from cnnvideo.checking import OnlineChecker
+
+
+def ref(x):
+    return x.astype(np.float32) * 2
+
+
+def test_checks_every_frame_and_finds_an_error():
+    """At share 1 with waiting allowed, every frame is checked; one wrong output shows as its error."""
+    c = OnlineChecker(ref, share=1.0, queue=2, block=True)
+    for f in range(20):
+        x = np.full((4, 4), f, dtype=np.uint8)
+        out = ref(x)
+        if f == 7:
+            out = out + 0.5
+        c.offer(f, x, out)
+    c.close()
+    s = c.summary()
+    assert s["checked"] == 20 and s["missed"] == 0 and s["max_abs_err"] == pytest.approx(0.5)
+    assert c.errors[7] == pytest.approx(0.5) and c.errors[6] == 0.0
+
+
+def test_share_samples_that_fraction():
+    """share 0.25 samples 1 frame in 4."""
+    c = OnlineChecker(ref, share=0.25)
+    for f in range(40):
+        c.offer(f, np.zeros(2, np.uint8), np.zeros(2, np.float32))
+    c.close()
+    assert c.summary()["sampled"] == 10 and c.summary()["checked"] == 10
+
+
+def test_live_checker_never_blocks_and_stays_bounded():
+    """A slow reference behind a fast producer: offers return at once, the queue stays at its cap, the rest
+    is counted as missed."""
+    def slow(x):
+        time.sleep(0.05)
+        return ref(x)
+
+    c = OnlineChecker(slow, share=1.0, queue=3, block=False)
+    t0 = time.time()
+    peak = 0
+    for f in range(200):
+        c.offer(f, np.zeros(8, np.uint8), np.zeros(8, np.float32))
+        peak = max(peak, len(c.queue))
+    assert time.time() - t0 < 1.0 and peak <= 3
+    c.close()
+    s = c.summary()
+    assert s["missed"] > 150 and s["checked"] + s["missed"] == 200 and s["max_abs_err"] == 0.0
