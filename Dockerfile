@@ -18,6 +18,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-docker iproute2 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY services/netem/ /opt/netem/netem/
+COPY shared/cnnvideo/tcrules.py /opt/netem/netem/tcrules.py
 WORKDIR /opt/netem
 ENV PYTHONPATH=/opt/netem
 # It must run as root: nsenter into other containers' network namespaces needs CAP_SYS_ADMIN

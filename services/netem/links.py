@@ -1,40 +1,13 @@
 """Link specs: which container shapes traffic to which peer, at what rate, delay, jitter and loss."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional
 
+from .tc import LIMITS, UNITS, LinkError, Shape, check_value  # noqa: F401 (re-exported)
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-LIMITS = {"rate": (0.001, 10000.0), "delay": (0.0, 60000.0), "jitter": (0.0, 60000.0), "loss": (0.0, 100.0)}
-UNITS = {"rate": "MB/s", "delay": "ms", "jitter": "ms", "loss": "%"}
-
-
-class LinkError(ValueError):
-    """A link spec or value is malformed or out of range; the message names it."""
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One direction of a link: rate in MB/s (10^6 bytes/s), delay and jitter in ms, loss in percent."""
-
-    rate: float
-    delay: float = 0.0
-    jitter: float = 0.0
-    loss: float = 0.0
-
-    def __post_init__(self) -> None:
-        for key, (low, high) in LIMITS.items():
-            check_value(key, getattr(self, key), low, high)
-
-    @property
-    def rate_bits(self) -> int:
-        return int(round(self.rate * 8e6))
-
-    @property
-    def rate_bytes(self) -> int:
-        return int(round(self.rate * 1e6))
 
 
 @dataclass(frozen=True)
@@ -44,15 +17,6 @@ class Link:
     src: str
     dst: str
     shape: Shape
-
-
-def check_value(key: str, value: object, low: float, high: float) -> float:
-    """Return value as float if it is a finite number in [low, high], else raise LinkError naming key."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise LinkError("%s must be a number, got %r" % (key, value))
-    if not low <= value <= high:
-        raise LinkError("%s must be in [%g, %g] %s, got %r" % (key, low, high, UNITS[key], value))
-    return float(value)
 
 
 def check_name(name: str) -> str:

@@ -60,6 +60,7 @@ class Run:
         next_address: str,
         max_bytes: int,
         rpc_timeout: float,
+        pacer=None,
     ) -> None:
         self.run_id = setup.run_id
         self.generation = int(setup.generation)
@@ -72,6 +73,7 @@ class Run:
         self.next_stub = next_stub
         self.next_address = next_address
         self.rpc_timeout = rpc_timeout
+        self.pacer = pacer  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
         later = dict(threshold=float(setup.threshold), fp16=bool(setup.fp16))
         self.receiver = HopReceiver(max_bytes)
         # the hop out of this worker: uint8 frame only if it forwards the raw input (cut 0)
@@ -235,6 +237,8 @@ class Run:
             self.out_seq += 1
             t0 = time.time()
             out.sent_at = t0
+            if self.pacer is not None:
+                self.pacer.wait(out.ByteSize())
             try:
                 ack = self.next_stub.Process(out, timeout=self.rpc_timeout)
             except grpc.RpcError as exc:

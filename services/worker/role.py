@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from cnnvideo.config import Config
+from cnnvideo.pacing import pacer_for
 from cnnvideo.pipeline import load_graph
 from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -157,8 +158,9 @@ class WorkerRole:
                     self._next_channel.close()
                 self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
                 self.next_stub = pb_grpc.WorkerStub(self._next_channel)
+            pacer = pacer_for(self.cfg, self.worker_id + 1) if self.next_address else None
             self.run = Run(setup, self.worker_id, self.graph, self.executor_for, self.next_stub, self.next_address,
-                           self.cfg.max_message_bytes, self.cfg.limits.rpc_timeout_s)
+                           self.cfg.max_message_bytes, self.cfg.limits.rpc_timeout_s, pacer=pacer)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.mode)
 

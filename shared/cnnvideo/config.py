@@ -81,6 +81,37 @@ class Reliability:
 
 
 @dataclass
+class Source:
+    """How `video` is read (cnnvideo.sources): a file as fast as the chain allows, or frames on their own clock."""
+
+    realtime: bool = False  # play a file at its own fps, as if it were a camera
+    drop: str = "oldest"  # newest | oldest | none: which captured frames are skipped when the chain is slower
+    queue: int = 4  # captured frames held at most besides those in flight
+    loop: bool = True  # a file starts again at its end (frames: 0 with a looping file runs until a signal)
+    fps: float = 0.0  # pace of a realtime file (0 = the file's own)
+    reconnect_s: float = 10.0  # a dropped stream is reopened with backoff for this long
+    # live: schedulers and the cost model see only frames already captured; offline (a file read as fast as
+    # asked): they may look ahead at the clip's input change, as before sources existed (e.g. experiments)
+    mode: str = "live"
+
+
+@dataclass
+class LiveView:
+    """The master's live web page (cnnvideo.liveview); off unless `port` is set (0 = off)."""
+
+    port: int = 0
+    host: str = "127.0.0.1"
+
+
+@dataclass
+class Local:
+    """What `cnnvideo local` emulates of the cluster: per-hop `bandwidth` and per-role `cpus` caps."""
+
+    links: str = "auto"  # auto | tc | paced | none (auto: tc in a network namespace when root, else paced)
+    cpus: str = "auto"  # auto | cgroup | none (auto: cgroup CPU caps where writable, else none, said in the report)
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -93,7 +124,8 @@ class Config:
     mode: str = "delta"
     delta: Delta = field(default_factory=Delta)
     check: bool = True
-    frames: int = 60
+    check_share: float = 1.0  # share of completed frames compared with the unsplit model (online, background)
+    frames: int = 60  # 0 = until SIGINT/SIGTERM (a live source, or a looping file)
     in_flight: int = 3  # frames in flight cap, 0 = unlimited (the original's pd_num)
     group_size: int = 5
     scheduler: str = "optimal"
@@ -104,6 +136,9 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     reliability: Reliability = field(default_factory=Reliability)
     tls: Tls = field(default_factory=Tls)
+    source: Source = field(default_factory=Source)
+    live_view: LiveView = field(default_factory=LiveView)
+    local: Local = field(default_factory=Local)
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
     profile_iters: int = 3
@@ -209,7 +244,9 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
-    if check_files and not os.path.isfile(cfg.video):
+    from .sources import kind_of
+
+    if check_files and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
         raise ConfigError("config key 'video': file not found: %s" % cfg.video)
     if cfg.trainer.video is not None and check_files and not os.path.isfile(cfg.trainer.video):
         raise ConfigError("config key 'trainer.video': file not found: %s" % cfg.trainer.video)
@@ -219,7 +256,23 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'mode' must be one of %s, got %r" % ("|".join(MODES), cfg.mode))
     if cfg.scheduler not in SCHEDULERS:
         raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(SCHEDULERS), cfg.scheduler))
-    _positive(cfg.frames, "frames")
+    if cfg.frames < 0:
+        raise ConfigError("config key 'frames' must be >= 0 (0 = until a signal), got %r" % cfg.frames)
+    if not 0 < cfg.check_share <= 1:
+        raise ConfigError("config key 'check_share' must be in (0, 1], got %r" % cfg.check_share)
+    _choice(cfg.source.drop, ("newest", "oldest", "none"), "source.drop")
+    _choice(cfg.source.mode, ("offline", "live"), "source.mode")
+    _choice(cfg.local.links, ("auto", "tc", "paced", "none"), "local.links")
+    _choice(cfg.local.cpus, ("auto", "cgroup", "none"), "local.cpus")
+    _positive(cfg.source.queue, "source.queue")
+    if cfg.source.fps < 0 or cfg.source.reconnect_s <= 0:
+        key = "source.fps" if cfg.source.fps < 0 else "source.reconnect_s"
+        raise ConfigError("config key '%s' must be %s" % (key, ">= 0" if key == "source.fps" else "> 0"))
+    if not 0 <= cfg.live_view.port < 65536:
+        raise ConfigError("config key 'live_view.port' must be 0 (off) or a TCP port, got %r" % cfg.live_view.port)
+    if cfg.source.mode == "offline" and (kind_of(cfg.video) != "file" or cfg.source.realtime):
+        raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
+                          "(source.realtime: false), got %r" % cfg.video)
     _positive(cfg.group_size, "group_size")
     _positive(cfg.trainer.frames, "trainer.frames")
     _positive(cfg.profile_iters, "profile_iters")
@@ -252,6 +305,11 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
     return cfg
+
+
+def _choice(value: str, allowed: Tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise ConfigError("config key '%s' must be one of %s, got %r" % (key, "|".join(allowed), value))
 
 
 def _positive(value: int, key: str) -> None:

@@ -1,0 +1,211 @@
+"""tc rules as argument lists (pure functions, stdlib only): htb root, a class + netem per peer, a u32 filter on
+the peer's IP (containers, the netem helper) or on its TCP port (one namespace, `cnnvideo local`).
+
+The one rule builder of the project: services/netem (a copy sits in its image) and the local launcher use it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+LIMITS = {"rate": (0.001, 10000.0), "delay": (0.0, 60000.0), "jitter": (0.0, 60000.0), "loss": (0.0, 100.0)}
+UNITS = {"rate": "MB/s", "delay": "ms", "jitter": "ms", "loss": "%"}
+
+
+class LinkError(ValueError):
+    """A link spec or value is malformed or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One direction of a link: rate in MB/s (10^6 bytes/s), delay and jitter in ms, loss in percent."""
+
+    rate: float
+    delay: float = 0.0
+    jitter: float = 0.0
+    loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key, (low, high) in LIMITS.items():
+            check_value(key, getattr(self, key), low, high)
+
+    @property
+    def rate_bits(self) -> int:
+        return int(round(self.rate * 8e6))
+
+    @property
+    def rate_bytes(self) -> int:
+        return int(round(self.rate * 1e6))
+
+
+def check_value(key: str, value: object, low: float, high: float) -> float:
+    """Return value as float if it is a finite number in [low, high], else raise LinkError naming key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LinkError("%s must be a number, got %r" % (key, value))
+    if not low <= value <= high:
+        raise LinkError("%s must be in [%g, %g] %s, got %r" % (key, low, high, UNITS[key], value))
+    return float(value)
+
+
+Argv = List[str]
+Peers = Dict[int, Tuple[str, Shape]]  # peer index -> (peer IP, shape)
+ROOT = "1:"
+FIRST_MINOR = 0x10  # class 1:10 is the first peer; 1:1..1:f are left free
+MAX_PEERS = 0xFFF - FIRST_MINOR  # u32 node ids in table 800: go up to 0xfff
+NETEM_LIMIT = 10000  # packets netem may hold (the default 1000 drops at high rate x delay)
+DEV_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+
+
+def check_dev(dev: str) -> str:
+    """A network interface name (at most 15 of letters, digits, _ . -), else LinkError."""
+    if not DEV_RE.match(dev or ""):
+        raise LinkError("bad interface name %r" % dev)
+    return dev
+
+
+def check_ipv4(ip: str) -> str:
+    """A dotted IPv4 address, else LinkError."""
+    try:
+        return str(ipaddress.IPv4Address(ip))
+    except (ipaddress.AddressValueError, ValueError):
+        raise LinkError("bad IPv4 address %r" % ip) from None
+
+
+def minor(index: int) -> int:
+    """Class minor / netem major / u32 node id of the peer at `index`."""
+    if not 0 <= index < MAX_PEERS:
+        raise LinkError("peer index %d out of range (at most %d peers)" % (index, MAX_PEERS))
+    return FIRST_MINOR + index
+
+
+def burst_bytes(shape: Shape) -> int:
+    """htb burst: 1 ms at the rate, at least two full-size frames (a small burst keeps short messages honest)."""
+    return max(3028, shape.rate_bytes // 1000)
+
+
+def quantum_bytes(shape: Shape) -> int:
+    """htb quantum set explicitly (rate/10 clamped), so tc never warns that r2q gives a bad one."""
+    return min(max(shape.rate_bytes // 10, 1600), 60000)
+
+
+def root_qdisc(dev: str) -> Argv:
+    """htb at the root; unclassified traffic (no filter match) leaves unshaped via htb's direct queue."""
+    return ["tc", "qdisc", "add", "dev", check_dev(dev), "root", "handle", ROOT, "htb"]
+
+
+def peer_class(dev: str, index: int, shape: Shape) -> Argv:
+    """The htb class that caps traffic to one peer at the link rate (replace changes it in place)."""
+    rate = "%dbit" % shape.rate_bits
+    burst = "%db" % burst_bytes(shape)
+    return ["tc", "class", "replace", "dev", check_dev(dev), "parent", ROOT, "classid", "1:%x" % minor(index),
+            "htb", "rate", rate, "ceil", rate, "burst", burst, "cburst", burst, "quantum", str(quantum_bytes(shape))]
+
+
+def peer_netem(dev: str, index: int, shape: Shape) -> Argv:
+    """The netem qdisc under a peer's class: delay (+ jitter) and loss; every value given so replace resets it."""
+    m = minor(index)
+    argv = ["tc", "qdisc", "replace", "dev", check_dev(dev), "parent", "1:%x" % m, "handle", "%x:" % m,
+            "netem", "limit", str(NETEM_LIMIT), "delay", "%gms" % shape.delay]
+    if shape.jitter > 0:
+        argv.append("%gms" % shape.jitter)
+    return argv + ["loss", "%g%%" % shape.loss]
+
+
+def peer_filter(dev: str, index: int, ip: str) -> Argv:
+    """u32 filter sending packets for the peer's IP to its class, under a fixed handle (800::minor)."""
+    m = minor(index)
+    return ["tc", "filter", "add", "dev", check_dev(dev), "parent", ROOT, "protocol", "ip", "prio", "1",
+            "handle", "800::%x" % m, "u32", "match", "ip", "dst", check_ipv4(ip) + "/32", "flowid", "1:%x" % m]
+
+
+def port_filter(dev: str, index: int, port: int) -> Argv:
+    """u32 filter sending TCP packets to destination `port` to the peer's class (all roles in one namespace)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise LinkError("bad TCP port %r" % (port,))
+    m = minor(index)
+    return ["tc", "filter", "add", "dev", check_dev(dev), "parent", ROOT, "protocol", "ip", "prio", "1",
+            "handle", "800::%x" % m, "u32", "match", "ip", "protocol", "6", "0xff", "match", "ip", "dport",
+            str(port), "0xffff", "flowid", "1:%x" % m]
+
+
+def delete_filter(dev: str, index: int) -> Argv:
+    """Remove a peer's u32 filter (the kernel keeps a u32 selector on replace, so a new IP needs del + add)."""
+    return ["tc", "filter", "del", "dev", check_dev(dev), "parent", ROOT, "protocol", "ip", "prio", "1",
+            "handle", "800::%x" % minor(index), "u32"]
+
+
+def delete_class(dev: str, index: int) -> Argv:
+    """Remove a peer's class (its netem qdisc goes with it)."""
+    return ["tc", "class", "del", "dev", check_dev(dev), "classid", "1:%x" % minor(index)]
+
+
+def delete_root(dev: str) -> Argv:
+    """Remove every rule on the interface (back to the kernel default qdisc)."""
+    return ["tc", "qdisc", "del", "dev", check_dev(dev), "root"]
+
+
+def impaired(shape: Shape) -> bool:
+    """True if the shape needs netem (any delay, jitter or loss)."""
+    return shape.delay > 0 or shape.jitter > 0 or shape.loss > 0
+
+
+def peer_commands(dev: str, index: int, shape: Shape, netem: bool) -> List[Argv]:
+    """Class (+ netem leaf when the kernel has netem) for one peer."""
+    return [peer_class(dev, index, shape)] + ([peer_netem(dev, index, shape)] if netem else [])
+
+
+def plan(dev: str, old: Optional[Peers], new: Peers, netem: bool = True) -> List[Argv]:
+    """Commands taking `dev` from rules `old` (None = unknown, start afresh) to `new` ({index: (ip, shape)}).
+
+    A fresh start deletes the root first: the caller ignores that one command's failure (nothing to delete).
+    """
+    if old is None:
+        commands = [delete_root(dev), root_qdisc(dev)]
+        for index, (ip, shape) in sorted(new.items()):
+            commands += peer_commands(dev, index, shape, netem) + [peer_filter(dev, index, ip)]
+        return commands
+    commands = []
+    for index in sorted(set(old) - set(new)):
+        commands += [delete_filter(dev, index), delete_class(dev, index)]
+    for index, (ip, shape) in sorted(new.items()):
+        before = old.get(index)
+        if before is None or before[1] != shape:
+            commands += peer_commands(dev, index, shape, netem)
+        if before is None or before[0] != ip:
+            commands += ([delete_filter(dev, index)] if before else []) + [peer_filter(dev, index, ip)]
+    return commands
+
+
+def one_segment_per_packet(dev: str) -> Argv:
+    """Stop TCP handing `dev` 64 KB GSO super-packets: htb lets a whole one through while its bucket is
+    positive, so small messages would cross a slow link almost instantly; one MSS per packet paces them."""
+    return ["ip", "link", "set", "dev", check_dev(dev), "gso_max_size", "1500", "gso_max_segs", "1"]
+
+
+def in_netns(pid: int, argv: Argv) -> Argv:
+    """Run argv in the network namespace of process `pid` (a container's init)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise LinkError("bad process id %r" % (pid,))
+    return ["nsenter", "-t", str(pid), "-n", "--"] + list(argv)
+
+
+def list_addresses() -> Argv:
+    """`ip` command whose output iface_for_ip parses."""
+    return ["ip", "-o", "-4", "addr", "show"]
+
+
+def iface_for_ip(ip_output: str, ip: str) -> Optional[str]:
+    """The interface holding `ip` in `ip -o -4 addr show` output (eth0@if12 -> eth0), or None."""
+    for line in ip_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet" and fields[3].split("/")[0] == ip:
+            return fields[1].split("@")[0]
+    return None
+
+
+def netem_probe() -> Argv:
+    """A command that succeeds only if the kernel has sch_netem (run in a throwaway network namespace)."""
+    return ["unshare", "--net", "--", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
