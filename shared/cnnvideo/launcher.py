@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from . import config
+from . import config, linkemu
 from .config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "bandwidth": [3.0, 3.0],
     "cluster": {"trainer": "127.0.0.1:50051", "workers": ["127.0.0.1:50060", "127.0.0.1:50061"]},
     "trainer": {"frames": 40},
+    "local": {"links": "auto", "cpus": "auto"},  # like the cluster: shaped hops (tc or paced), capped roles
 }
 
 STARTUP_TIMEOUT_S = 600.0  # model load + first profiling of big models on a busy machine
@@ -42,8 +43,10 @@ STARTUP_TIMEOUT_S = 600.0  # model load + first profiling of big models on a bus
 class Child:
     """One role process with its log streamed to our stderr behind a prefix."""
 
-    def __init__(self, name: str, argv: List[str], env: Dict[str, str], log_path: str) -> None:
+    def __init__(self, name: str, argv: List[str], env: Dict[str, str], log_path: str,
+                 on_spawn=None) -> None:
         self.name = name
+        self.on_spawn = on_spawn  # called with the new pid (CPU caps: join the role's cgroup)
         self.argv, self.env = argv, env
         self.restarts = 0
         self.log_file = open(log_path, "w")
@@ -53,6 +56,8 @@ class Child:
     def _spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
+        if self.on_spawn is not None:
+            self.on_spawn(self.name, self.proc.pid)
         self.thread = threading.Thread(target=self._pump, name="log-" + self.name, daemon=True)
         self.thread.start()
 
@@ -158,6 +163,11 @@ def effective_config(args) -> Tuple[config.Config, str]:
         check_options(cfg.scheduler, cfg.scheduler_options)
     out = os.path.abspath(args.out or cfg.out)
     cfg.out = out
+    if os.environ.get(linkemu.NETNS_ENV):  # the launcher inside the namespace: the outer one chose everything
+        return cfg, args.config
+    cfg.local.links, note = linkemu.resolve_links(cfg.local.links)
+    if note:
+        print("[local] links: %s" % note, file=sys.stderr, flush=True)
     for attr in ("video",):
         setattr(cfg, attr, os.path.abspath(getattr(cfg, attr)))
     if cfg.trainer.video:
@@ -275,8 +285,52 @@ def _summary(report: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
+    """links: tc. The same command again inside a fresh network namespace whose loopback is shaped per hop;
+    signals are passed on; the namespace goes when the run ends."""
+    ns = linkemu.Namespace("cnnvideo-%d" % os.getpid())
+    forward = None
+    proc = None
+
+    def on_signal(signum, _frame):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signum)
+
+    try:
+        ns.create(cfg)
+        if cfg.live_view.port:
+            forward = linkemu.PortForward(ns, cfg.live_view.port, cfg.live_view.host)
+        argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
+        env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name})
+        proc = subprocess.Popen(argv + ["local", "-c", cfg_path, "--out", cfg.out], env=env)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+        return proc.wait()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+        if forward is not None:
+            forward.close()
+        ns.delete()
+
+
+def _patch_report(path: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+    with open(path) as fh:
+        report = json.load(fh)
+    report.update(extra)
+    with open(path + ".tmp", "w") as fh:
+        json.dump(report, fh, indent=2)
+        fh.write("\n")
+    os.replace(path + ".tmp", path)
+    return report
+
+
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
+    if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
+        return _run_in_netns(cfg, cfg_path, args)
     from . import tls
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
@@ -284,19 +338,28 @@ def run(args) -> int:
     env = _child_env()
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []
-    stop = threading.Event()
+    caps = linkemu.CpuCaps(linkemu.role_shares(cfg), cfg.local.cpus)
+    master: Optional[Child] = None
+    signals = []
 
     def on_signal(signum, _frame):
-        stop.set()
+        """First signal: the master drains its frames in flight and writes its report; a second one stops all."""
+        signals.append(signum)
+        if master is not None and master.alive() and len(signals) == 1:
+            print("[local] signal %d: the master drains and reports" % signum, file=sys.stderr, flush=True)
+            master.terminate()
+            return
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
     try:
-        children.append(Child("trainer", base + ["trainer", "-c", cfg_path], env, os.path.join(out, "trainer.log")))
+        children.append(Child("trainer", base + ["trainer", "-c", cfg_path], env, os.path.join(out, "trainer.log"),
+                              on_spawn=caps.add))
         for i in range(cfg.n_workers):
             children.append(Child("w%d" % i, base + ["worker", "-c", cfg_path, "-i", str(i)], env,
-                                  os.path.join(out, "w%d.log" % i)))
+                                  os.path.join(out, "w%d.log" % i), on_spawn=caps.add))
         for c in children:
             print("[local] started %s pid %d" % (c.name, c.pid), file=sys.stderr, flush=True)
         problem = _wait_servers(children, [cfg.cluster.trainer] + cfg.cluster.workers, STARTUP_TIMEOUT_S)
@@ -306,22 +369,21 @@ def run(args) -> int:
         report_path = os.path.join(out, "report.json")
         if os.path.exists(report_path):
             os.remove(report_path)
-        master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"))
+        master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"),
+                       on_spawn=caps.add)
         children.append(master)
         print("[local] started master pid %d" % master.pid, file=sys.stderr, flush=True)
+        if signals:  # a signal came while the roles were starting
+            master.terminate()
         code = _wait_master(master, children[:-1], rel=cfg.reliability)
         restarts = {c.name: c.restarts for c in children if c.restarts}
         master.thread.join(5)
         report = None
         if os.path.isfile(report_path):
-            with open(report_path) as fh:
-                report = json.load(fh)
+            extra: Dict[str, Any] = {"link_emulation": cfg.local.links, "cpu_caps": caps.summary()}
             if restarts:  # what the supervisor did, next to what the master saw
-                report["supervisor_restarts"] = restarts
-                with open(report_path + ".tmp", "w") as fh:
-                    json.dump(report, fh, indent=2)
-                    fh.write("\n")
-                os.replace(report_path + ".tmp", report_path)
+                extra["supervisor_restarts"] = restarts
+            report = _patch_report(report_path, extra)
             print(_summary(report))
             print("report: %s  picture: %s" % (report_path, os.path.join(out, "report.html")))
         if code != 0:
@@ -335,3 +397,4 @@ def run(args) -> int:
         return 130
     finally:
         stop_all(children)
+        caps.remove()
