@@ -1,0 +1,145 @@
+"""The master's frames: taken from a source as they arrive, numbered in send order, pixels kept only while a frame
+is in flight (a re-send after a resync needs them); the input change of recent sent frames for the planner."""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Deque, Dict, Optional
+
+import numpy as np
+
+from cnnvideo.config import Config
+from cnnvideo.pipeline import input_rates
+from cnnvideo.sources import Source, SourceError, SourceOptions
+
+log = logging.getLogger(__name__)
+
+WINDOW = 8  # sent-frame pairs in the running input-change window (live planning)
+
+
+def source_options(cfg: Config) -> SourceOptions:
+    s = cfg.source
+    return SourceOptions(realtime=s.realtime, drop=s.drop, queue=s.queue, loop=s.loop, fps=s.fps,
+                         reconnect_s=s.reconnect_s)
+
+
+class Feed:
+    """Frames of the run: `take()` gives the next frame id, `frame(f)` its pixels until `release(f)`."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.limit = int(cfg.frames)  # 0 = until stop()
+        self.offline = cfg.source.mode == "offline"
+        self.source = Source(cfg.video, tuple(cfg.frame_size), source_options(cfg),
+                             limit=self.limit if not cfg.source.realtime else 0)
+        self.pixels: Dict[int, np.ndarray] = {}
+        self.captured_at: Dict[int, float] = {}
+        self.capture_seq: Dict[int, int] = {}
+        self.next_id = 0
+        self.window: Deque[np.ndarray] = collections.deque(maxlen=WINDOW)
+        self.prev_sent: Optional[np.ndarray] = None
+        self.stopping = threading.Event()
+        self.error: Optional[str] = None
+        self.ahead: Optional[np.ndarray] = None  # offline: [N, 3] input change of the clip's frames (look-ahead)
+        self.peak_held = 0
+        self.pending: Deque[int] = collections.deque()  # taken by warm_up, not yet sent
+
+    def open(self) -> None:
+        """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change."""
+        if self.offline:
+            self.ahead = self._scan()
+        self.source.open()
+
+    def _scan(self) -> np.ndarray:
+        """Input change rates of the first `frames` frames (one pass of the clip when frames is 0), frame by
+        frame: the look-ahead of offline mode, without holding the frames."""
+        from cnnvideo.video import read_frames
+
+        prev, rows = None, []
+        for f in read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.limit, loop=self.limit > 0):
+            rows.append(input_rates(f, prev, self.cfg.delta.input_threshold))
+            prev = f
+        return np.array(rows)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit > 0 and self.next_id >= self.limit
+
+    def warm_up(self, n: int) -> int:
+        """Live: take up to n frames now (they are sent first) so the planner starts from their input change;
+        their wait counts in their capture-to-result latency. Returns how many were taken."""
+        for _ in range(n):
+            f = self._take_one()
+            if f is None:
+                break
+            self.pending.append(f)
+        return len(self.pending)
+
+    def take(self) -> Optional[int]:
+        """The next frame's id (its pixels held until release), or None when the run has its frames, the source
+        ended or stop() was called. SourceError if the source failed (frames taken before stay valid)."""
+        if self.pending:
+            return self.pending.popleft()
+        return self._take_one()
+
+    def _take_one(self) -> Optional[int]:
+        while not self.exhausted and not self.stopping.is_set():
+            item = self.source.get(timeout=0.5)
+            if item is None:
+                if self.source.ended:
+                    return None
+                continue
+            f = self.next_id
+            self.next_id += 1
+            self.pixels[f] = item.rgb
+            self.captured_at[f] = item.t
+            self.capture_seq[f] = item.seq
+            self.peak_held = max(self.peak_held, len(self.pixels))
+            self.window.append(input_rates(item.rgb, self.prev_sent, self.cfg.delta.input_threshold))
+            self.prev_sent = item.rgb
+            return f
+        return None
+
+    def frame(self, f: int) -> np.ndarray:
+        return self.pixels[f]
+
+    def release(self, f: int) -> None:
+        """Frame f ended (completed or dropped): its pixels go."""
+        self.pixels.pop(f, None)
+
+    def stop(self) -> None:
+        """No new frames after this (a signal): frames in flight still drain."""
+        self.stopping.set()
+
+    def change(self, frame: int, n: int) -> np.ndarray:
+        """[n, 3] input change rates the planner may use for frames frame..frame+n-1: offline the clip's own
+        (look-ahead), live the mean of the recent sent frames, repeated (only the past)."""
+        if self.ahead is not None and len(self.ahead):
+            idx = np.arange(frame, frame + n) % len(self.ahead)
+            return self.ahead[idx]
+        recent = [w for w in list(self.window)[1:]] or list(self.window)  # the first row is a keyframe (all 1)
+        mean = np.mean(recent, axis=0) if recent else np.ones(3)
+        return np.tile(mean, (n, 1))
+
+    def mean_change(self) -> Optional[np.ndarray]:
+        """Mean input change for the cost model: offline over the clip, live over the running window."""
+        if self.ahead is not None and len(self.ahead) > 1:
+            return self.ahead[1:].mean(axis=0)
+        recent = list(self.window)[1:]
+        return np.mean(recent, axis=0) if recent else None
+
+    def close(self) -> None:
+        self.source.close()
+
+    def stats(self, processed: int) -> Dict[str, Any]:
+        """The report's `source` section (skipped = captured - frames taken into the run)."""
+        st = self.source.stats()
+        st["taken"] = self.next_id
+        st["processed"] = processed
+        st["peak_frames_held"] = self.peak_held
+        st["skipped_share"] = round(st["skipped"] / st["captured"], 4) if st["captured"] else 0.0
+        return st
+
+
+__all__ = ["Feed", "SourceError", "source_options"]
