@@ -22,11 +22,11 @@ CA_BUNDLE=${CNNVIDEO_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 WITH_RPC=${CNNVIDEO_STANDIN_RPC:-1}
 # the shared library's tests that need neither torch.fx-only features nor the host's tools
 # (vermin, scripts/, services/netem); fx-only cases skip or assert the clear GraphError themselves
-DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/test_chain.py
+DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/tools/test_chain.py
   tests/unit/test_graph.py tests/unit/test_executor.py tests/unit/test_costmodel.py
   tests/unit/test_schedulers.py tests/unit/test_predict.py tests/unit/test_config.py
   tests/unit/test_models.py tests/unit/test_adapt.py)
-RPC_TESTS=(tests/unit/test_video.py tests/unit/test_planner.py tests/unit/test_bench_codec.py)
+RPC_TESTS=(tests/unit/test_video.py tests/unit/tools/test_planner.py tests/unit/tools/test_bench_codec.py)
 
 log() { echo "pi_standin: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -59,7 +59,7 @@ build() {
   (cd "$REPO" && tar -c --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
       --exclude=__pycache__ --exclude='*.pyc' --exclude='*_pb2.py' --exclude='*_pb2_grpc.py' \
       --exclude='*.egg-info' --exclude=.pytest_cache --exclude=.hypothesis \
-      pyproject.toml README.md proto shared services tests docker/pi-standin.Dockerfile \
+      pyproject.toml README.md proto shared services tools tests docker/pi-standin.Dockerfile \
       -C "$ctx" pi-standin-ca.crt) \
     | docker build -q -f docker/pi-standin.Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
         --build-arg "WITH_RPC=$WITH_RPC" -t "$IMAGE" - >/dev/null
