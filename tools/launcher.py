@@ -13,8 +13,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from . import config, linkemu
-from .config import ConfigError
+from cnnvideo import config
+from cnnvideo.config import ConfigError
+
+from . import linkemu
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ def stop_all(children: List[Child], timeout: float = 5.0) -> None:
 
 def effective_config(args) -> Tuple[config.Config, str]:
     """Load (or take the built-in) config, apply --frames/--out, validate, and rewrite addresses to free ports."""
-    from .rpc.net import free_port
+    from cnnvideo.rpc.net import free_port
 
     if args.config:
         try:
@@ -199,7 +201,7 @@ def _child_env() -> Dict[str, str]:
 
 def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -> Optional[str]:
     """Wait until every server answers its health check; a message if one died or timed out."""
-    from .rpc import net
+    from cnnvideo.rpc import net
 
     deadline = time.time() + timeout
     pending = list(zip(children, addresses))
@@ -331,7 +333,7 @@ def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
     if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
         return _run_in_netns(cfg, cfg_path, args)
-    from . import tls
+    from cnnvideo import tls
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out

@@ -23,8 +23,8 @@ import subprocess
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from . import tcrules
-from .config import Config, ConfigError
+from cnnvideo import tcrules
+from cnnvideo.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
