@@ -300,6 +300,7 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
 
     try:
         ns.create(cfg)
+        print("[local] links: tc in network namespace %s" % ns.name, file=sys.stderr, flush=True)
         if cfg.live_view.port:
             forward = linkemu.PortForward(ns, cfg.live_view.port, cfg.live_view.host)
         argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])

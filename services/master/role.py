@@ -15,6 +15,7 @@ import numpy as np
 from cnnvideo import report as rpt
 from cnnvideo.config import Config
 from cnnvideo.hop import HopReceiver, HopSender
+from cnnvideo.pacing import pacer_for
 from cnnvideo.pipeline import input_rates
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -140,6 +141,7 @@ class MasterRole:
         self.epochs = [0] * self.W
         self.cut0_shape: tuple = ()
         self.finish_times: collections.deque = collections.deque(maxlen=256)  # recent, seconds since run start
+        self.pacer = pacer_for(cfg, 0)  # `local.links: paced`: the input hop waits bytes / rate like a shaped link
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -507,6 +509,8 @@ class MasterRole:
             if self.completed == 0 and f == 0:
                 self.last_event = t0
         try:
+            if self.pacer is not None:
+                self.pacer.wait(task.ByteSize())
             self.stubs[0].Process(task, timeout=self.timeout)
         except grpc.RpcError as exc:
             self.fault("worker w0 at %s is down (cannot send frame %d: %s)" % (self.addresses[0], f,
