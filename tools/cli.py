@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the master's exactness check")
     p.add_argument("--out", default=None, help="work folder (default: a new temp folder)")
     p.add_argument("--verbose-children", action="store_true", help="echo the cluster's log lines")
+    p.add_argument("--realtime", action="store_true",
+                   help="play --video as if live (looped, frames skipped by policy) until --seconds, then SIGTERM")
+    p.add_argument("--video", default=None, help="with --realtime: video file (default: media/vtest.avi)")
+    p.add_argument("--seconds", type=float, default=1800.0, help="with --realtime: run length")
+    p.add_argument("--warmup-s", type=float, default=120.0,
+                   help="with --realtime: seconds after the first frame at which the first peak RSS is taken")
+    p.add_argument("--check-share", type=float, default=0.1, help="with --realtime: share of frames checked")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)
