@@ -1,0 +1,65 @@
+"""What the master's live view shows: recent spans, recent latencies and the latest result, kept in bounded
+deques as the run goes; `state()` turns them and the master's counters into the page's JSON."""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from cnnvideo import report as rpt
+
+WINDOW_S = 10.0  # the rolling Gantt chart's width
+RECENT = 4000  # spans kept for it
+LATENCIES = 500  # capture-to-result latencies in the figures shown
+
+
+def describe(y: np.ndarray, labels: Optional[Sequence[str]] = None) -> str:
+    """A one-line result: the top class of a classifier output (with its label when known)."""
+    flat = np.asarray(y, dtype=np.float64).reshape(-1)
+    if not flat.size:
+        return "-"
+    k = int(np.argmax(flat))
+    name = labels[k] if labels is not None and k < len(labels) else "class %d" % k
+    return "%s (%.3g)" % (name, flat[k])
+
+
+class ViewState:
+    """Bounded recent history for the live page (call the note_* methods holding the master's lock)."""
+
+    def __init__(self, actors: List[str]) -> None:
+        self.actors = actors
+        self.spans: Deque[rpt.StageSpan] = collections.deque(maxlen=RECENT)
+        self.latencies: Deque[float] = collections.deque(maxlen=LATENCIES)
+        self.done_at: Deque[float] = collections.deque(maxlen=LATENCIES)
+        self.latest: Optional[Dict[str, Any]] = None
+        self.plan: List[int] = []
+
+    def note_span(self, span: rpt.StageSpan) -> None:
+        self.spans.append(span)
+
+    def note_result(self, frame: int, latency: float, result: str, at: float) -> None:
+        self.latencies.append(latency)
+        self.done_at.append(at)
+        self.latest = {"frame": frame, "result": result}
+
+    def state(self, t0: float, counters: Dict[str, Any], hops: Sequence[rpt.HopStats],
+              extra: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+        """The page's JSON: counters (processed, captured, skipped, ...) plus the recent figures."""
+        now = time.time()
+        recent = [t for t in self.done_at if t >= now - WINDOW_S]
+        fps = None
+        if len(recent) >= 2 and recent[-1] > recent[0]:
+            fps = (len(recent) - 1) / (recent[-1] - recent[0])
+        lat = rpt.latency_summary(list(self.latencies)) if self.latencies else {}
+        spans = [[s.frame, s.actor, s.stage, round(s.start - t0, 4), round(s.end - t0, 4)]
+                 for s in self.spans if s.end >= now - WINDOW_S]
+        out = {"fps": fps, "latency_s": {k: lat.get(k) for k in ("p50", "p95", "max")}, "latest": self.latest,
+               "plan": self.plan, "window_s": WINDOW_S, "now_s": round(now - t0, 4), "actors": self.actors,
+               "spans": spans,
+               "hops": [{"name": h.name, "bytes_sent": h.bytes_sent, "messages": h.messages,
+                         "MBps": (h.bytes_sent / h.transfer_s / 1e6) if h.transfer_s > 0 else None} for h in hops]}
+        out.update(counters)
+        out.update(extra())
+        return out
