@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import uuid
+import zipfile
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -44,8 +45,8 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tupl
         try:
             with np.load(path, allow_pickle=False) as data:
                 return WorkerProfile.from_arrays({n: data[n] for n in data.files}, k), True
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable cached profile %s: %s", path, exc)
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # truncated, bad CRC, ...
+            log.warning("cached profile %s is damaged (%s: %s); profiling again", path, type(exc).__name__, exc)
 
     t0 = time.time()
     prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
