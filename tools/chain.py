@@ -10,10 +10,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .executor import StageExecutor
-from .graph import LayerGraph
-from .hop import HopReceiver
-from .protocol import HopSettings
+from cnnvideo.executor import StageExecutor
+from cnnvideo.graph import LayerGraph
+from cnnvideo.hop import HopReceiver
+from cnnvideo.protocol import HopSettings
 
 
 @dataclasses.dataclass
