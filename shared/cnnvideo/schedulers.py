@@ -615,10 +615,12 @@ class GroupScheduler(Scheduler):
                 if frame == 0:  # the first frame is a keyframe on every hop
                     frame_bytes[0] = self.inputs.bytes_full
         ready, fin = self.estimate_state(state)
-        opts = dict(self.options)
+        opts = dict(self.options)  # a `frame_bytes` option (cnnvideo plan) stands in when nothing is predicted
         opts.setdefault("group_size", self.group_size)
-        plan, _ = das_decide(self.inputs, self.in_flight, self.delta, frame_bytes=frame_bytes, prev=self.current,
-                             ready=ready, finished=fin, now=state.now, **opts)
+        if frame_bytes is not None:
+            opts["frame_bytes"] = frame_bytes
+        plan, _ = das_decide(self.inputs, self.in_flight, self.delta, prev=self.current, ready=ready, finished=fin,
+                             now=state.now, **opts)
         return self._use(frame, plan)
 
     def estimate_state(self, state: PipelineState) -> Tuple[Optional[np.ndarray], Optional[List[float]]]:

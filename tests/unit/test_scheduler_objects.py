@@ -79,3 +79,12 @@ def test_adaptive_switches_when_a_hop_measures_slower():
 def test_unknown_options_are_refused_by_create():
     with pytest.raises(ValueError, match="bogus"):
         create("lbs", random_inputs(2, 4), options={"bogus": 1})
+
+
+def test_group_scheduler_takes_given_frame_bytes_as_das_does():
+    """`cnnvideo plan` hands das the predicted bytes of a group as an option: the object decides as
+    schedule('das', frame_bytes=...) does."""
+    inputs = random_inputs(3, 6, seed=7)
+    fb = np.random.default_rng(1).uniform(0.1, 1.0, (4, 7)) * inputs.bytes_full[None, :]
+    want = schedule("das", inputs, 2, True, group_size=4, frame_bytes=fb)
+    assert create("das", inputs, 2, True, {"frame_bytes": fb}, group_size=4).initial_plan().cuts == want.cuts
