@@ -85,6 +85,6 @@ def test_group_scheduler_takes_given_frame_bytes_as_das_does():
     """`cnnvideo plan` hands das the predicted bytes of a group as an option: the object decides as
     schedule('das', frame_bytes=...) does."""
     inputs = random_inputs(3, 6, seed=7)
-    fb = np.random.default_rng(1).uniform(0.1, 1.0, (4, 7)) * inputs.bytes_full[None, :]
+    fb = np.random.default_rng(1).uniform(0.1, 1.0, (4, inputs.bytes_full.size)) * inputs.bytes_full[None, :]
     want = schedule("das", inputs, 2, True, group_size=4, frame_bytes=fb)
     assert create("das", inputs, 2, True, {"frame_bytes": fb}, group_size=4).initial_plan().cuts == want.cuts
