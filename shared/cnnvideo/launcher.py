@@ -277,6 +277,9 @@ def _summary(report: Dict[str, Any]) -> str:
 
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
+    from .pipeline import check_weights
+
+    print("[local] %s, weights: %s" % (cfg.model, check_weights(cfg).describe()), file=sys.stderr, flush=True)
     from . import tls
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)

@@ -228,12 +228,21 @@ def _load_state_dict(path: str) -> Dict[str, torch.Tensor]:
         else:
             state = torch.load(path, map_location="cpu")
     except Exception as exc:  # a corrupted zip or pickle raises RuntimeError, EOFError, UnpicklingError, ...
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelError("weights file %s is not a readable torch state dict (corrupted or not a .pth?): %s"
-                         % (path, first[:200])) from None
+                         % (path, _load_problem(exc))) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ModelError("weights file %s does not hold a state dict of tensors (got %s)" % (path, type(state).__name__))
     return state
+
+
+def _load_problem(exc: Exception) -> str:
+    """The informative part of torch.load's (often long, multi-line) message, on one short line."""
+    text = str(exc).strip()
+    if "WeightsUnpickler error:" in text:  # weights-only refusal: the reason follows this marker
+        text = text.split("WeightsUnpickler error:", 1)[1].strip()
+        text = "refused by weights-only loading: " + (text.splitlines() or [""])[0]
+    lines = [line for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+    return lines[0].split(". This is an internal")[0][:200]
 
 
 def _few(keys) -> str:
