@@ -231,7 +231,8 @@ def _load_state_dict(path: str) -> Dict[str, torch.Tensor]:
         raise ModelError("weights file %s is not a readable torch state dict (corrupted or not a .pth?): %s"
                          % (path, _load_problem(exc))) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ModelError("weights file %s does not hold a state dict of tensors (got %s)" % (path, type(state).__name__))
+        raise ModelError("weights file %s does not hold a state dict of tensors (got %s)"
+                         % (path, type(state).__name__))
     return state
 
 
