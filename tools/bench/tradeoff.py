@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..executor import StageExecutor
-from ..graph import LayerGraph
-from ..hop import HopReceiver, HopSender
-from ..labels import top1
+from cnnvideo.executor import StageExecutor
+from cnnvideo.graph import LayerGraph
+from cnnvideo.hop import HopReceiver, HopSender
+from cnnvideo.labels import top1
 
 INPUT_THRESHOLDS = (0, 1, 2, 3, 4, 6, 8)
 LATER_SETTINGS = ((0.0, False), (0.0, True), (0.03, False), (0.1, False), (0.3, False), (1.0, False))  # (t, fp16)
@@ -217,8 +217,8 @@ def summary_table(result: Dict[str, Any]) -> str:
 
 
 def run(args) -> int:
-    from ..models import load_model
-    from ..video import default_video, read_frames
+    from cnnvideo.models import load_model
+    from cnnvideo.video import default_video, read_frames
 
     size = tuple(args.frame_size)
     model, info = load_model(args.model, args.weights, 0)
