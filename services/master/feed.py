@@ -105,8 +105,10 @@ class Feed:
         return self.pixels[f]
 
     def release(self, f: int) -> None:
-        """Frame f ended (completed or dropped): its pixels go."""
+        """Frame f ended (completed or dropped): its pixels and capture facts go."""
         self.pixels.pop(f, None)
+        self.captured_at.pop(f, None)
+        self.capture_seq.pop(f, None)
 
     def stop(self) -> None:
         """No new frames after this (a signal): frames in flight still drain."""

@@ -3,6 +3,7 @@ chain, resync after faults, report. The parts it glues live beside it: `tracking
 re-sends, generations), `links` (channels, setup calls, streams, resync), `outputs` (the output store)."""
 from __future__ import annotations
 
+import array
 import logging
 import os
 import threading
@@ -17,16 +18,18 @@ from cnnvideo import report as rpt
 from cnnvideo import schedulers
 from cnnvideo.config import Config
 from cnnvideo.hop import HopReceiver
-from cnnvideo.pipeline import input_rates
+from cnnvideo.pacing import pacer_for
 from cnnvideo.protocol import HopPlanner, HopSettings
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.schedulers import Compute, PipelineState, Transfer
 
+from .feed import Feed, SourceError
 from .links import Backoff, MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
 from .planning import check_options, cost_inputs, cpu_model
 from .tracking import FrameTracker
+from .view import ViewState, describe
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,16 @@ class MasterRole:
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
         self.last_event = time.time()
-        self.frames: List[np.ndarray] = []
+        self.feed = Feed(cfg)  # frames as they arrive; pixels held only while in flight
+        self.live = cfg.source.mode == "live"  # schedulers see only the past (else offline look-ahead)
+        self.feed_done = False  # no new frames: the run has its frames, the source ended or a signal came
+        self.source_error: Optional[str] = None
+        self.interrupted: Optional[int] = None  # the signal that ended the run
+        self.capture_latency = array.array("d")  # capture-to-result seconds of completed frames (8 bytes each)
+        self.checker = None  # OnlineChecker with check: true
+        self.view: Optional[ViewState] = None
+        self.live_view = None
+        self.pacer = pacer_for(cfg, 0)  # `local.links: paced`: the input hop waits bytes / rate like a shaped link
         self.scheduler: Optional[schedulers.Scheduler] = None
         self.predictors = None
         self.setup_s: Dict[str, float] = {}
@@ -79,10 +91,9 @@ class MasterRole:
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
-        """Connect, check the workers, get their costs, read the video, get predictors, build the scheduler.
-        A worker or trainer that restarts meanwhile is waited for (backoff, up to reliability.reconnect_s)."""
-        from cnnvideo.video import read_frames
-
+        """Connect, check the workers, get their costs, get predictors, open the source (live: take a few frames
+        to see the input change), build the scheduler. A worker or trainer that restarts meanwhile is waited for
+        (backoff, up to reliability.reconnect_s)."""
         check_options(self.cfg.scheduler, self.cfg.scheduler_options)
         OutputStore.remove_stale(self.out, keep=self.outputs.path)
         t0 = time.time()
@@ -96,10 +107,6 @@ class MasterRole:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
-        t1 = time.time()
-        self.frames = list(read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.cfg.frames))
-        self.tracker.n_frames = len(self.frames)
-        self.setup_s["read_video"] = time.time() - t1
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             from cnnvideo.executor import StageExecutor
             from cnnvideo.pipeline import load_graph
@@ -109,21 +116,31 @@ class MasterRole:
         t2 = time.time()
         self.predictors = self._get_predictors()
         self.setup_s["predictors"] = time.time() - t2
+        t1 = time.time()
+        try:
+            self.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+            if self.live:
+                self.feed.warm_up(min(self.cfg.group_size, 8) + 1)
+        except SourceError as exc:
+            raise MasterError(str(exc)) from None
+        self.setup_s["open_source"] = time.time() - t1
+        if self.cfg.check:
+            from cnnvideo.checking import OnlineChecker
+
+            block = not self.feed.source.live  # a file read as fast as asked may wait: every sample is checked
+            self.checker = OnlineChecker(self.reference.run, self.cfg.check_share, queue=16 if block else 4,
+                                         block=block)
         dense = np.array([c.bytes_dense for c in self.infos[0].cuts], dtype=np.float64)
-        prev = None
-        nz = []
-        for f in self.frames:
-            nz.append(input_rates(f, prev, self.cfg.delta.input_threshold))
-            prev = f
-        frame_nz = np.array(nz)
+        frame_nz = self.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
         delta = self.cfg.mode == "delta"
-        mean_nz = frame_nz[1:].mean(axis=0) if len(frame_nz) > 1 else None
+        mean_nz = self.feed.mean_change()
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
                              delta_mode=delta, **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte))
         self.scheduler = schedulers.create(self.cfg.scheduler, inputs, self.cfg.in_flight, delta,
                                            self.cfg.scheduler_options, self.cfg.group_size, self.predictors, frame_nz)
         self.scheduler.initial_plan()
-        log.info("setup done in %.1f s: %d frames, %d cuts, scheduler %s", time.time() - t0, len(self.frames),
+        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
+                 self.feed.source.kind, self.feed.source.stats()["video"], "live" if self.live else "offline",
                  len(dense), self.cfg.scheduler)
 
     def _setup_call(self, w: int, method: str, request, timeout: float):
@@ -184,8 +201,47 @@ class MasterRole:
             raise MasterError("trainer sent unusable predictors: %s" % exc) from None
 
     # ------------------------------------------------------------------ the run
+    def _on_signal(self, signum: int) -> None:
+        """First signal: take no new frame, drain those in flight, report. A second one stops at once."""
+        if self.interrupted is None:
+            self.interrupted = signum
+            log.info("signal %d: no new frames; draining %d in flight", signum, self.tracker.in_flight())
+            self.feed.stop()
+            with self.cond:
+                self.cond.notify_all()
+        else:
+            self.fail("interrupted by signal %d" % signum)
+
+    def _start_live_view(self) -> None:
+        lv = self.cfg.live_view
+        if not lv.port:
+            return
+        from cnnvideo.liveview import LiveView
+
+        self.view = ViewState(["m"] + ["w%d" % w for w in range(self.W)])
+        self.live_view = LiveView(lv.port, self._view_state, lv.host)
+        self.live_view.start()
+
+    def _view_state(self):
+        """The live page's JSON (from the HTTP thread)."""
+        with self.cond:
+            tr = self.tracker
+            st = self.feed.source.stats()
+            counters = {"mode": "live" if self.live else "offline", "processed": tr.completed,
+                        "captured": st["captured"], "skipped": st["skipped"],
+                        "skipped_share": round(st["skipped"] / st["captured"], 4) if st["captured"] else None,
+                        "in_flight": tr.in_flight(), "dropped": tr.dropped,
+                        "plan_layers": " | ".join(str(len(x)) for x in self._plan_layers(self.view.plan))
+                        if self.view.plan else ""}
+            chk = self.checker.summary() if self.checker is not None else {}
+            counters["checked"] = chk.get("checked")
+            counters["max_abs_err"] = chk.get("max_abs_err")
+            hops = [self.hops[n] for n in sorted(self.hops)]
+            return self.view.state(self.t_run or time.time(), counters, hops, dict)
+
     def serve(self) -> int:
-        net.on_signals(lambda signum: self.fail("interrupted by signal %d" % signum))
+        net.on_signals(self._on_signal)
+        self._start_live_view()
         try:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
@@ -224,6 +280,8 @@ class MasterRole:
         self.stage_totals.add(span)
         if len(self.spans) < SPAN_LIMIT:
             self.spans.append(span)
+        if self.view is not None:
+            self.view.note_span(span)
 
     def _read_results(self, w: int, call, gen: int) -> None:
         receiver = HopReceiver(self.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
@@ -250,12 +308,23 @@ class MasterRole:
                         self.outputs.put(res.frame_id, y)
                     except OutputError as exc:
                         self.failure = self.failure or str(exc)
+                    f = res.frame_id
+                    captured = self.feed.captured_at.get(f, t_dec)
+                    self.capture_latency.append(t_dec - captured)
+                    if self.view is not None:
+                        self.view.note_result(f, t_dec - captured, describe(y), t_dec)
+                        if self.live_view is not None:
+                            self.live_view.set_frame(self.feed.pixels.get(f))
+                    rgb = self.feed.pixels.get(f)
+                    self.feed.release(f)
                     self.last_event = now
                     self._hop("w%d->m" % w).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                                 res.output.keyframe)
                     self._span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now, len(res.output.data)))
                     self._span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
                     self.cond.notify_all()
+                if self.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
+                    self.checker.offer(f, rgb, y)
             if not self.closing:
                 self.fault("%s ended its result stream" % name, gen)
         except grpc.RpcError as exc:
@@ -340,17 +409,46 @@ class MasterRole:
     def _run_loop(self) -> None:
         """Send new frames and re-sends in order, within the in-flight cap; resync after every fault."""
         tr = self.tracker
+
+        def ready() -> bool:
+            if tr.pending_fault is not None:
+                return True
+            room = tr.cap <= 0 or tr.in_flight() < tr.cap
+            if tr.retry_q or not self.feed_done:
+                return room
+            return tr.done()
+
         while True:
             with self.cond:
-                self._wait(tr.ready)
-                if self.failure is not None or (tr.done() and tr.pending_fault is None):
+                self._wait(ready)
+                if self.failure is not None or (self.feed_done and tr.done() and tr.pending_fault is None):
                     return
                 fault = tr.pending_fault
-                nxt = None if fault is not None else tr.next_frame()
+                nxt = tr.next_frame() if fault is None and tr.retry_q else None
+                take = fault is None and nxt is None and not self.feed_done
             if fault is not None:
                 self._recover(fault)
-            elif nxt is not None:
+            elif take:
+                nxt = self._take()
+            if nxt is not None:
                 self._send_frame(*nxt)
+
+    def _take(self):
+        """The next new frame from the source as (frame, False), or None when there are no more (the run then
+        drains); a source failure ends the intake the same way and is reported at the end."""
+        try:
+            f = self.feed.take()
+        except SourceError as exc:
+            self.source_error = str(exc)
+            log.error("%s; draining the frames in flight", exc)
+            f = None
+        with self.cond:
+            if f is None:
+                self.feed_done = True
+                self.cond.notify_all()
+                return None
+            self.tracker.n_frames = f + 1
+            return self.tracker.next_frame()
 
     def _plan(self, f: int, resend: bool) -> List[int]:
         if resend:  # a re-send keeps the frame's plan
@@ -361,14 +459,15 @@ class MasterRole:
             with self.cond:
                 now = time.time()
                 flying, done = self.tracker.state()
-            state = PipelineState(flying, done, now - self.t_run)
+            change = self.feed.change(f, self.cfg.group_size) if self.live else None
+            state = PipelineState(flying, done, now - self.t_run, change)
         return list(self.scheduler.plan_for(f, state).cuts)
 
     def _send_frame(self, f: int, resend: bool) -> None:
         cuts = self._plan(f, resend)
         keyframe, epochs = self.hop_plan.plan(f, cuts)
         t0 = time.time()
-        x = np.ascontiguousarray(self.frames[f]).reshape(self.cut0_shape)
+        x = np.ascontiguousarray(self.feed.frame(f)).reshape(self.cut0_shape)
         data = self.sender.encode(x, keyframe=keyframe[0])
         t1 = time.time()
         with self.cond:
@@ -381,6 +480,8 @@ class MasterRole:
                             payload=pb.Tensor(cut=0, data=data, keyframe=keyframe[0], bytes_dense=x.size * 4))
         self.seq0 += 1
         try:
+            if self.pacer is not None:
+                self.pacer.wait(task.ByteSize())
             self.links.stubs[0].Process(task, timeout=self.timeout)
         except grpc.RpcError as exc:
             self.fault("worker w0 at %s is down (cannot send frame %d: %s)" % (self.addresses[0], f,
@@ -392,8 +493,10 @@ class MasterRole:
             self._span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
             self._hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
             self.scheduler.observe(Transfer(0, len(data), t2 - t1))
+        if self.view is not None:
+            self.view.plan = list(cuts)
         if f % 10 == 0 and not resend:
-            log.info("sent frame %d/%d (plan %s, %d bytes, %d completed)", f + 1, len(self.frames), cuts,
+            log.info("sent frame %d/%s (plan %s, %d bytes, %d completed)", f + 1, self.cfg.frames or "-", cuts,
                      len(data), self.tracker.completed)
 
     # ------------------------------------------------------------------ faults: resync and re-send
@@ -406,6 +509,7 @@ class MasterRole:
             gen, again, dropped = self.tracker.resync(fault)
             for f in dropped:
                 log.error("frame %d dropped: %s", f, self.tracker.records[f].reason)
+                self.feed.release(f)
         log.warning("resync %d (generation %d): %s; %d frames to re-send", self.tracker.resyncs, gen, fault,
                     len(again))
         self.links.cancel_streams()
@@ -455,28 +559,21 @@ class MasterRole:
         self.links.end_run(self.run_id)
 
     # ------------------------------------------------------------------ results
-    def _check(self) -> Optional[float]:
-        from cnnvideo.executor import StageExecutor
-        from cnnvideo.pipeline import load_graph
-
-        t0 = time.time()
-        ex = self.reference
-        if ex is None:
-            graph = load_graph(self.cfg)
-            ex = StageExecutor(graph, 0, len(graph.cuts) - 1)
-        worst = 0.0
-        for f in self.outputs.frames():
-            out = self.outputs.get(f)
-            ref = ex.run(self.frames[f])
-            if ref.shape != out.shape:
-                raise MasterError("frame %d: result shape %r differs from the master's %r" % (f, out.shape,
-                                                                                             ref.shape))
-            err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
-            self.tracker.records[f].error = err
-            worst = max(worst, err)
-        log.info("checked %d results against the master's own full execution in %.1f s: max abs error %.3g",
-                 len(self.outputs), time.time() - t0, worst)
-        return worst
+    def _check_results(self) -> Optional[float]:
+        """Let the online checker finish what is queued; record each checked frame's error."""
+        if self.checker is None:
+            return None
+        self.checker.close()
+        for f, err in self.checker.errors.items():
+            rec = self.tracker.records.get(f)
+            if rec is not None:
+                rec.error = err
+        s = self.checker.summary()
+        log.info("checked %d of %d results online against the unsplit model (share %g, %d missed): max abs error "
+                 "%s", s["checked"], self.tracker.completed, s["share"], s["missed"], s["max_abs_err"])
+        if self.checker.problem:
+            self.failure = self.failure or self.checker.problem
+        return s["max_abs_err"]
 
     def _plan_layers(self, cuts: List[int]) -> List[List[str]]:
         info = self.infos[0]
@@ -493,9 +590,8 @@ class MasterRole:
         return out
 
     def _finish(self, wall: float) -> int:
-        max_err = None
-        if self.cfg.check and self.outputs and self.failure is None:
-            max_err = self._check()
+        max_err = self._check_results()
+        n_frames = self.tracker.n_frames
         tr = self.tracker
         main_plan = tr.main_plan(self.W)
         hop_order = ["m->w0"] + ["w%d->w%d" % (w, w + 1) for w in range(self.W - 1)] + ["w%d->m" % w
@@ -538,13 +634,14 @@ class MasterRole:
                            "done_s": None if r.done_at is None else round(r.done_at - t_run, 6)} for r in records]
         extra["spans"] = [[s.frame, s.actor, s.stage, round(s.start - t_run, 6), round(s.end - t_run, 6), s.nbytes]
                           for s in self.spans]
-        extra.update(self.scheduler.report(len(self.frames), main_plan))
+        extra.update(self.scheduler.report(n_frames, main_plan))
+        extra.update(self._live_extra(wall))
         os.makedirs(self.out, exist_ok=True)
         if self.outputs:  # model outputs of completed frames, in frame order (for cross-run comparisons)
             order = self.outputs.frames()
             self.outputs.save_npy(os.path.join(self.out, "outputs.npy"))
-            extra["outputs_frames"] = order if len(order) != len(self.frames) else "all"
-        report = rpt.build(frames_total=len(self.frames), records=records, hops=hops, spans=self.spans,
+            extra["outputs_frames"] = order if len(order) != n_frames else "all"
+        report = rpt.build(frames_total=n_frames, records=records, hops=hops, spans=self.spans,
                            model=self.cfg.model, mode=self.cfg.mode, scheduler=self.cfg.scheduler,
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
                            max_abs_err=max_err, extra=extra, stages=self.stage_totals.summary())
@@ -554,7 +651,12 @@ class MasterRole:
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, self.out)
         if self.failure is not None:
-            raise MasterError("%s; %d/%d frames completed" % (self.failure, tr.completed, len(self.frames)))
+            raise MasterError("%s; %d/%d frames completed" % (self.failure, tr.completed, n_frames))
+        if self.source_error is not None:
+            raise MasterError("%s; %d/%d frames completed" % (self.source_error, tr.completed, n_frames))
+        if self.interrupted is not None and self.cfg.frames > 0 and n_frames < self.cfg.frames:
+            raise MasterError("interrupted by signal %d after %d of %d frames (%d completed)"
+                              % (self.interrupted, n_frames, self.cfg.frames, tr.completed))
         if tr.dropped:
             first = next(r for r in records if r.status == "dropped")
             raise MasterError("%d frames dropped (frame %d: %s)" % (tr.dropped, first.frame, first.reason))
@@ -562,7 +664,31 @@ class MasterRole:
             raise MasterError("%d frames lost" % report["lost"])
         return 0
 
+    def _live_extra(self, wall: float):
+        """Report fields of the source and real-time figures."""
+        st = self.feed.stats(self.tracker.completed)
+        done = self.tracker.completed
+        return {
+            "run_mode": "live" if self.live else "offline",
+            "source": st,
+            "skipped": st["skipped"],
+            "capture_latency_s": rpt.latency_summary(list(self.capture_latency)),
+            "processed_fps": round(done / wall, 4) if wall > 0 else None,
+            "check": self.checker.summary() if self.checker is not None else None,
+            "interrupted_by_signal": self.interrupted,
+            "source_error": self.source_error,
+            "live_view_port": self.live_view.port if self.live_view is not None else None,
+            "das_input_change": ("recent sent frames (running window)" if self.live else "the clip ahead (offline)")
+            if self.cfg.scheduler == "das" else None,
+        }
+
     def stop(self) -> None:
+        self.feed.close()
+        if self.checker is not None:
+            self.checker.close(timeout=0)
+        if self.live_view is not None:
+            self.live_view.stop()
+            self.live_view = None
         with self.cond:
             self.closing = True
         self.outputs.close()

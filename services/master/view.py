@@ -15,14 +15,12 @@ RECENT = 4000  # spans kept for it
 LATENCIES = 500  # capture-to-result latencies in the figures shown
 
 
-def describe(y: np.ndarray, labels: Optional[Sequence[str]] = None) -> str:
-    """A one-line result: the top class of a classifier output (with its label when known)."""
-    flat = np.asarray(y, dtype=np.float64).reshape(-1)
-    if not flat.size:
-        return "-"
-    k = int(np.argmax(flat))
-    name = labels[k] if labels is not None and k < len(labels) else "class %d" % k
-    return "%s (%.3g)" % (name, flat[k])
+def describe(y: np.ndarray) -> str:
+    """A one-line result: the top class of a classifier output with its softmax score (ImageNet names)."""
+    from cnnvideo.labels import topk
+
+    best = topk(y, 1)
+    return "%s (%.3g)" % (best[0][1], best[0][2]) if best else "-"
 
 
 class ViewState:

@@ -505,6 +505,9 @@ class PipelineState:
     in_flight: Sequence[Tuple[float, Sequence[int]]] = ()
     finished: Sequence[float] = ()
     now: float = 0.0
+    # [n, 3] input change rates a group scheduler plans the next frames with: on a live source the recent sent
+    # frames' change (only the past); None = the frame_nz given at creation (offline look-ahead)
+    input_change: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -608,8 +611,10 @@ class GroupScheduler(Scheduler):
             return self.current
         state = state or PipelineState()
         frame_bytes = None
-        if self.predictors is not None and self.frame_nz is not None and self.delta:
+        group = state.input_change
+        if group is None and self.frame_nz is not None:
             group = self.frame_nz[frame:frame + self.group_size]
+        if self.predictors is not None and group is not None and self.delta:
             if len(group):
                 frame_bytes = np.atleast_2d(self.predictors.predict_bytes(group))
                 if frame == 0:  # the first frame is a keyframe on every hop
