@@ -184,9 +184,15 @@ def effective_config(args) -> Tuple[config.Config, str]:
     cfg.local.links, note = linkemu.resolve_links(cfg.local.links)
     if note:
         print("[local] links: %s" % note, file=sys.stderr, flush=True)
-    for attr in ("video",):
-        setattr(cfg, attr, os.path.abspath(getattr(cfg, attr)))
-    if cfg.trainer.video:
+    from cnnvideo.sources import SourceError, kind_of, probe
+
+    try:
+        probe(cfg.video)  # an unreachable URL or a missing device stops here, before any role starts
+    except SourceError as exc:
+        raise ConfigError("config key 'video': %s" % exc) from None
+    if kind_of(cfg.video) == "file":  # a URL, device or pipeline is passed on as it is
+        cfg.video = os.path.abspath(cfg.video)
+    if cfg.trainer.video and kind_of(cfg.trainer.video) == "file":
         cfg.trainer.video = os.path.abspath(cfg.trainer.video)
     if cfg.weights not in ("imagenet", "random"):
         cfg.weights = os.path.abspath(cfg.weights)

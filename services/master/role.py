@@ -590,6 +590,7 @@ class MasterRole:
         return out
 
     def _finish(self, wall: float) -> int:
+        self.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + skipped)
         max_err = self._check_results()
         n_frames = self.tracker.n_frames
         tr = self.tracker
@@ -612,7 +613,7 @@ class MasterRole:
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
             "predicted_period_s": self.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
-            "error": self.failure,
+            "error": self.failure or self.source_error,
             "thresholds": {"input": self.cfg.delta.input_threshold, "later": self.cfg.delta.threshold},
             "retried": tr.retried,
             "dropped": tr.dropped,

@@ -19,7 +19,11 @@ log = logging.getLogger(__name__)
 
 
 def _file_id(path: str) -> str:
-    """Identity of a file for cache keys: absolute path, size and mtime."""
+    """Identity of a file for cache keys: absolute path, size and mtime (a stream or device: its name)."""
+    from cnnvideo.sources import kind_of
+
+    if kind_of(path) != "file":
+        return path
     st = os.stat(path)
     return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
 
@@ -97,12 +101,12 @@ class TrainerRole:
             except (OSError, ValueError) as exc:
                 log.warning("ignoring unreadable predictor cache %s: %s", path, exc)
         from cnnvideo.pipeline import load_graph
-        from cnnvideo.video import read_frames
+        from cnnvideo.sources import source_frames
 
         t0 = time.time()
         graph = load_graph(self.cfg)
         n = self.cfg.trainer.frames
-        frames = read_frames(self.video, tuple(self.cfg.frame_size), limit=n)
+        frames = source_frames(self.video, tuple(self.cfg.frame_size), limit=n)
         rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
                                    input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
         p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16)

@@ -248,7 +248,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
 
     if check_files and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
         raise ConfigError("config key 'video': file not found: %s" % cfg.video)
-    if cfg.trainer.video is not None and check_files and not os.path.isfile(cfg.trainer.video):
+    if (cfg.trainer.video is not None and check_files and kind_of(cfg.trainer.video) == "file"
+            and not os.path.isfile(cfg.trainer.video)):
         raise ConfigError("config key 'trainer.video': file not found: %s" % cfg.trainer.video)
     if any(v <= 0 for v in cfg.frame_size):
         raise ConfigError("config key 'frame_size' must be two positive integers, got %r" % (cfg.frame_size,))

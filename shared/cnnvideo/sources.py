@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -113,6 +113,14 @@ def open_capture(video: str, kind: str):
         cap.release()
         raise SourceError(what)
     return cap
+
+
+def probe(video: str) -> None:
+    """Open and release a stream, device or pipeline (SourceError, one line, if it cannot be opened): bad input
+    is found before any role starts. Files are checked by the config."""
+    kind = kind_of(video)
+    if kind != "file":
+        open_capture(video, kind).release()
 
 
 class Source:
@@ -304,3 +312,22 @@ class _Closed:
 
     def release(self) -> None:
         pass
+
+
+def source_frames(video: str, frame_size: Tuple[int, int], limit: int) -> Iterator[np.ndarray]:
+    """`limit` consecutive RGB frames of any source (a file as read_frames does, looping; a stream, device or
+    pipeline as they arrive, none skipped): what the trainer plays to fit its predictors."""
+    from .video import read_frames
+
+    if kind_of(video) == "file":
+        yield from read_frames(video, frame_size, limit=limit)
+        return
+    src = Source(video, frame_size, SourceOptions(drop="none")).open()
+    try:
+        for _ in range(limit):
+            item = src.get()
+            if item is None:
+                raise SourceError("source %s ended before %d frames" % (_shown(video), limit))
+            yield item.rgb
+    finally:
+        src.close()
