@@ -19,7 +19,7 @@ from typing import Any, Deque, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
-from .video import VideoError, to_rgb
+from .video import VideoError, _cv2, to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,7 @@ def kind_of(video: str) -> str:
 
 def has_gstreamer() -> bool:
     """True if this OpenCV was built with GStreamer."""
-    import cv2
-
+    cv2 = _cv2()
     for line in cv2.getBuildInformation().splitlines():
         if line.strip().startswith("GStreamer:"):
             return "YES" in line
@@ -86,7 +85,7 @@ def _shown(video: str) -> str:
 
 def open_capture(video: str, kind: str):
     """An opened cv2.VideoCapture for `video`, else SourceError saying why."""
-    import cv2
+    cv2 = _cv2()
 
     shown = _shown(video)
     if kind == "file":
@@ -156,7 +155,7 @@ class Source:
 
     def open(self) -> "Source":
         """Open the source (SourceError if it cannot be) and start the reader thread."""
-        import cv2
+        cv2 = _cv2()
 
         self._cap = open_capture(self.video, self.kind)
         fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)

@@ -12,6 +12,11 @@ class VideoError(ValueError):
 
 
 def _cv2():
+    # FFmpeg's and OpenCV's own log lines (a refused connection, a backend probe) would repeat our one-line
+    # errors on stderr; set CNNVIDEO_CV_LOGS=1 to see them
+    if not os.environ.get("CNNVIDEO_CV_LOGS"):
+        os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+        os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
     import cv2  # local: cv2 is heavy and only roles that read video need it
 
     return cv2

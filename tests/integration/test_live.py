@@ -123,8 +123,8 @@ def test_bad_sources_one_line_nonzero_and_reported(tmp_path, synthetic_video, ca
         lines = [ln for ln in proc.stderr.splitlines() if "error" in ln and text in ln]
         assert len(lines) == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
 
-    def frames(n):
-        return pattern(40 if n == 1 else 10, (96, 128) if n == 1 else (80, 100))
+    def frames(n):  # connection 1 is the launcher's probe, 2 the master's; a 3rd (after the drop) changed size
+        return pattern(40 if n <= 2 else 10, (96, 128) if n <= 2 else (80, 100))
 
     with MjpegServer(frames, fps=25.0) as srv:
         data = live_config(srv.url, cache_dir, trainer_video=synthetic_video, source={"drop": "none"})
