@@ -115,10 +115,11 @@ def open_capture(video: str, kind: str):
 
 
 def probe(video: str) -> None:
-    """Open and release a stream, device or pipeline (SourceError, one line, if it cannot be opened): bad input
-    is found before any role starts. Files are checked by the config."""
+    """Open and release a device or pipeline (SourceError, one line, if it cannot be opened): bad input is found
+    before any role starts. Files are checked by the config; stream URLs only by the master (a single-client
+    server, like `ffmpeg -listen 1`, would spend its one connection on a probe)."""
     kind = kind_of(video)
-    if kind != "file":
+    if kind in ("device", "gstreamer"):
         open_capture(video, kind).release()
 
 
