@@ -270,7 +270,12 @@ def run(args) -> int:
     t0 = time.time()
     result: Dict[str, Any] = {"model": args.model, "weights": info.describe(), "video": video, "frames": len(frames),
                               "frame_size": list(size), "cuts": [graph.cuts[c].name for c in cuts]}
-    result.update(sweep(graph, frames, cuts))
+    ins = tuple(int(t) for t in args.input_thresholds.split(",")) if args.input_thresholds else INPUT_THRESHOLDS
+    later = LATER_SETTINGS
+    if args.thresholds:
+        later = tuple((float(t.rstrip("h")), t.endswith("h")) for t in args.thresholds.split(","))
+        later = ((0.0, False),) + tuple(s for s in later if s != (0.0, False))
+    result.update(sweep(graph, frames, cuts, ins, later))
     result["answers"] = answers(result)
     result["combined"] = {}
     for target in TARGETS:
