@@ -63,6 +63,7 @@ COPY shared/ shared/
 COPY services/master/ services/master/
 COPY services/worker/ services/worker/
 COPY services/trainer/ services/trainer/
+COPY tools/ tools/
 COPY build/wheels/ /wheels/
 # The proto sits at cnnvideo/rpc/ in the include tree so generated code says
 # `from cnnvideo.rpc import cnnvideo_pb2`, exactly as `python -m cnnvideo.rpc.generate` does.

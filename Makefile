@@ -31,8 +31,8 @@ test: setup
 	$(PY) -m pytest -q -ra tests
 
 lint: setup
-	$(VENV)/bin/ruff check shared services tests scripts
-	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations shared/cnnvideo services
+	$(VENV)/bin/ruff check shared services tests scripts tools
+	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations shared/cnnvideo services tools
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

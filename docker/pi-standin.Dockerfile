@@ -3,7 +3,7 @@
 # torch 1.7.1 / torchvision 0.8.2 CPU wheels from PyPI. Like the Pi image it has no torch.fx, so
 # the layer graph takes its chain fallback; fx-only models must fail with a clear GraphError.
 # Built and run by scripts/pi_standin.sh, which streams the build context as a tar:
-#   pyproject.toml README.md proto/ shared/ services/ tests/  plus  pi-standin-ca.crt
+#   pyproject.toml README.md proto/ shared/ services/ tools/ tests/  plus  pi-standin-ca.crt
 # pi-standin-ca.crt: the host's CA bundle (may be empty). HTTPS to PyPI from inside a container
 # fails here without the host's extra CAs; pip gets them through PIP_CERT during the build only.
 # BASE_IMAGE cnnvideo/debian:bullseye is made with debootstrap by scripts/pi_standin.sh.
@@ -51,6 +51,7 @@ COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY shared/ shared/
 COPY services/ services/
+COPY tools/ tools/
 # stubs (only when grpcio-tools is there), then a plain no-deps install of the project
 RUN if [ -d /opt/tools ]; then PYTHONPATH=/src/shared:/opt/tools python3 -m cnnvideo.rpc.generate --force; fi \
  && python3 -m pip install --no-deps --no-build-isolation . \

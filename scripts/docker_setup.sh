@@ -10,17 +10,19 @@
 # Each step is skipped when already done. Exit 0 only when `docker info` and `docker compose
 # version` work and the base image exists.
 # Environment: CNNVIDEO_BASE_IMAGE (default cnnvideo/debian:bookworm), CNNVIDEO_DEBIAN_MIRROR
-# (default http://deb.debian.org/debian), CNNVIDEO_PULL=0 to skip trying the registry,
-# DOCKERD_LOG (default /var/log/cnnvideo-dockerd.log).
+# (default: the Debian mirror of this host's apt sources, see scripts/debian_mirror.sh; with
+# none, debootstrap's own default), CNNVIDEO_PULL=0 to skip trying the registry,
+# DOCKERD_LOG (default /var/log/cnnvideo-dockerd.log). pip uses its own configuration.
 set -euo pipefail
 
 BASE_IMAGE=${CNNVIDEO_BASE_IMAGE:-cnnvideo/debian:bookworm}
-MIRROR=${CNNVIDEO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PULL=${CNNVIDEO_PULL:-1}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/cnnvideo-dockerd.log}
 PLUGIN_DIRS=(/usr/local/lib/docker/cli-plugins "${HOME:-/root}/.docker/cli-plugins")
 APT_UPDATED=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/debian_mirror.sh
+. "$REPO/scripts/debian_mirror.sh"
 # paired with Debian bookworm's python3-grpcio 1.51 / python3-protobuf 3.21 (PyPI protobuf 4.21)
 WHEELS=(grpcio_health_checking==1.51.1)
 
@@ -87,11 +89,12 @@ pull_base() {
 debootstrap_base() {
   command -v debootstrap >/dev/null || apt_install debootstrap
   [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || apt_install debian-archive-keyring
-  local root
+  local root mirror
   root=$(mktemp -d /var/tmp/cnnvideo-rootfs.XXXXXX)
-  log "debootstrap --variant=minbase bookworm (from $MIRROR)"
+  mirror=$(debian_mirror 2>/dev/null) || mirror=""
+  log "debootstrap --variant=minbase bookworm (from ${mirror:-the default mirror of debootstrap})"
   debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
-    bookworm "$root" "$MIRROR" >/dev/null
+    bookworm "$root" ${mirror:+"$mirror"} >/dev/null
   # no apt caches or logs in the image; the Dockerfiles run apt-get update themselves
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/* "$root"/dev/*
   tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null

@@ -8,7 +8,7 @@
 #   4. with --local, also run `cnnvideo local --frames 5` (alexnet, tiny synthetic video) inside.
 # Usage: scripts/pi_standin.sh [--build-only] [--local] [-- PYTEST ARGS]
 # Environment: CNNVIDEO_STANDIN_BASE (default cnnvideo/debian:bullseye), CNNVIDEO_STANDIN_IMAGE
-# (default cnnvideo/pi-standin), CNNVIDEO_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+# (default cnnvideo/pi-standin), CNNVIDEO_DEBIAN_MIRROR (default: the host's apt sources),
 # CNNVIDEO_CA_BUNDLE (default /etc/ssl/certs/ca-certificates.crt; "none" for no extra CAs),
 # CNNVIDEO_STANDIN_RPC (1: also gRPC + OpenCV in the image, the default; 0: torch only).
 # Prints the build and test times; exit status is pytest's (or the local run's).
@@ -17,16 +17,17 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BASE_IMAGE=${CNNVIDEO_STANDIN_BASE:-cnnvideo/debian:bullseye}
 IMAGE=${CNNVIDEO_STANDIN_IMAGE:-cnnvideo/pi-standin}
-MIRROR=${CNNVIDEO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=scripts/debian_mirror.sh
+. "$REPO/scripts/debian_mirror.sh"
 CA_BUNDLE=${CNNVIDEO_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 WITH_RPC=${CNNVIDEO_STANDIN_RPC:-1}
 # the shared library's tests that need neither torch.fx-only features nor the host's tools
 # (vermin, scripts/, services/netem); fx-only cases skip or assert the clear GraphError themselves
-DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/test_chain.py
+DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/tools/test_chain.py
   tests/unit/test_graph.py tests/unit/test_executor.py tests/unit/test_costmodel.py
   tests/unit/test_schedulers.py tests/unit/test_predict.py tests/unit/test_config.py
   tests/unit/test_models.py tests/unit/test_adapt.py)
-RPC_TESTS=(tests/unit/test_video.py tests/unit/test_planner.py tests/unit/test_bench_codec.py)
+RPC_TESTS=(tests/unit/test_video.py tests/unit/tools/test_planner.py tests/unit/tools/test_bench_codec.py)
 
 log() { echo "pi_standin: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -35,10 +36,11 @@ make_base() {
   docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return 0
   [ "$(id -u)" = 0 ] || die "base image $BASE_IMAGE missing and debootstrap needs root"
   command -v debootstrap >/dev/null || die "debootstrap missing (apt-get install debootstrap)"
-  local root start=$SECONDS
+  local root mirror start=$SECONDS
   root=$(mktemp -d /var/tmp/cnnvideo-bullseye.XXXXXX)
-  log "debootstrap --variant=minbase bullseye (from $MIRROR)"
-  debootstrap --variant=minbase bullseye "$root" "$MIRROR" >/dev/null
+  mirror=$(debian_mirror 2>/dev/null) || mirror=""
+  log "debootstrap --variant=minbase bullseye (from ${mirror:-the default mirror of debootstrap})"
+  debootstrap --variant=minbase bullseye "$root" ${mirror:+"$mirror"} >/dev/null
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/* "$root"/dev/*
   tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
   rm -rf "$root"
@@ -59,7 +61,7 @@ build() {
   (cd "$REPO" && tar -c --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
       --exclude=__pycache__ --exclude='*.pyc' --exclude='*_pb2.py' --exclude='*_pb2_grpc.py' \
       --exclude='*.egg-info' --exclude=.pytest_cache --exclude=.hypothesis \
-      pyproject.toml README.md proto shared services tests docker/pi-standin.Dockerfile \
+      pyproject.toml README.md proto shared services tools tests docker/pi-standin.Dockerfile \
       -C "$ctx" pi-standin-ca.crt) \
     | docker build -q -f docker/pi-standin.Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
         --build-arg "WITH_RPC=$WITH_RPC" -t "$IMAGE" - >/dev/null

@@ -17,7 +17,7 @@ UNSAFE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 ALLOWED = {
     # the original system's pickled-CSR codec, reproduced as the benchmark baseline: it unpickles only bytes
     # it pickled itself a line earlier, in process; nothing from the network reaches it
-    ("shared/cnnvideo/bench/codec.py", "pickle"),
+    ("tools/bench/codec.py", "pickle"),
     # a local weights file named in the config (never received): weights_only=True where torch supports it,
     # the plain call is the fallback for torch < 1.13 on the Pi images
     ("shared/cnnvideo/models.py", "torch.load"),
@@ -29,6 +29,7 @@ RECEIVE_PATH = ["shared/cnnvideo/codec.py", "shared/cnnvideo/hop.py", "shared/cn
 def _sources():
     files = glob.glob(os.path.join(REPO, "shared", "**", "*.py"), recursive=True)
     files += glob.glob(os.path.join(REPO, "services", "**", "*.py"), recursive=True)
+    files += glob.glob(os.path.join(REPO, "tools", "**", "*.py"), recursive=True)
     return sorted(f for f in files if not f.endswith(("_pb2.py", "_pb2_grpc.py")))
 
 

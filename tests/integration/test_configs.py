@@ -22,7 +22,7 @@ def test_config_validates(path):
 def test_builtin_default_matches_configs_local():
     import yaml
 
-    from cnnvideo import launcher
+    from cnnvideo.tools import launcher
 
     with open(os.path.join(REPO, "configs", "local.yml")) as fh:
         local = yaml.safe_load(fh)

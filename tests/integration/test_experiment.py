@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from cnnvideo import experiment
+from cnnvideo.tools import experiment
 
 from .helpers import REPO, env
 

@@ -1,4 +1,4 @@
-"""The shared library and role code keep to Python 3.7 syntax (it is baked into the 32-bit Pi image)."""
+"""The shared library, role code and tools keep to Python 3.7 syntax (the 32-bit Pi image runs Python 3.7)."""
 import os
 import shutil
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PATHS = ["shared/cnnvideo", "services/master", "services/worker", "services/trainer"]
+PATHS = ["shared/cnnvideo", "services/master", "services/worker", "services/trainer", "tools"]
 
 
 def test_vermin_reports_python37():

@@ -10,9 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .executor import StageExecutor
-from .graph import LayerGraph
-from .hop import HopReceiver, HopSender
+from cnnvideo.executor import StageExecutor
+from cnnvideo.graph import LayerGraph
+from cnnvideo.hop import HopReceiver, HopSender
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """Experiment runner pieces that need no Docker: the compose project lock."""
 import pytest
 
-from cnnvideo.experiment import ComposeBackend, ExperimentError
+from cnnvideo.tools.experiment import ComposeBackend, ExperimentError
 
 
 def test_second_experiment_on_one_compose_project_is_refused(tmp_path):

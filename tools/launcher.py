@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from . import config
-from .config import ConfigError
+from cnnvideo import config
+from cnnvideo.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def stop_all(children: List[Child], timeout: float = 5.0) -> None:
 
 def effective_config(args) -> Tuple[config.Config, str]:
     """Load (or take the built-in) config, apply --frames/--out, validate, and rewrite addresses to free ports."""
-    from .rpc.net import free_port
+    from cnnvideo.rpc.net import free_port
 
     if args.config:
         try:
@@ -189,7 +189,7 @@ def _child_env() -> Dict[str, str]:
 
 def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -> Optional[str]:
     """Wait until every server answers its health check; a message if one died or timed out."""
-    from .rpc import net
+    from cnnvideo.rpc import net
 
     deadline = time.time() + timeout
     pending = list(zip(children, addresses))
@@ -277,7 +277,7 @@ def _summary(report: Dict[str, Any]) -> str:
 
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
-    from . import tls
+    from cnnvideo import tls
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out

@@ -18,7 +18,7 @@ REFERENCE = "torch-fp32"
 
 
 def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
-    from ..video import read_frames, synthetic_frames
+    from cnnvideo.video import read_frames, synthetic_frames
 
     if video and os.path.isfile(video):
         clip = list(read_frames(video, tuple(frame_size), start + n, loop=False))[start:]
@@ -29,7 +29,7 @@ def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
 
 def split_cut(graph) -> int:
     """The cut that halves torch fp32 compute (the lbs split of 2 equal workers)."""
-    from ..profiling import profile_compute
+    from cnnvideo.profiling import profile_compute
 
     seconds = profile_compute(graph, 1)[0]
     cum = np.cumsum(seconds)
@@ -47,10 +47,10 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
     import torch
 
-    from ..engines import EngineSpec, StageFactory, weights_digest
-    from ..engines.quant import CalibrationSpec, load_or_measure
-    from ..graph import LayerGraph
-    from ..models import build_model
+    from cnnvideo.engines import EngineSpec, StageFactory, weights_digest
+    from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
+    from cnnvideo.graph import LayerGraph
+    from cnnvideo.models import build_model
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, weights, 0), tuple(frame_size))
@@ -115,7 +115,7 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
 
 def run(args) -> int:
     """Entry point of `cnnvideo bench engine`."""
-    from ..engines import ort_available
+    from cnnvideo.engines import ort_available
 
     ok, why = ort_available()
     variants = [v for v in (args.engines or ",".join(VARIANTS)).split(",") if v]

@@ -47,7 +47,7 @@ import yaml
 
 log = logging.getLogger(__name__)
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 HOPS = ("m->w0", "w0->w1", "w1->m")
 SCHEDULER_COLOURS = {"lbs": "#4e79a7", "edge": "#f28e2b", "cloud": "#e15759", "nsc": "#76b7b2", "das": "#59a14f",
                      "optimal": "#edc948", "adaptive": "#b07aa1"}
@@ -421,7 +421,7 @@ def measured_stages(report: Dict[str, Any]) -> List[Optional[float]]:
 def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: int) -> Optional[float]:
     """The cost model's pipeline recurrence fed with the run's own measured mean stage costs (so it checks the
     timing model, not the profile): frames / simulated makespan."""
-    from .costmodel import simulate
+    from cnnvideo.costmodel import simulate
 
     if frames <= 0 or any(c is None for c in stage_s):
         return None
@@ -707,7 +707,7 @@ def timeline(series: Sequence[Tuple[str, Sequence[Tuple[int, float]]]], title: s
 
 
 def gantt(report: Dict[str, Any]) -> str:
-    from .report import StageSpan, _gantt_svg
+    from cnnvideo.report import StageSpan, _gantt_svg
 
     spans = [StageSpan(int(f), a, s, float(t0), float(t1), int(b)) for f, a, s, t0, t1, b in report.get("spans") or []]
     return _gantt_svg(spans, ["m", "w0", "w1"], max_frames=60)
@@ -987,7 +987,7 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
 
 def cost_model_facts(base: Dict[str, Any]) -> str:
     """The cost-model settings of the runs (config defaults where the experiment leaves them)."""
-    from .config import Config
+    from cnnvideo.config import Config
 
     default = Config()
     return "profile_iters %s, profile_rescale %s, net_cpu_ns_per_byte %s" % (

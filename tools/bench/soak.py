@@ -31,7 +31,7 @@ def _status_kb(pid: int) -> Dict[str, int]:
 
 
 def run(args) -> int:
-    from ..video import synthetic_frames, write_video
+    from cnnvideo.video import synthetic_frames, write_video
 
     work = args.out or tempfile.mkdtemp(prefix="cnnvideo-soak-")
     os.makedirs(work, exist_ok=True)

@@ -17,9 +17,17 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import config as config_mod
-from .costmodel import CostInputs, Plan, inputs_from_graph, latency, per_frame_time, stage_costs, with_network_cpu
-from .schedulers import SCHEDULERS, check_options, objective, schedule
+from cnnvideo import config as config_mod
+from cnnvideo.costmodel import (
+    CostInputs,
+    Plan,
+    inputs_from_graph,
+    latency,
+    per_frame_time,
+    stage_costs,
+    with_network_cpu,
+)
+from cnnvideo.schedulers import SCHEDULERS, check_options, objective, schedule
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +52,7 @@ def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
 
 def _frames(cfg: config_mod.Config, n: int):
     """n frames of the config's video, or synthetic frames when the file is missing."""
-    from .video import read_frames, synthetic_frames
+    from cnnvideo.video import read_frames, synthetic_frames
 
     if os.path.isfile(cfg.video):
         return read_frames(cfg.video, cfg.frame_size, n), cfg.video
@@ -67,10 +75,10 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     """Graph, profile, predictors and CostInputs for a config."""
     import torch
 
-    from .graph import LayerGraph
-    from .models import build_model
-    from .predict import Predictors, cache_file, fit_recorder, record_video
-    from .profiling import profile_worker, senders_for
+    from cnnvideo.graph import LayerGraph
+    from cnnvideo.models import build_model
+    from cnnvideo.predict import Predictors, cache_file, fit_recorder, record_video
+    from cnnvideo.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)

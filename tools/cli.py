@@ -12,15 +12,15 @@ COMMANDS = {
     "master": "cnnvideo.master.main:run",
     "worker": "cnnvideo.worker.main:run",
     "trainer": "cnnvideo.trainer.main:run",
-    "local": "cnnvideo.launcher:run",
-    "plan": "cnnvideo.planner:run",
-    "bench codec": "cnnvideo.bench.codec:run",
-    "bench predict": "cnnvideo.bench.predict:run",
-    "bench plan": "cnnvideo.bench.plan:run",
-    "bench delta": "cnnvideo.bench.delta:run",
-    "bench soak": "cnnvideo.bench.soak:run",
-    "bench engine": "cnnvideo.bench.engine:run",
-    "experiment": "cnnvideo.experiment:run",
+    "local": "cnnvideo.tools.launcher:run",
+    "plan": "cnnvideo.tools.planner:run",
+    "bench codec": "cnnvideo.tools.bench.codec:run",
+    "bench predict": "cnnvideo.tools.bench.predict:run",
+    "bench plan": "cnnvideo.tools.bench.plan:run",
+    "bench delta": "cnnvideo.tools.bench.delta:run",
+    "bench soak": "cnnvideo.tools.bench.soak:run",
+    "bench engine": "cnnvideo.tools.bench.engine:run",
+    "experiment": "cnnvideo.tools.experiment:run",
 }
 
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", default=None, help="config YAML (default: built-in demo)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = sub.add_parser("experiment", help="run a matrix of runs (compose cluster or local) and write results")
-    p.add_argument("-c", "--config", required=True, help="experiment YAML (see cnnvideo/experiment.py)")
+    p.add_argument("-c", "--config", required=True, help="experiment YAML (see tools/experiment.py)")
     p.add_argument("--backend", choices=("compose", "local"), default=None, help="override the file's backend")
     p.add_argument("--out", default=None, help="override the results folder (default: docs/results)")
     p.add_argument("--frames", type=int, default=None, help="override frames per run")
@@ -113,7 +113,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     key = args.command if args.command != "bench" else "bench " + args.bench
     module_name, func_name = COMMANDS[key].split(":")
-    from .config import ConfigError
+    from cnnvideo.config import ConfigError
 
     try:
         func = getattr(importlib.import_module(module_name), func_name)

@@ -3,8 +3,8 @@ import json
 
 import yaml
 
-from cnnvideo import cli
 from cnnvideo.schedulers import SCHEDULERS
+from cnnvideo.tools import cli
 
 
 def _config(tmp_path, video):

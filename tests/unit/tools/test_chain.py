@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from cnnvideo.chain import LocalChain
 from cnnvideo.executor import StageExecutor
 from cnnvideo.graph import LayerGraph
 from cnnvideo.models import build_model
+from cnnvideo.tools.chain import LocalChain
 from cnnvideo.video import synthetic_frames
 
 FRAME = (64, 96)

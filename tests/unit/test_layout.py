@@ -1,0 +1,82 @@
+"""The package layout's import rules, checked by parsing every module (ast), not by importing it.
+
+The core (`shared/cnnvideo`) is a library: it imports no role (`cnnvideo.master`, `.worker`, `.trainer`)
+and no tool (`cnnvideo.tools`). Roles import no tool either, so the direction is tools -> roles -> core.
+"""
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = ("cnnvideo.master", "cnnvideo.worker", "cnnvideo.trainer")
+TOOLS = ("cnnvideo.tools",)
+# `python -m cnnvideo` must keep working, and the CLI is a tool: __main__ is a two-line shim that only
+# delegates to it (it runs as a program, nothing in the library imports it)
+EXEMPT = {"shared/cnnvideo/__main__.py": "the `python -m cnnvideo` shim delegates to cnnvideo.tools.cli"}
+
+
+def imported_modules(source: str, package: str):
+    """Every module name `source` imports (relative imports resolved against `package`), and
+    `importlib.import_module("...")` calls with a literal name."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names.append(mod)
+            names += ["%s.%s" % (mod, a.name) for a in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                names.append(node.args[0].value)
+    return names
+
+
+def _violations(folder: str, package: str, forbidden):
+    bad = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+        for name in sorted(files):
+            if not name.endswith(".py") or name.endswith(("_pb2.py", "_pb2_grpc.py")):
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, ROOT)
+            if rel in EXEMPT:
+                continue
+            sub = os.path.relpath(dirpath, os.path.join(ROOT, folder))
+            pkg = package if sub == "." else package + "." + sub.replace(os.sep, ".")
+            with open(path) as fh:
+                for mod in imported_modules(fh.read(), pkg):
+                    if any(mod == f or mod.startswith(f + ".") for f in forbidden):
+                        bad.append("%s imports %s" % (rel, mod))
+    return bad
+
+
+def test_checker_sees_every_import_form():
+    """The parser flags absolute, relative, lazy (in a function) and import_module imports (so the rules can fail)."""
+    src = ("import cnnvideo.master.role\nfrom ..tools import cli\n"
+           "def f():\n    from cnnvideo.worker import engine\n    importlib.import_module('cnnvideo.trainer.main')\n")
+    mods = imported_modules(src, "cnnvideo.rpc")
+    assert "cnnvideo.master.role" in mods and "cnnvideo.tools.cli" in mods
+    assert "cnnvideo.worker.engine" in mods and "cnnvideo.trainer.main" in mods
+
+
+def test_core_imports_no_role_and_no_tool():
+    """Nothing under shared/cnnvideo imports cnnvideo.master, .worker, .trainer or .tools."""
+    assert _violations("shared/cnnvideo", "cnnvideo", ROLES + TOOLS) == []
+
+
+def test_roles_import_no_tool():
+    """services/master, worker, trainer import nothing from cnnvideo.tools."""
+    for role in ("master", "worker", "trainer"):
+        assert _violations("services/" + role, "cnnvideo." + role, TOOLS) == []
+
+
+def test_main_shim_only_delegates():
+    """The exempt __main__ stays a shim: it imports only the tools CLI."""
+    with open(os.path.join(ROOT, "shared/cnnvideo/__main__.py")) as fh:
+        mods = imported_modules(fh.read(), "cnnvideo")
+    assert mods == ["cnnvideo.tools.cli", "cnnvideo.tools.cli.main"]
