@@ -50,6 +50,7 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     from cnnvideo.engines import EngineSpec, StageFactory, weights_digest
     from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
     from cnnvideo.graph import LayerGraph
+    from cnnvideo.labels import top1_agreement, top5_overlap
     from cnnvideo.models import build_model
 
     torch.set_num_threads(1)
@@ -100,8 +101,9 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
             row["stage_speedup_vs_torch_fp32"] = [base[1] / s0, base[2] / s1]
             row["max_abs_err"] = float(np.abs(outputs[label] - ref).max())
             row["split_max_abs_err"] = float(np.abs(split[label] - ref).max())
-            row["top1_agreement"] = float((outputs[label].argmax(1) == ref.argmax(1)).mean())
-            row["split_top1_agreement"] = float((split[label].argmax(1) == ref.argmax(1)).mean())
+            row["top1_agreement"] = top1_agreement(list(outputs[label]), list(ref))
+            row["split_top1_agreement"] = top1_agreement(list(split[label]), list(ref))
+            row["top5_overlap"] = top5_overlap(list(outputs[label]), list(ref))
             summary[label] = {k2: row[k2] for k2 in ("speedup_vs_torch_fp32", "max_abs_err", "top1_agreement")}
             if label.endswith("fp32"):
                 summary[label].pop("top1_agreement")
@@ -115,7 +117,9 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
 
 def run(args) -> int:
     """Entry point of `cnnvideo bench engine`."""
-    from cnnvideo.engines import ort_available
+    import sys
+
+    from cnnvideo.engines import EngineError, ort_available
 
     ok, why = ort_available()
     variants = [v for v in (args.engines or ",".join(VARIANTS)).split(",") if v]
@@ -126,8 +130,12 @@ def run(args) -> int:
         log.warning("%s: only torch is measured", why)
         variants = [v for v in variants if v.startswith("torch")]
     video = args.video or "media/vtest.avi"
-    out = measure(args.model, args.weights, tuple(args.frame_size), video, args.frames, args.repeat,
-                  args.calibration_start, args.calibration_frames, variants, args.cache_dir or "")
+    try:
+        out = measure(args.model, args.weights, tuple(args.frame_size), video, args.frames, args.repeat,
+                      args.calibration_start, args.calibration_frames, variants, args.cache_dir or "")
+    except EngineError as exc:
+        print("cnnvideo bench engine: error: %s" % exc, file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(out, indent=2))
     else:
