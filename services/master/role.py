@@ -63,6 +63,7 @@ class MasterRole:
         self.spans: List[rpt.StageSpan] = []
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
+        self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
         self.last_event = time.time()
         self.frames: List[np.ndarray] = []
         self.scheduler: Optional[schedulers.Scheduler] = None
@@ -289,6 +290,8 @@ class MasterRole:
                     if gen != self.tracker.generation:
                         return
                     self.last_event = time.time()
+                    if rep.engine:
+                        self.engines_ran.setdefault(w, {}).setdefault(rep.engine, rep.engine_note)
                     for st in rep.stages:
                         self._span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
                         if st.stage == "compute":
@@ -516,6 +519,18 @@ class MasterRole:
                 out.append((r.frame, uri, r.top5[0][1], r.top5[0][2]))
         return out
 
+    def _engines_report(self) -> List[Dict[str, object]]:
+        """Per worker: the engine asked for, whether it can run there, the engines its stages really ran on (with
+        the reason where that is not the one asked for)."""
+        out = []
+        for w in range(self.W):
+            info = self.infos[w] if self.infos and w < len(self.infos) else None
+            ran = self.engines_ran.get(w, {})
+            out.append({"worker": "w%d" % w, "asked": info.engine if info is not None else "",
+                        "available": bool(info.engine_available) if info is not None else None,
+                        "ran": sorted(ran), "notes": sorted({n for n in ran.values() if n})})
+        return out
+
     def _plan_layers(self, cuts: List[int]) -> List[List[str]]:
         info = self.infos[0]
         counts = list(info.segment_layers)
@@ -553,6 +568,8 @@ class MasterRole:
             "cuts": main_plan,
             "cut_names": [self.infos[0].cuts[c].name for c in main_plan],
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
+            "engine": self.cfg.engine, "precision": self.cfg.precision,
+            "engines": self._engines_report(),
             "predicted_period_s": self.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
             "error": self.failure,
