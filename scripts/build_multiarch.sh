@@ -87,7 +87,7 @@ check_emulation() {
   if [ "$BINFMT_DIR" = /proc/sys/fs/binfmt_misc ] && ! [ -e "$BINFMT_DIR/status" ]; then
     mount -t binfmt_misc binfmt_misc "$BINFMT_DIR" 2>/dev/null || true
   fi
-  if ! handler_ok "$q"; then
+  if ! handler_ok "$q" && [ "$BINFMT_DIR" = /proc/sys/fs/binfmt_misc ]; then
     if ! [ -x /usr/libexec/qemu-binfmt/"$q"-binfmt-P ] && ! command -v "qemu-$q-static" >/dev/null; then
       log "qemu-user-static missing: installing qemu-user-static binfmt-support"
       apt_install qemu-user-static binfmt-support || true
@@ -109,7 +109,7 @@ make_base() {
   # make_base ARCH: cnnvideo/debian:SUITE-ARCH with the right architecture in its config
   local arch=$1 image root mirror old
   image=$(base_image "$arch")
-  if [ "$image" = "cnnvideo/debian:$SUITE" ]; then
+  if [ "$image" = "cnnvideo/debian:$SUITE" ] && [ "$SUITE" = bookworm ]; then
     docker image inspect "$image" >/dev/null 2>&1 || bash "$REPO/scripts/docker_setup.sh"
     return 0
   fi
@@ -208,23 +208,29 @@ print(" ".join(sorted("/".join(filter(None, (m["platform"]["os"], m["platform"][
 }
 
 armhf() {
-  # Dockerfile.arm32v7 under armhf emulation: the base stage always; the role image only when the
-  # armv7l torch wheels are in docker/wheels-armv7l/ (or TORCH_WHEELS_URL is set)
-  local base start=$SECONDS
-  check_emulation armhf
-  make_base armhf
-  base=$(base_image armhf)
+  # Dockerfile.arm32v7 under armhf emulation, as far as it goes: the base stage (apt) always, started
+  # under qemu; the role image only with the armv7l torch wheels (docker/wheels-armv7l/ or
+  # TORCH_WHEELS_URL), else the build stops at the wheel check and says which file is missing.
+  # The base is bullseye: buster (Python 3.7, what the Pi image's cp37 wheels need) lives on the
+  # Debian archive; CNNVIDEO_ARMHF_SUITE=buster with CNNVIDEO_DEBIAN_MIRROR=<archive mirror> makes that.
+  local base start=$SECONDS out rc=0 suite=${CNNVIDEO_ARMHF_SUITE:-bullseye}
+  SUITE=$suite timed "base image (armhf, $suite)" make_base armhf
+  base=$(SUITE=$suite base_image armhf)
   timed "Dockerfile.arm32v7 base stage (armhf)" docker build -q -f "$REPO/Dockerfile.arm32v7" \
     --build-arg "BASE_IMAGE=$base" --target base -t cnnvideo/arm32v7-base "$REPO" >/dev/null
-  docker run --rm --platform linux/arm/v7 --network none cnnvideo/arm32v7-base \
-    sh -c 'echo "armhf base: $(uname -m), $(python3 --version), numpy $(python3 -c "import numpy; print(numpy.__version__)")"'
-  if ! compgen -G "$REPO/docker/wheels-armv7l/*.whl" >/dev/null && [ -z "${TORCH_WHEELS_URL:-}" ]; then
-    log "armhf: stopped before the torch install: no armv7l wheels in docker/wheels-armv7l/ and no TORCH_WHEELS_URL"
-    return 0
+  docker run --rm --platform linux/arm/v7 --network none cnnvideo/arm32v7-base sh -c \
+    'echo "armhf base: $(uname -m), $(python3 --version), numpy $(python3 -c "import numpy; print(numpy.__version__)")"'
+  out=$(docker build -f "$REPO/Dockerfile.arm32v7" --build-arg "BASE_IMAGE=$base" \
+    ${TORCH_WHEELS_URL:+--build-arg "TORCH_WHEELS_URL=$TORCH_WHEELS_URL"} --target worker -t cnnvideo/worker:armhf \
+    "$REPO" 2>&1) || rc=$?
+  if [ "$rc" = 0 ]; then
+    log "armhf: cnnvideo/worker:armhf built in $((SECONDS - start)) s"
+  elif grep -q "^error: no .*armv7l.whl" <<<"$out"; then
+    log "armhf: stopped at the torch wheels, as expected without them: $(grep -m1 '^error: no' <<<"$out")"
+  else
+    tail -20 <<<"$out" >&2
+    die "Dockerfile.arm32v7 failed under armhf emulation (see above)"
   fi
-  timed "Dockerfile.arm32v7 worker (armhf)" docker build -q -f "$REPO/Dockerfile.arm32v7" \
-    --build-arg "BASE_IMAGE=$base" ${TORCH_WHEELS_URL:+--build-arg "TORCH_WHEELS_URL=$TORCH_WHEELS_URL"} \
-    --target worker -t cnnvideo/worker:armhf "$REPO" >/dev/null
   log "armhf total: $((SECONDS - start)) s"
 }
 
@@ -248,9 +254,10 @@ main() {
   for arch in "${ARCH_LIST[@]}"; do
     case $arch in amd64|arm64) ;; *) die "--arch: '$arch' is not amd64 or arm64 (the 32-bit image is --armhf)" ;; esac
   done
-  docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/docker_setup.sh)"
   for arch in "${ARCH_LIST[@]}"; do check_emulation "$arch"; done
+  [ "$ARMHF" = 1 ] && check_emulation armhf
   [ "$PUSH" = 1 ] && start_registry
+  docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/docker_setup.sh)"
   for arch in "${ARCH_LIST[@]}"; do
     timed "base image ($arch)" make_base "$arch"
     timed "image build $NAME:$arch" build_node "$arch"
