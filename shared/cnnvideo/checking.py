@@ -37,6 +37,8 @@ class OnlineChecker:
         self.errors: Dict[int, float] = {}  # frame -> max abs error (checked frames only)
         self.problem: Optional[str] = None
         self.busy_s = 0.0
+        self.top1_same = 0  # checked frames whose top-1 equals the reference's
+        self.top5_overlap = 0.0  # sum over checked frames of the share of the reference's top-5 kept
         self.closed = False
         self.thread = threading.Thread(target=self._run, name="online-check", daemon=True)
         self.thread.start()
@@ -79,11 +81,21 @@ class OnlineChecker:
             else:
                 problem = None
                 err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
+                if out.size:
+                    from . import labels
+
+                    same = labels.top1(out) == labels.top1(ref)
+                    overlap = labels.top5_overlap([out], [ref]) or 0.0
+                else:
+                    same, overlap = True, 1.0
             with self.cond:
                 self.queue.popleft()
                 self.busy_s += time.time() - t0
                 self.checked += 1
                 self.errors[frame] = err
+                if problem is None:
+                    self.top1_same += int(same)
+                    self.top5_overlap += overlap
                 self.max_err = max(self.max_err, err)
                 if problem and self.problem is None:
                     self.problem = problem
@@ -100,6 +112,13 @@ class OnlineChecker:
             self.queue.clear()
             self.cond.notify_all()
         self.thread.join(5)
+
+    def agreement(self) -> Tuple[Optional[float], Optional[float]]:
+        """(top-1 agreement, mean top-5 overlap) over the checked frames, None before any."""
+        with self.cond:
+            if not self.checked:
+                return None, None
+            return self.top1_same / float(self.checked), self.top5_overlap / float(self.checked)
 
     def summary(self) -> Dict[str, Any]:
         """The report's `check` section."""
