@@ -112,6 +112,9 @@ class Local:
 
     links: str = "auto"  # auto | tc | paced | none (auto: tc in a network namespace when root, else paced)
     cpus: str = "auto"  # auto | cgroup | none (auto: cgroup CPU caps where writable, else none, said in the report)
+
+
+@dataclass
 class EngineOptions:
     """How a worker's stage backend runs: intra-op threads (0 = the container's CPU cap, or its cores), and what a
     stage that the engine cannot run does: `fallback` (torch, with the reason logged and reported) or `stop`."""
