@@ -40,6 +40,9 @@ def base_config(video: str, cache_dir: str, **over) -> Dict[str, Any]:
         "profile_iters": 1,
         "trainer": {"frames": 16},
         "cache_dir": cache_dir,
+        # unshaped loopback, uncapped roles, as these tests were written for (test_link_emulation and test_live
+        # ask for the emulation `cnnvideo local` does by default)
+        "local": {"links": "none", "cpus": "none"},
     }
     cfg.update(over)
     return cfg
