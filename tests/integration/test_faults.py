@@ -23,7 +23,7 @@ from .helpers import LocalRun, base_config, write_config
 pytestmark = pytest.mark.slow
 
 ROLES = ("worker", "trainer", "master")
-FRAMES = 201  # the master logs every 10th frame sent: frame 201 of 201 marks "all sent" (closing)
+FRAMES = 401  # the master logs every 10th frame sent: frame 401 of 401 marks "all sent" (closing)
 RUN_TIMEOUT_S = 400.0
 
 
@@ -80,11 +80,11 @@ class Faults:
         elif phase == "closing":
             at = self._wait("sent frame %d/%d" % (FRAMES, FRAMES), self.mark, timeout=RUN_TIMEOUT_S)
             delay = rng.uniform(0.0, 1.0)
-        else:  # mid-run: after setup, once frames flow
-            start = max(self.mark, self.master_start())
-            done = self._wait("setup done", start)
-            at = self._wait("sent frame", done) if done >= 0 else -1
-            delay = rng.uniform(0.0, 2.5)
+        else:  # mid-run: after the current master's setup, once frames flow
+            ms = max(self.master_start(), 0)
+            done = self._wait("setup done", ms)
+            at = self._wait("sent frame", max(done, self.mark)) if done >= 0 else -1
+            delay = rng.uniform(0.0, 1.5)
         if at < 0:
             return None
         time.sleep(delay)
@@ -130,7 +130,7 @@ def test_random_sigkills_at_any_moment(tmp_path, synthetic_video):
     todo = [k for k in ROLES for _ in range(per_role)]
     rng.shuffle(todo)
     cache_dir = str(tmp_path / "cache")
-    data = base_config(synthetic_video, cache_dir, frame_size=[64, 96], frames=FRAMES, in_flight=3,
+    data = base_config(synthetic_video, cache_dir, frame_size=[64, 96], frames=FRAMES, in_flight=2,
                        scheduler="optimal", trainer={"frames": 8}, limits={"worker_down_s": 5},
                        reliability={"restart": True, "max_restarts": 1000, "retries": 20, "reconnect_s": 90.0})
     cfg_path = write_config(str(tmp_path / "f.yml"), data)
