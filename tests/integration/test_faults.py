@@ -3,9 +3,10 @@
 again and again. Every run must end with a complete report: every frame completed exactly once (a dropped
 frame would need a reason, and none is expected with these retries), results exact (max_abs_err 0, lossless).
 
-Trials share runs to keep process start-up off the bill: one run takes kills one after another, each after
-the previous one's victim was restarted by the supervisor; a run that ends passes its remaining trials on to
-the next one. After a master kill the next trial kills during the new master's setup. Seeded: the seed is
+Trials share runs to keep process start-up off the bill: one run takes kills one after another (one or two
+at a time, of different roles, each after its own random delay), each batch after the previous victims were
+restarted by the supervisor; a run that ends passes its remaining trials on to the next one. Every run, and
+every master restarted after a kill, first takes a kill during the master's setup. Seeded: the seed is
 printed (and in the failure message); CNNVIDEO_FAULT_SEED=N reproduces a sequence, CNNVIDEO_FAULT_TRIALS=N
 sets the trials per role kind (default 20)."""
 from __future__ import annotations
@@ -68,46 +69,54 @@ class Faults:
                 idx = i
         return idx
 
-    def trial(self, kind: str, phase: str):
-        """Kill one role of `kind` in `phase`; (victim, phase actually hit, delay) or None if the run ended."""
+    def event(self, kinds, phase: str):
+        """Kill one role of each kind in `kinds` (distinct roles, each after its own random delay in `phase`);
+        [(victim, kind, phase actually hit, delay)] of the kills made (none if the run ended first)."""
         rng = self.rng
         if phase == "setup":
-            at = self._wait("started master pid", self.mark, role="local")
-            delay = rng.uniform(0.0, 5.0)
+            at, window = self._wait("started master pid", self.mark, role="local"), 5.0
         elif phase == "resync":
-            at = self._wait("resync ", self.mark, timeout=60.0)
-            delay = rng.uniform(0.0, 1.5)
+            at, window = self._wait("resync ", self.mark, timeout=60.0), 1.5
         elif phase == "closing":
-            at = self._wait("sent frame %d/%d" % (FRAMES, FRAMES), self.mark, timeout=RUN_TIMEOUT_S)
-            delay = rng.uniform(0.0, 1.0)
+            at, window = self._wait("sent frame %d/%d" % (FRAMES, FRAMES), self.mark, timeout=RUN_TIMEOUT_S), 1.0
         else:  # mid-run: after the current master's setup, once frames flow
             ms = max(self.master_start(), 0)
             done = self._wait("setup done", ms)
             at = self._wait("sent frame", max(done, self.mark)) if done >= 0 else -1
-            delay = rng.uniform(0.0, 1.5)
+            window = 1.5
         if at < 0:
-            return None
-        time.sleep(delay)
-        victim = {"worker": "w%d" % rng.randrange(2), "trainer": "trainer", "master": "master"}[kind]
+            return []
+        victims = []
+        for kind in kinds:
+            pool = {"worker": ["w0", "w1"], "trainer": ["trainer"], "master": ["master"]}[kind]
+            pool = [v for v in pool if v not in [x for x, _ in victims]]
+            victims.append((rng.choice(pool), kind))
+        plan = sorted((rng.uniform(0.0, window), v, k) for v, k in victims)
+        t0 = time.time()
+        kills = []
+        for delay, victim, kind in plan:
+            time.sleep(max(0.0, t0 + delay - time.time()))
+            with self.run.cond:
+                if self.run.proc.poll() is not None:
+                    break
+                hit = phase
+                if phase == "setup" and self._find("setup done", max(at, self.master_start())) >= 0:
+                    hit = "run"  # the delay outlasted the master's setup
+                starts = self.run.count("[local] started %s pid" % victim)
+                pid = self.run.pids[victim]
+                self.mark = len(self.run.lines)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # already gone (exited, being restarted): nothing was killed
+                continue
+            self.log("  kill %-7s (%s) in %-7s after %.2f s" % (victim, kind, hit, delay))
+            kills.append((victim, kind, hit, delay, starts))
+        # the supervisor restarts each (unless the run ends first, e.g. a worker killed while closing)
         with self.run.cond:
-            if self.run.proc.poll() is not None:
-                return None
-            hit = phase
-            if phase == "setup" and self._find("setup done", max(at, self.master_start())) >= 0:
-                hit = "run"  # the delay outlasted the master's setup
-            starts = self.run.count("[local] started %s pid" % victim)
-            pid = self.run.pids[victim]
-            self.mark = len(self.run.lines)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # it was already gone (exited, being restarted): nothing was killed
-            return None
-        self.log("  kill %-7s (%s) in %-7s after %.2f s" % (victim, kind, hit, delay))
-        # the supervisor restarts it (unless the run ends first, e.g. a worker killed while closing)
-        with self.run.cond:
-            self.run.cond.wait_for(lambda: self.run.count("[local] started %s pid" % victim) > starts
-                                   or self.run.proc.poll() is not None, 120)
-        return victim, hit, delay
+            self.run.cond.wait_for(lambda: all(self.run.count("[local] started %s pid" % v) > n
+                                               for v, _, _, _, n in kills) or self.run.proc.poll() is not None,
+                                   120)
+        return [(v, k, h, d) for v, k, h, d, _ in kills]
 
 
 def _check_report(code, report, text, context):
@@ -144,19 +153,24 @@ def test_random_sigkills_at_any_moment(tmp_path, synthetic_video):
         faults = Faults(run, rng, print)
         print(" run %d (%d trials left)" % (n_run, len(todo)))
         phase = "setup"  # every run, and every new master, starts with a kill during its setup
-        per_run = rng.randint(4, 8)
+        per_run = rng.randint(6, 12)
         while todo and per_run > 0 and run.proc.poll() is None:
-            res = faults.trial(todo[0], phase)
-            if res is None:
-                break  # the run ended first: this trial goes to the next run
-            victim, hit, _ = res
-            done.append((todo.pop(0), hit))
-            per_run -= 1
-            if victim == "master":
+            size = 1 if rng.random() < 0.5 else 2  # two kills of different roles may overlap
+            kinds = [todo[0]] + [k for k in todo[1:] if k != todo[0] or k == "worker"][:size - 1]
+            kills = faults.event(kinds, phase)
+            if not kills:
+                break  # the run ended first: these trials go to the next run
+            for _victim, kind, hit, _ in kills:
+                todo.remove(kind)
+                done.append((kind, hit))
+                per_run -= 1
+            victims = [v for v, _, _, _ in kills]
+            hits = [h for _, _, h, _ in kills]
+            if "master" in victims:
                 phase = "setup"
-            elif victim.startswith("w") and rng.random() < 0.4:
-                phase = "resync"
-            elif per_run == 1 and rng.random() < 0.5:
+            elif any(v.startswith("w") for v in victims) and "run" in hits and rng.random() < 0.5:
+                phase = "resync"  # the master resyncs after a worker died mid-run: kill during that
+            elif per_run <= 2 and rng.random() < 0.5:
                 phase = "closing"
             else:
                 phase = "run"
