@@ -32,6 +32,10 @@ def cache_key(cfg: Config, video: str) -> str:
         "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "input_threshold": cfg.delta.input_threshold,
         "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16, "format": 1,
     }
+    if cfg.precision == "int8":  # inner cuts travel as uint8 values of the calibrated int8 model
+        key.update(precision="int8", calibration=[cfg.calibration_video and _file_id(cfg.calibration_video),
+                                                  cfg.calibration_start, cfg.int8.calibration_stride,
+                                                  cfg.int8.calibration_frames])
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,9 +107,18 @@ class TrainerRole:
         graph = load_graph(self.cfg)
         n = self.cfg.trainer.frames
         frames = read_frames(self.video, tuple(self.cfg.frame_size), limit=n)
+        quant = None
+        if self.cfg.precision == "int8":
+            from cnnvideo.engines import EngineError, factory_for
+
+            try:
+                quant = factory_for(self.cfg, graph).calibration.qparams
+            except EngineError as exc:
+                log.warning("int8 sizes not modelled (%s): predictors fitted on fp32 tensors", exc)
         rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
-                                   input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
-        p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16)
+                                   input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16,
+                                   quant=quant)
+        p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16, int8=quant is not None)
         self.fit_s = time.time() - t0
         tmp = "%s.%d.tmp" % (path, os.getpid())
         p.save(tmp)
