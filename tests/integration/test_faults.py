@@ -7,8 +7,8 @@ Trials share runs to keep process start-up off the bill: one run takes kills one
 at a time, of different roles, each after its own random delay), each batch after the previous victims were
 restarted by the supervisor; a run that ends passes its remaining trials on to the next one. Every run, and
 every master restarted after a kill, first takes a kill during the master's setup. Seeded: the seed is
-printed (and in the failure message); CNNVIDEO_FAULT_SEED=N reproduces a sequence, CNNVIDEO_FAULT_TRIALS=N
-sets the trials per role kind (default 20)."""
+printed (and in the failure message); CNNVIDEO_FAULT_SEED=N replays the same choices (roles, phases, delays;
+the system's own timing still varies); CNNVIDEO_FAULT_TRIALS=N sets the trials per role kind (default 20)."""
 from __future__ import annotations
 
 import os
