@@ -1,4 +1,4 @@
-"""Turn worker costs, predictors and bandwidths into CostInputs, and pick per-frame plans with a scheduler."""
+"""Pick per-frame plans with a scheduler (CostInputs come from cnnvideo.costinputs, the builder `plan` uses too)."""
 from __future__ import annotations
 
 import logging
@@ -7,46 +7,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from cnnvideo import adapt, costmodel, schedulers
+from cnnvideo.costinputs import build as cost_inputs
+from cnnvideo.costinputs import cpu_model
 from cnnvideo.costmodel import CostInputs, Plan
 
 log = logging.getLogger(__name__)
 
-
-def cpu_model(costs: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Dict[str, Any]:
-    """How the workers' CPU caps shape their stages, from their Costs answers: with one frame in flight a
-    worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its network CPU is
-    spent while it waits for the transfer (no charge); with more, its network CPU competes with its compute
-    (`net_s_per_byte` = ns/byte x its wall/CPU ratio) and it rarely idles (the fluid time)."""
-    if in_flight == 1:
-        return {"burst": np.array([[c.cfs_quota_s, c.cfs_period_s] for c in costs], dtype=np.float64)}
-    ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in costs], dtype=np.float64)
-    return {"net_s_per_byte": ratio * net_ns_per_byte * 1e-9}
-
-
-def cost_inputs(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
-                input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
-                decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
-                delta_mode: bool = True, burst: Optional[np.ndarray] = None) -> CostInputs:
-    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors,
-    (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of worker time per byte it receives or
-    sends, charged to its work stage with the hop's predicted bytes (the CPU the network path takes from it)."""
-    dense = np.asarray(dense, dtype=np.float64)
-    if predictors is not None and predictors.n_cuts == dense.size:
-        full = np.asarray(predictors.full_bytes(), dtype=np.float64)
-        if input_nz is not None:
-            delta = np.asarray(predictors.predict_bytes(np.asarray(input_nz, dtype=np.float64)), dtype=np.float64)
-        else:
-            delta = full
-    else:
-        if predictors is not None:
-            log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
-        full = delta = dense
-    inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
-                        bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
-                        encode_time=encode_time, decode_time=decode_time, burst=burst)
-    if net_s_per_byte is not None:
-        inputs = costmodel.with_network_cpu(inputs, net_s_per_byte, delta_mode)
-    return inputs
+__all__ = ["Planner", "check_options", "cost_inputs", "cpu_model"]
 
 
 def check_options(name: str, options: Dict[str, Any]) -> None:

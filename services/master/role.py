@@ -714,7 +714,7 @@ class MasterRole:
         if self.outputs:  # model outputs of completed frames, in frame order (for cross-run comparisons)
             order = self.outputs.frames()
             self.outputs.save_npy(os.path.join(self.out, "outputs.npy"))
-            extra["outputs_frames"] = order if len(order) != len(self.frames) else "all"
+            report["outputs_frames"] = order if len(order) != len(self.frames) else "all"
         rpt.write_json(report, os.path.join(self.out, "report.json"))
         rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
                        ["m"] + ["w%d" % w for w in range(self.W)])

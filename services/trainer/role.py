@@ -1,8 +1,6 @@
 """The trainer: plays the training video through the whole model, fits the non-zero-rate predictors, serves them."""
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import sys
@@ -10,6 +8,7 @@ import threading
 import time
 from typing import Optional
 
+from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -18,29 +17,12 @@ from cnnvideo.rpc import net
 log = logging.getLogger(__name__)
 
 
-def _file_id(path: str) -> str:
-    """Identity of a file for cache keys: absolute path, size and mtime."""
-    st = os.stat(path)
-    return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
-
-
-def cache_key(cfg: Config, video: str) -> str:
-    """Hash of everything the fitted predictors depend on."""
-    weights = cfg.weights if cfg.weights in ("imagenet", "random") else _file_id(cfg.weights)
-    key = {
-        "model": cfg.model, "weights": weights, "seed": cfg.seed, "video": _file_id(video),
-        "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "input_threshold": cfg.delta.input_threshold,
-        "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16, "format": 1,
-    }
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class TrainerRole:
     """Owns the fitted predictors and the Trainer server."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.video = cfg.trainer.video or cfg.video
+        self.video = artifacts.training_video(cfg)
         self.server: Optional[net.Server] = None
         self.predictors = None
         self.cached = False
@@ -86,7 +68,7 @@ class TrainerRole:
         """Predictors from the on-disk cache, else recorded over the training video and fitted (with progress)."""
         from cnnvideo import predict
 
-        path = self.cfg.cache_path("predictors", "%s-%s.npz" % (self.cfg.model, cache_key(self.cfg, self.video)))
+        path = artifacts.predictor_path(self.cfg)
         if os.path.isfile(path):
             try:
                 p = predict.Predictors.load(path)
@@ -107,7 +89,7 @@ class TrainerRole:
                                    input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
         p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16)
         self.fit_s = time.time() - t0
-        tmp = "%s.%d.tmp" % (path, os.getpid())
+        tmp = artifacts.atomic_tmp(path)
         p.save(tmp)
         os.replace(tmp, path)
         log.info("fitted predictors for %d cuts on %d frames in %.1f s (cached in %s)", p.n_cuts, n, self.fit_s, path)

@@ -11,6 +11,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.pipeline import load_graph
 from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
@@ -24,15 +25,10 @@ log = logging.getLogger(__name__)
 
 
 def costs_cache_path(cfg: Config, host: str) -> str:
-    """Cache file of the worker profile: one per model, frame size, host (its CPU cap is in the compose host
-    name), torch thread count, iterations and hop codec options."""
+    """Cache file of this worker's profile (named by cnnvideo.artifacts)."""
     import torch
 
-    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s-p2" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host,
-                                            torch.get_num_threads(), cfg.profile_iters, cfg.delta.threshold,
-                                            cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return cfg.cache_path("costs", safe + ".npz")
+    return artifacts.profile_path(cfg, host, torch.get_num_threads())
 
 
 def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[WorkerProfile, bool]:

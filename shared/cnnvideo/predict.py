@@ -13,7 +13,6 @@ non-zeros, over the training frames; separately for keyframes). Stored as plain 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -355,17 +354,6 @@ def record_video(
             keep = measure_bytes and bool(delta)
             rec.add(delta, raw, sizes if keep else None, model if keep else None)
     return rec
-
-
-def cache_file(cfg) -> str:
-    """Predictor cache path for a Config (trainer writes it, planner/master read it): one file per
-    model, weights, seed, frame size, mode options and training video."""
-    video = cfg.trainer.video or cfg.video
-    name = "%s-%s-s%d-%dx%d-t%g-it%d-%s-%s.npz" % (
-        cfg.model, os.path.basename(cfg.weights), cfg.seed, cfg.frame_size[0], cfg.frame_size[1],
-        cfg.delta.threshold, cfg.delta.input_threshold, "fp16" if cfg.delta.fp16 else "fp32",
-        os.path.splitext(os.path.basename(video))[0])
-    return cfg.cache_path("predictors", name)
 
 
 def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6) -> Predictors:

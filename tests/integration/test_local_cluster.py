@@ -69,6 +69,7 @@ def test_resnet50_three_workers(tmp_path, synthetic_video, cache_dir, scheduler)
 
 
 def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
+    """Full and delta runs give the same outputs (outputs.npy, every frame: report.json says which frames)."""
     outputs = {}
     for mode in ("full", "delta"):
         data = base_config(synthetic_video, cache_dir, mode=mode, frames=12, scheduler="lbs")
@@ -76,6 +77,7 @@ def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
         _assert_ok(proc, report)
         assert report["mode"] == mode
         assert report["max_abs_err"] <= 1e-4
+        assert report["outputs_frames"] == "all"  # it used to be dropped (set after the report was built)
         outputs[mode] = (np.load(os.path.join(out, "outputs.npy")), report)
     full, rfull = outputs["full"]
     delta, rdelta = outputs["delta"]
