@@ -150,12 +150,6 @@ def effective_config(args) -> Tuple[config.Config, str]:
         if not args.config and "'video'" in str(exc):
             raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
         raise
-    try:
-        from cnnvideo.master.planning import check_options
-    except ImportError:  # the master package is not installed here
-        check_options = None
-    if check_options is not None:
-        check_options(cfg.scheduler, cfg.scheduler_options)
     out = os.path.abspath(args.out or cfg.out)
     cfg.out = out
     for attr in ("video",):

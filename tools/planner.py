@@ -21,7 +21,7 @@ import numpy as np
 from cnnvideo import artifacts, costinputs
 from cnnvideo import config as config_mod
 from cnnvideo.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
-from cnnvideo.schedulers import SCHEDULERS, check_options, objective, schedule
+from cnnvideo.schedulers import SCHEDULERS, objective, schedule
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +165,7 @@ def _load(args) -> config_mod.Config:
 
 def run(args) -> int:
     """CLI entry: print a table (or JSON with --json) of every scheduler's plan."""
-    cfg = _load(args)
-    try:
-        check_options(cfg.scheduler, cfg.scheduler_options)
-    except ValueError as exc:
-        raise config_mod.ConfigError("config key 'scheduler_options': %s" % exc) from None
+    cfg = _load(args)  # scheduler_options are checked by config.validate (schedulers.check_options)
     ctx = build_context(cfg)
     rows = evaluate(cfg, ctx)
     inputs = ctx.inputs

@@ -13,29 +13,7 @@ from cnnvideo.costmodel import CostInputs, Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Planner", "check_options", "cost_inputs", "cpu_model"]
-
-
-def check_options(name: str, options: Dict[str, Any]) -> None:
-    """ConfigError naming 'scheduler_options.X' if the scheduler does not take option X."""
-    import inspect
-
-    from cnnvideo.config import ConfigError
-
-    fn = schedulers.das_decide if name == "das" else schedulers.SCHEDULERS.get(name)
-    if fn is None:
-        return
-    params = inspect.signature(fn).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()) and name != "das":
-        known = [k for k, p in params.items() if p.kind == p.KEYWORD_ONLY or p.default is not p.empty]
-    else:
-        known = [k for k, p in params.items() if p.default is not p.empty]
-    fixed = ("in_flight", "delta", "frame_bytes", "prev", "ready", "finished", "now")
-    for key in options:
-        if key not in known or key in fixed:
-            allowed = ", ".join(k for k in known if k not in fixed) or "none"
-            raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
-                              % (key, name, allowed))
+__all__ = ["Planner", "cost_inputs", "cpu_model"]
 
 
 class Planner:

@@ -20,7 +20,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import convert, net
 
-from .planning import Planner, check_options, cost_inputs, cpu_model
+from .planning import Planner, cost_inputs, cpu_model
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,6 @@ class MasterRole:
     def start(self) -> None:
         from cnnvideo.video import read_frames
 
-        check_options(self.cfg.scheduler, self.cfg.scheduler_options)
         t0 = time.time()
         for addr in self.addresses:
             chan = net.channel(addr, self.max_bytes)

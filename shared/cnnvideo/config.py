@@ -10,7 +10,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 MODES = ("full", "delta")
-SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")
 
 
 class ConfigError(ValueError):
@@ -195,7 +194,7 @@ def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
 
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot; raise ConfigError naming the key."""
-    from . import models  # local import: models pulls in torch
+    from . import models, schedulers  # local import: models pulls in torch
 
     if not cfg.cluster.workers:
         raise ConfigError("config key 'cluster.workers' must list at least one worker address")
@@ -217,8 +216,15 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'frame_size' must be two positive integers, got %r" % (cfg.frame_size,))
     if cfg.mode not in MODES:
         raise ConfigError("config key 'mode' must be one of %s, got %r" % ("|".join(MODES), cfg.mode))
-    if cfg.scheduler not in SCHEDULERS:
-        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(SCHEDULERS), cfg.scheduler))
+    if cfg.scheduler not in schedulers.SCHEDULERS:
+        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(schedulers.SCHEDULERS),
+                                                                             cfg.scheduler))
+    for key in cfg.scheduler_options:
+        try:
+            schedulers.check_options(cfg.scheduler, {key: None})
+        except ValueError:
+            raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
+                              % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
     _positive(cfg.frames, "frames")
     _positive(cfg.group_size, "group_size")
     _positive(cfg.trainer.frames, "trainer.frames")

@@ -2,9 +2,9 @@
 for the master and `cnnvideo plan`)."""
 import numpy as np
 
-from cnnvideo.costmodel import Plan, compute_costs
 from cnnvideo.costinputs import build as cost_inputs
 from cnnvideo.costinputs import cpu_model, share_cpu
+from cnnvideo.costmodel import Plan, compute_costs
 
 
 def test_net_cpu_charge_follows_the_hop_bytes():
