@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Dict, Optional
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
@@ -15,6 +15,19 @@ from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 
 log = logging.getLogger(__name__)
+
+
+def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False):
+    """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
+    nothing is held out, i.e. fit_fraction 1 or too few frames to spare two)."""
+    from cnnvideo import predict
+
+    n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
+    if rec.frames - n_fit < 2:
+        return predict.fit_recorder(rec, graph, fp16=fp16), {}
+    head, held = rec.split(n_fit)
+    preds = predict.fit_recorder(head, graph, fp16=fp16)
+    return preds, predict.validate(preds, held)
 
 
 class TrainerRole:
@@ -27,6 +40,7 @@ class TrainerRole:
         self.predictors = None
         self.cached = False
         self.fit_s = 0.0
+        self.validation: Dict[str, float] = {}  # held-out check of a fresh fit (trainer.fit_fraction)
         self.error = ""
         self.frames_done = 0
         self.ready = threading.Event()
@@ -87,12 +101,17 @@ class TrainerRole:
         frames = read_frames(self.video, tuple(self.cfg.frame_size), limit=n)
         rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
                                    input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
-        p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16)
+        p, self.validation = fit_holding_out(rec, graph, self.cfg.trainer.fit_fraction, self.cfg.delta.fp16)
+        if self.validation:
+            log.info("predictors fitted on %d frames, validated on %d held-out frames: bytes MAPE %.1f%% per cut, "
+                     "%.1f%% per frame", rec.frames + 1 - self.validation["frames"], self.validation["frames"],
+                     100 * self.validation["mape"], 100 * self.validation["mape_total"])
         self.fit_s = time.time() - t0
         tmp = artifacts.atomic_tmp(path)
         p.save(tmp)
         os.replace(tmp, path)
-        log.info("fitted predictors for %d cuts on %d frames in %.1f s (cached in %s)", p.n_cuts, n, self.fit_s, path)
+        log.info("fitted predictors for %d cuts on %d frames (%d held out) in %.1f s (cached in %s)", p.n_cuts, n,
+                 int(self.validation.get("frames", 0)), self.fit_s, path)
         return p
 
     def _progress(self, frames, total: int):

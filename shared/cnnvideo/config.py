@@ -40,7 +40,7 @@ class TrainerOptions:
 
     video: Optional[str] = None  # None = the run's video
     frames: int = 100
-    fit_fraction: float = 0.8
+    fit_fraction: float = 0.8  # fitted on this share of the frames, validated on the rest (1 = no hold-out)
 
 
 @dataclass
