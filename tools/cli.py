@@ -19,6 +19,7 @@ COMMANDS = {
     "bench plan": "cnnvideo.tools.bench.plan:run",
     "bench delta": "cnnvideo.tools.bench.delta:run",
     "bench soak": "cnnvideo.tools.bench.soak:run",
+    "bench tradeoff": "cnnvideo.tools.bench.tradeoff:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -83,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the master's exactness check")
     p.add_argument("--out", default=None, help="work folder (default: a new temp folder)")
     p.add_argument("--verbose-children", action="store_true", help="echo the cluster's log lines")
+    p = bench.add_parser("tradeoff", help="bytes per hop vs top-1 agreement: input/later thresholds and fp16")
+    p.add_argument("--json", action="store_true", help="print one JSON object (else a table of the answers)")
+    p.add_argument("--model", default="mobilenet_v2")
+    p.add_argument("--weights", default="imagenet", help="random | imagenet | a state-dict file")
+    p.add_argument("--video", default=None, help="video file (default: media/vtest.avi)")
+    p.add_argument("--frames", type=int, default=40)
+    p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
+    p.add_argument("--cuts", default="blocks", help="later-hop cuts: blocks | all | comma-separated names")
+    p.add_argument("--out", default=None, help="also write tradeoff.json and tradeoff.svg into this folder")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)

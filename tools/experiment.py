@@ -245,7 +245,8 @@ class ComposeBackend:
         subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
         self.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, stdout=subprocess.PIPE,
                                      universal_newlines=True, check=True).stdout.strip()
-        shutil.copytree(os.path.join(REPO, "build", "wheels"), os.path.join(src, "build", "wheels"))
+        for sub in ("wheels", "weights"):  # not in git: filled by scripts/docker_setup.sh
+            shutil.copytree(os.path.join(REPO, "build", sub), os.path.join(src, "build", sub))
         cluster = _merge(self.spec.get("base") or {}, {
             "cluster": {"trainer": "trainer:50051", "workers": ["worker0:50060", "worker1:50060"]},
             "video": "/usr/share/cnnvideo/vtest.avi", "cache_dir": "/var/cache/cnnvideo", "out": "/app/out"})

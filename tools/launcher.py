@@ -36,6 +36,10 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "trainer": {"frames": 40},
 }
 
+# With torchvision's trained MobileNetV2 in the torch hub cache (scripts/fetch_weights.sh), the demo runs it instead
+# and shows what it saw (ImageNet labels); without the file it stays AlexNet with random weights.
+TRAINED_DEMO: Dict[str, Any] = {"model": "mobilenet_v2", "weights": "imagenet"}
+
 STARTUP_TIMEOUT_S = 600.0  # model load + first profiling of big models on a busy machine
 
 
@@ -125,6 +129,16 @@ def stop_all(children: List[Child], timeout: float = 5.0) -> None:
         c.stop(max(deadline - time.time(), 0.1))
 
 
+def default_config() -> Dict[str, Any]:
+    """The built-in demo config: trained MobileNetV2 when its weights load offline, else DEFAULT_CONFIG."""
+    from cnnvideo.models import imagenet_available
+
+    data = json.loads(json.dumps(DEFAULT_CONFIG))
+    if imagenet_available(TRAINED_DEMO["model"]):
+        data.update(TRAINED_DEMO)
+    return data
+
+
 def effective_config(args) -> Tuple[config.Config, str]:
     """Load (or take the built-in) config, apply --frames/--out, validate, and rewrite addresses to free ports."""
     from cnnvideo.rpc.net import free_port
@@ -141,7 +155,7 @@ def effective_config(args) -> Tuple[config.Config, str]:
         if not isinstance(data, dict):
             raise ConfigError("config file %s must hold a mapping of keys" % args.config)
     else:
-        data = json.loads(json.dumps(DEFAULT_CONFIG))
+        data = default_config()
     if args.frames is not None:
         data["frames"] = args.frames
     try:
@@ -272,6 +286,9 @@ def _summary(report: Dict[str, Any]) -> str:
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
     from cnnvideo import tls
+    from cnnvideo.pipeline import check_weights
+
+    print("[local] %s, weights: %s" % (cfg.model, check_weights(cfg).describe()), file=sys.stderr, flush=True)
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out

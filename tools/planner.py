@@ -21,7 +21,7 @@ import numpy as np
 from cnnvideo import artifacts, costinputs
 from cnnvideo import config as config_mod
 from cnnvideo.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
-from cnnvideo.schedulers import SCHEDULERS, objective, schedule
+from cnnvideo.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +106,12 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
 
 
 def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, Any]:
-    """Options for one scheduler: config scheduler_options for the configured one, group data for das."""
+    """Options for one scheduler: config scheduler_options for the configured one, plus the predicted bytes of
+    the video's last group for a scheduler that takes them (its group size comes from the config)."""
     opts: Dict[str, Any] = {}
-    if name == "das":
-        opts["group_size"] = cfg.group_size
-        if ctx.frame_bytes is not None and ctx.frame_bytes.shape[0] >= cfg.group_size:
-            opts["frame_bytes"] = ctx.frame_bytes[-cfg.group_size:]
+    takes_bytes = "frame_bytes" in RUNTIME_OPTIONS.get(name, ())
+    if takes_bytes and ctx.frame_bytes is not None and ctx.frame_bytes.shape[0] >= cfg.group_size:
+        opts["frame_bytes"] = ctx.frame_bytes[-cfg.group_size:]
     if name == cfg.scheduler:
         opts.update(cfg.scheduler_options)
     return opts
@@ -124,7 +124,7 @@ def evaluate(cfg: config_mod.Config, ctx: PlanContext) -> List[Dict[str, Any]]:
     names = [c.name for c in ctx.graph.cuts]
     for name in SCHEDULERS:
         t0 = time.perf_counter()
-        plan = schedule(name, ctx.inputs, cfg.in_flight, delta, **_options(cfg, name, ctx))
+        plan = create(name, ctx.inputs, cfg.in_flight, delta, _options(cfg, name, ctx), cfg.group_size).initial_plan()
         decide_ms = 1000 * (time.perf_counter() - t0)
         period = objective(plan, ctx.inputs, cfg.in_flight, delta)
         rows.append({

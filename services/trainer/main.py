@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from cnnvideo import config, tls
+from cnnvideo.pipeline import check_weights
 
 from .role import TrainerRole
 
@@ -9,6 +10,7 @@ from .role import TrainerRole
 def run(args) -> int:
     cfg = config.load(args.config)
     tls.setup(cfg, "trainer")  # mutual TLS for every channel/server of this process, if configured
+    check_weights(cfg)  # bad weights: one clear line before the server starts (fitting runs after it)
     role = TrainerRole(cfg)
     try:
         role.start()

@@ -1,19 +1,25 @@
-"""One run on a worker: ordered intake, decode, compute, encode and forward/report, with stage timings."""
+"""One run on a worker: ordered intake, decode, compute, encode and forward/report, with stage timings.
+
+Plain data in and out, no gRPC: the servicer converts proto to the dataclasses here and back, the role
+passes two callables, `forward(start_cut, end_cut, x) -> y` (the stage's compute; any backend) and
+`emit(task)` (hand a task to the next worker; raises EmitError if it cannot). Results and stage reports
+wait in bounded queues that the servicer's streams drain. The hop rules (reporter, senders, keyframes,
+epochs) are cnnvideo.protocol's.
+"""
 from __future__ import annotations
 
 import logging
 import queue
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import grpc
 import numpy as np
 
-from cnnvideo.hop import HopError, HopReceiver, HopSender
-from cnnvideo.rpc import cnnvideo_pb2 as pb
-from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-from cnnvideo.rpc import net
+from cnnvideo import protocol
+from cnnvideo.hop import HopReceiver
+from cnnvideo.protocol import HopSettings, InputHop, OutputHop
 
 log = logging.getLogger(__name__)
 
@@ -23,67 +29,122 @@ PENDING_LIMIT = 1024  # out-of-order tasks buffered on the input hop
 
 
 class TaskError(ValueError):
-    """A FrameTask does not fit this worker's graph or run."""
+    """A task does not fit this worker's graph or run."""
 
 
 class StaleError(LookupError):
     """A task or stream of another generation of the run (before or after a resync)."""
 
 
-def last_worker_with_work(cuts: List[int]) -> int:
-    """Index of the last worker whose segment range is non-empty (the one that reports the result)."""
-    for w in range(len(cuts) - 2, -1, -1):
-        if cuts[w] < cuts[w + 1]:
-            return w
-    return 0
+class EmitError(RuntimeError):
+    """The next worker could not take a task (unreachable, or it refused)."""
 
 
-def check_plan(cuts: List[int], n_workers: int, num_segments: int) -> None:
-    if len(cuts) != n_workers + 1:
-        raise TaskError("plan has %d cuts, expected %d (workers + 1)" % (len(cuts), n_workers + 1))
-    if cuts[0] != 0 or cuts[-1] != num_segments:
-        raise TaskError("plan must start at cut 0 and end at cut %d, got %r" % (num_segments, list(cuts)))
-    if any(a > b for a, b in zip(cuts, cuts[1:])):
-        raise TaskError("plan cuts must be non-decreasing, got %r" % list(cuts))
+@dataclass
+class RunSettings:
+    """A run as the master started it on this worker."""
+
+    run_id: str
+    n_workers: int
+    hops: HopSettings = field(default_factory=HopSettings)
+    generation: int = 0
+
+
+@dataclass
+class Payload:
+    """A tensor crossing a hop: hop bytes at `cut`, whether they are whole, float32 dense size (for reports)."""
+
+    cut: int
+    data: bytes
+    keyframe: bool = False
+    bytes_dense: int = 0
+
+
+@dataclass
+class Task:
+    """One frame's plan with the payload for the worker at `hop`."""
+
+    run_id: str
+    frame_id: int
+    cuts: List[int]
+    payload: Payload
+    hop: int = 0
+    seq: int = 0
+    keyframe: List[bool] = field(default_factory=list)
+    epoch: List[int] = field(default_factory=list)
+    generation: int = 0
+    created_at: float = 0.0
+    sent_at: float = 0.0
+
+
+@dataclass
+class Timing:
+    """One timed stage (receive | decode | compute | encode | send) of one frame, unix seconds."""
+
+    stage: str
+    start: float
+    end: float
+    bytes: int = 0
+
+
+@dataclass
+class Result:
+    """A finished frame, from the worker that reports it."""
+
+    run_id: str
+    generation: int
+    frame_id: int
+    worker_id: int
+    seq: int
+    output: Payload
+    sent_at: float
+
+
+@dataclass
+class StageReport:
+    """What a worker did with one frame (or, with `error`, why it failed)."""
+
+    run_id: str
+    generation: int
+    frame_id: int
+    worker_id: int
+    start_cut: int = 0
+    end_cut: int = 0
+    stages: List[Timing] = field(default_factory=list)
+    error: str = ""
+    hop_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    hop_out: int = 0
+    keyframe_out: bool = False
+    dense_out: int = 0
+
+
+Forward = Callable[[int, int, np.ndarray], np.ndarray]
+Emit = Callable[[Task], None]
 
 
 class Run:
-    """State of one master run on one worker: hop state on both sides, frame order, outgoing streams."""
+    """State of one master run on one worker: hop state on both sides, frame order, outgoing queues."""
 
-    def __init__(
-        self,
-        setup: pb.RunSetup,
-        worker_id: int,
-        graph,
-        executor_for: Callable[[int, int], object],
-        next_stub: Optional[pb_grpc.WorkerStub],
-        next_address: str,
-        max_bytes: int,
-        rpc_timeout: float,
-    ) -> None:
-        self.run_id = setup.run_id
-        self.generation = int(setup.generation)
-        self.mode = setup.mode
+    def __init__(self, settings: RunSettings, worker_id: int, cut_shapes: Sequence[Tuple[int, ...]],
+                 forward: Forward, emit: Optional[Emit], max_bytes: int) -> None:
+        self.settings = settings
+        self.run_id = settings.run_id
+        self.generation = int(settings.generation)
         self.worker_id = worker_id
-        self.n_workers = setup.n_workers
-        self.graph = graph
-        self.num_segments = len(graph.cuts) - 1
-        self.executor_for = executor_for
-        self.next_stub = next_stub
-        self.next_address = next_address
-        self.rpc_timeout = rpc_timeout
-        later = dict(threshold=float(setup.threshold), fp16=bool(setup.fp16))
+        self.n_workers = settings.n_workers
+        self.cut_shapes = [tuple(s) for s in cut_shapes]
+        self.num_segments = len(self.cut_shapes) - 1
+        self.forward = forward
+        self.emit = emit
         self.receiver = HopReceiver(max_bytes)
-        # the hop out of this worker: uint8 frame only if it forwards the raw input (cut 0)
-        self.next_sender = HopSender(**later)
-        self.next_sender_input = HopSender(threshold=float(setup.input_threshold))
-        self.result_sender = HopSender(**later)
-        self.last_cut_out = -1  # cut sent on the hop to worker i+1 by the previous frame
-        self.in_epoch: Optional[int] = None  # plan epoch of the input hop seen last
-        self.result_count = 0
+        self.input_hop = InputHop(worker_id)
+        self.next_hop = OutputHop(settings.hops)  # to worker i+1
+        self.result_hop = OutputHop(settings.hops)  # to the master
         self.next_seq = 0
         self.out_seq = 0
-        self.pending: Dict[int, Tuple[pb.FrameTask, float]] = {}
+        self.pending: Dict[int, Tuple[Task, float]] = {}
         self.cond = threading.Condition()
         self.results: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.stages: queue.Queue = queue.Queue(QUEUE_LIMIT)
@@ -98,8 +159,9 @@ class Run:
             t.start()
 
     # ------------------------------------------------------------------ intake
-    def accept(self, task: pb.FrameTask) -> None:
-        """Queue a task by its hop sequence number; raise TaskError on duplicates or a failed run."""
+    def accept(self, task: Task) -> None:
+        """Queue a task by its hop sequence number; StaleError for another generation, TaskError if it does not
+        fit (wrong hop, bad plan, duplicate) or the run failed."""
         now = time.time()
         if task.generation != self.generation:
             raise StaleError("task of generation %d, run %s on worker %d is at generation %d"
@@ -108,7 +170,10 @@ class Run:
             raise TaskError("run %s failed on worker %d: %s" % (self.run_id, self.worker_id, self.failed))
         if task.hop != self.worker_id:
             raise TaskError("task for hop %d sent to worker %d" % (task.hop, self.worker_id))
-        check_plan(list(task.cuts), self.n_workers, self.num_segments)
+        try:
+            protocol.check_plan(task.cuts, self.n_workers, self.num_segments)
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
         if task.payload.cut != task.cuts[self.worker_id]:
             raise TaskError("payload is at cut %d but the plan starts worker %d at cut %d"
                             % (task.payload.cut, self.worker_id, task.cuts[self.worker_id]))
@@ -120,7 +185,7 @@ class Run:
             self.pending[task.seq] = (task, now)
             self.cond.notify_all()
 
-    def _next_task(self) -> Optional[Tuple[pb.FrameTask, float]]:
+    def _next_task(self) -> Optional[Tuple[Task, float]]:
         with self.cond:
             while not self.closed.is_set() and self.next_seq not in self.pending:
                 self.cond.wait(0.5)
@@ -144,68 +209,45 @@ class Run:
                 self.fail("frame %d: %s" % (task.frame_id, exc), task.frame_id)
                 return
 
-    def _process(self, task: pb.FrameTask, arrived: float) -> None:
+    def _process(self, task: Task, arrived: float) -> None:
         w = self.worker_id
         cuts = list(task.cuts)
-        stages = [pb.StageTiming(stage="receive", start=task.sent_at or arrived, end=arrived,
-                                 bytes=len(task.payload.data))]
+        stages = [Timing("receive", task.sent_at or arrived, arrived, len(task.payload.data))]
         t0 = time.time()
-        epoch = int(task.epoch[w]) if len(task.epoch) > w else 0
-        if self.in_epoch is not None and epoch != self.in_epoch and not task.payload.keyframe:
-            # the plan changed the cut of this hop: only a whole tensor may follow (never a delta on a wrong base)
-            raise HopError("hop %d moved to epoch %d without a keyframe (resync needed)" % (w, epoch))
-        self.in_epoch = epoch
+        self.input_hop.admit(int(task.epoch[w]) if len(task.epoch) > w else 0, task.payload.keyframe)
         x = self.receiver.decode(task.payload.data)
-        expect = tuple(self.graph.cuts[cuts[w]].shape)
+        expect = self.cut_shapes[cuts[w]]
         if tuple(x.shape) != expect:
             raise TaskError("payload shape %r does not match cut %d shape %r" % (tuple(x.shape), cuts[w], expect))
         t1 = time.time()
-        stages.append(pb.StageTiming(stage="decode", start=t0, end=t1))
+        stages.append(Timing("decode", t0, t1))
         start, end = cuts[w], cuts[w + 1]
-        y = self.executor_for(start, end).run(x) if start < end else x
+        y = np.ascontiguousarray(self.forward(start, end, x) if start < end else x)
         t2 = time.time()
-        stages.append(pb.StageTiming(stage="compute", start=t1, end=t2))
-        report = pb.StageReport(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id,
-                                worker_id=w, start_cut=start,
-                                end_cut=end, hop_in=w, bytes_in=len(task.payload.data))
-        full = self.mode == "full"
-        if w >= last_worker_with_work(cuts) or w == self.n_workers - 1:
-            keyframe = full or self.result_count == 0
-            data = self.result_sender.encode(np.ascontiguousarray(y), keyframe=keyframe)
+        stages.append(Timing("compute", t1, t2))
+        report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
+                             hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y))
+        if w >= protocol.reporter(cuts):
+            data, keyframe = self.result_hop.encode(end, y)
             t3 = time.time()
-            stages.append(pb.StageTiming(stage="encode", start=t2, end=t3, bytes=len(data)))
-            result = pb.FrameResult(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id,
-                                    worker_id=w, seq=self.result_count,
-                                    output=pb.Tensor(cut=end, data=data, keyframe=keyframe,
-                                                     bytes_dense=_dense_bytes(y)), sent_at=t3)
-            self.result_count += 1
-            stages.append(pb.StageTiming(stage="send", start=t3, end=t3, bytes=len(data)))
-            report.hop_out = self.n_workers
-            report.bytes_out = len(data)
-            report.keyframe_out = keyframe
-            report.dense_out = _dense_bytes(y)
-            report.stages.extend(stages)
+            stages += [Timing("encode", t2, t3, len(data)), Timing("send", t3, t3, len(data))]
+            result = Result(self.run_id, self.generation, task.frame_id, w, self.result_hop.sent - 1,
+                            Payload(end, data, keyframe, _dense_bytes(y)), sent_at=t3)
+            report.hop_out, report.bytes_out, report.keyframe_out = self.n_workers, len(data), keyframe
+            report.stages = stages
             self.put(self.results, result)
             self.put(self.stages, report)
             return
         nxt = w + 1
-        keyframe = full or (len(task.keyframe) > nxt and bool(task.keyframe[nxt]))
-        if end != self.last_cut_out:
-            keyframe = True
-        self.last_cut_out = end
-        sender = self.next_sender_input if end == 0 else self.next_sender  # uint8 frame: pixel threshold
-        data = sender.encode(np.ascontiguousarray(y), keyframe=keyframe)
+        planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
+        data, keyframe = self.next_hop.encode(end, y, planned)
         t3 = time.time()
-        stages.append(pb.StageTiming(stage="encode", start=t2, end=t3, bytes=len(data)))
-        out = pb.FrameTask(run_id=self.run_id, generation=self.generation, frame_id=task.frame_id, cuts=cuts,
-                           keyframe=list(task.keyframe),
-                           epoch=list(task.epoch), hop=nxt, created_at=task.created_at,
-                           payload=pb.Tensor(cut=end, data=data, keyframe=keyframe, bytes_dense=_dense_bytes(y)))
-        report.hop_out = nxt
-        report.bytes_out = len(data)
-        report.keyframe_out = keyframe
-        report.dense_out = _dense_bytes(y)
-        report.stages.extend(stages)
+        stages.append(Timing("encode", t2, t3, len(data)))
+        out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y)), hop=nxt,
+                   keyframe=list(task.keyframe), epoch=list(task.epoch), generation=self.generation,
+                   created_at=task.created_at)
+        report.hop_out, report.bytes_out, report.keyframe_out = nxt, len(data), keyframe
+        report.stages = stages
         self.put(self.forward_q, (out, report))
 
     def put(self, q: queue.Queue, item) -> bool:
@@ -236,26 +278,23 @@ class Run:
             t0 = time.time()
             out.sent_at = t0
             try:
-                ack = self.next_stub.Process(out, timeout=self.rpc_timeout)
-            except grpc.RpcError as exc:
-                self.fail("cannot forward frame %d to worker w%d at %s: %s"
-                          % (out.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc)), out.frame_id)
+                if self.emit is None:
+                    raise EmitError("worker %d has no next worker" % self.worker_id)
+                self.emit(out)
+            except EmitError as exc:
+                self.fail(str(exc), out.frame_id)
                 continue
-            if not ack.ok:
-                self.fail("worker w%d refused frame %d: %s" % (self.worker_id + 1, out.frame_id, ack.message),
-                          out.frame_id)
-                continue
-            report.stages.add(stage="send", start=t0, end=time.time(), bytes=len(out.payload.data))
+            report.stages.append(Timing("send", t0, time.time(), len(out.payload.data)))
             self.put(self.stages, report)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str, frame_id: int = -1) -> None:
+        """The run cannot go on here: tell the master (a stage report with `error`), refuse further tasks."""
         if self.failed:
             return
         self.failed = message
         log.error("run %s: %s", self.run_id, message)
-        self.put(self.stages, pb.StageReport(run_id=self.run_id, generation=self.generation, frame_id=frame_id,
-                                             worker_id=self.worker_id, error=message))
+        self.put(self.stages, StageReport(self.run_id, self.generation, frame_id, self.worker_id, error=message))
 
     def close(self) -> None:
         self.closed.set()

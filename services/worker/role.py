@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import uuid
+import zipfile
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -15,11 +16,12 @@ from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.pipeline import load_graph
 from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
-from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 
-from .engine import Run
+from . import wire
+from .engine import EmitError, Run, RunSettings, Task
+from .servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,8 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tupl
         try:
             with np.load(path, allow_pickle=False) as data:
                 return WorkerProfile.from_arrays({n: data[n] for n in data.files}, k), True
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring unreadable cached profile %s: %s", path, exc)
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # truncated, bad CRC, ...
+            log.warning("cached profile %s is damaged (%s: %s); profiling again", path, type(exc).__name__, exc)
 
     t0 = time.time()
     prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
@@ -81,8 +83,6 @@ class WorkerRole:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        from .servicer import WorkerServicer
-
         t0 = time.time()
         self.graph = load_graph(self.cfg)
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
@@ -115,6 +115,26 @@ class WorkerRole:
             self._next_channel.close()
 
     # ------------------------------------------------------------------ plain operations behind the servicer
+    def refresh_costs(self) -> None:
+        """Profile again, ignoring the cache (Costs(refresh=true))."""
+        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, refresh=True)
+
+    def forward(self, start: int, end: int, x: np.ndarray) -> np.ndarray:
+        """The stage's compute: segments start..end-1 on x (the engine's `forward`; one executor per range)."""
+        return self.executor_for(start, end).run(x)
+
+    def _emit(self, stub, task: Task) -> None:
+        """Hand a task to worker i+1 (the engine's `emit`); EmitError if it is unreachable or refuses."""
+        import grpc
+
+        try:
+            ack = stub.Process(wire.task_to_pb(task), timeout=self.cfg.limits.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise EmitError("cannot forward frame %d to worker w%d at %s: %s" % (
+                task.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc))) from None
+        if not ack.ok:
+            raise EmitError("worker w%d refused frame %d: %s" % (self.worker_id + 1, task.frame_id, ack.message))
+
     def executor_for(self, start: int, end: int):
         key = (start, end)
         with self._exec_lock:
@@ -126,22 +146,8 @@ class WorkerRole:
                 self._executors[key] = ex
             return ex
 
-    def info(self) -> pb.WorkerInfo:
-        cuts = [
-            pb.CutInfo(index=c.index, name=c.name, shape=list(c.shape), dtype=c.dtype, bytes_dense=int(c.bytes_dense),
-                       layer=c.layer)
-            for c in self.graph.cuts
-        ]
-        segs = [list(self.graph.segment_layers(k)) for k in range(len(self.graph.cuts) - 1)]
-        return pb.WorkerInfo(worker_id=self.worker_id, model=self.cfg.model, weights=self.cfg.weights,
-                             seed=self.cfg.seed, frame_size=list(self.cfg.frame_size), cuts=cuts, host=self.host,
-                             next=self.next_address, segment_layers=[len(s) for s in segs],
-                             layer_names=[layer.name for layer in self.graph.layers],
-                             segment_layer_ids=[i for s in segs for i in s], instance=self.instance)
-
-    def start_run(self, setup: pb.RunSetup) -> None:
-        if setup.mode not in ("full", "delta"):
-            raise ValueError("mode must be full or delta, got %r" % setup.mode)
+    def start_run(self, setup: RunSettings) -> None:
+        """Start (or restart at a new generation) a run: fresh hop state on both sides, a fresh channel on."""
         if setup.n_workers != self.cfg.n_workers:
             raise ValueError("master has %d workers, this worker's config has %d" % (setup.n_workers,
                                                                                      self.cfg.n_workers))
@@ -153,10 +159,12 @@ class WorkerRole:
                     self._next_channel.close()
                 self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
                 self.next_stub = pb_grpc.WorkerStub(self._next_channel)
-            self.run = Run(setup, self.worker_id, self.graph, self.executor_for, self.next_stub, self.next_address,
-                           self.cfg.max_message_bytes, self.cfg.limits.rpc_timeout_s)
+            stub = self.next_stub
+            emit = (lambda task: self._emit(stub, task)) if stub is not None else None
+            self.run = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward, emit,
+                           self.cfg.max_message_bytes)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
-                 setup.mode)
+                 setup.hops.mode)
 
     def current(self, run_id: str) -> Run:
         run = self.run

@@ -10,7 +10,8 @@ from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 
-from .engine import StaleError, TaskError
+from . import wire
+from .engine import Result, StageReport, StaleError, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -22,14 +23,12 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self.role = role
 
     def Info(self, request, context):
-        return self.role.info()
+        return wire.worker_info(self.role)
 
     def Costs(self, request, context):
         role = self.role
         if request.refresh:
-            from .role import profile_cached
-
-            role.costs, role.costs_cached = profile_cached(role.cfg, role.graph, role.host, refresh=True)
+            role.refresh_costs()
         prof = role.costs
         if request.rescale:
             from cnnvideo.profiling import rescale
@@ -42,7 +41,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def StartRun(self, request, context):
         try:
-            self.role.start_run(request)
+            self.role.start_run(wire.settings_from_pb(request))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.Ack(ok=True)
@@ -56,7 +55,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if problem:  # headers only: nothing is queued or allocated for a payload that cannot be right
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
-            run.accept(request)
+            run.accept(wire.task_from_pb(request))
         except (LookupError, StaleError) as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except TaskError as exc:
@@ -89,9 +88,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 item = q.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if not isinstance(item, (pb.FrameResult, pb.StageReport)):  # the run was closed
+            if not isinstance(item, (Result, StageReport)):  # the run was closed
                 return
-            yield item
+            yield wire.to_pb(item)
 
     def Results(self, request, context):
         return self._stream(request, context, "results")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -30,8 +30,30 @@ _BITS = {2: np.uint16, 4: np.uint32}
 _VIEW_MIN = 1 << 16  # full payloads of at least this many elements: the sender mirrors a view, not a copy
 
 
+HEADER_SIZE = _HEADER.size
+
+
 class HopError(ValueError):
     """A hop payload cannot be applied (update without a matching base, bad header, ...)."""
+
+
+class HopHeader(NamedTuple):
+    """The hop header of a payload: kind (FULL, UPDATE, ADD256), its name, and the sender's sequence number."""
+
+    kind: int
+    name: str
+    seq: int
+
+
+def peek_header(buf) -> HopHeader:
+    """The hop header of `buf` (bytes or memoryview) without decoding anything; HopError if it is not one.
+    The codec buffer follows at offset HEADER_SIZE."""
+    if len(buf) < _HEADER.size:
+        raise HopError("hop payload too short (%d bytes)" % len(buf))
+    magic, version, kind, seq = _HEADER.unpack_from(buf, 0)
+    if magic != _MAGIC or version != _VERSION or kind not in KIND_NAMES:
+        raise HopError("bad hop header (magic %r, version %d, kind %d)" % (magic, version, kind))
+    return HopHeader(kind, KIND_NAMES[kind], seq)
 
 
 def channel_nz(mask: np.ndarray, axis: int = 1) -> np.ndarray:
@@ -197,11 +219,7 @@ class HopReceiver:
 
     def decode(self, buf: bytes) -> np.ndarray:
         """Apply one payload and return a read-only view of the held tensor (valid until the next call)."""
-        if len(buf) < _HEADER.size:
-            raise HopError("hop payload too short (%d bytes)" % len(buf))
-        magic, version, kind, seq = _HEADER.unpack_from(buf, 0)
-        if magic != _MAGIC or version != _VERSION or kind not in KIND_NAMES:
-            raise HopError("bad hop header (magic %r, version %d, kind %d)" % (magic, version, kind))
+        kind, _name, seq = peek_header(buf)
         if kind != FULL:
             self._check_base(seq)
         # immutable bytes: values may stay a read-only view of buf until the next partial update

@@ -1,14 +1,18 @@
 """Model zoo: build torchvision classifiers with a weights policy (random+seed, imagenet, file) and no in-place ops."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
+
+from .config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +30,8 @@ _RANDOM_KWARGS: Dict[str, Dict[str, Any]] = {
 }
 
 
-class ModelError(ValueError):
-    """Unknown model name or weights that cannot be loaded."""
+class ModelError(ConfigError):
+    """Unknown model name or weights that cannot be loaded (a config error: the CLI prints one line, exit 2)."""
 
 
 class Preprocess(nn.Module):
@@ -112,52 +116,194 @@ def _build_random(name: str, seed: int) -> nn.Module:
         np.random.set_state(np_state)
 
 
-def _build_imagenet(name: str) -> nn.Module:
-    """torchvision's pretrained ImageNet weights (downloads on first use)."""
-    builder = _builder(name)
+# Full sha256 of checkpoints we know (torchvision only puts a prefix in the file name); the MobileNetV2 one is
+# the file scripts/fetch_weights.sh places in the torch hub cache, so `weights: imagenet` works offline.
+KNOWN_SHA256: Dict[str, str] = {
+    "mobilenet_v2-b0353104.pth": "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889",
+}
+# models whose ImageNet checkpoint a script here fetches with no download from torchvision's servers
+OFFLINE_FETCH: Dict[str, str] = {"mobilenet_v2": "scripts/fetch_weights.sh"}
+_HASH_IN_NAME = re.compile(r"-([a-f0-9]{8,64})\.")  # torchvision's naming: <name>-<sha256 prefix>.pth
+
+
+@dataclass(frozen=True)
+class WeightsInfo:
+    """Which weights a model was built with: 'random (seed 0)', a torchvision weights enum, or a file."""
+
+    model: str
+    weights: str  # the config value: random | imagenet | a path
+    source: str  # e.g. "random (seed 0)", "IMAGENET1K_V1", "file"
+    path: Optional[str] = None  # the file loaded (imagenet: the torch hub cache entry)
+    sha256: Optional[str] = None
+
+    @property
+    def trained(self) -> bool:
+        return self.weights != "random"
+
+    def describe(self) -> str:
+        """One line for logs and reports."""
+        if self.path is None:
+            return "%s, %s" % (self.model, self.source)
+        return "%s, %s from %s (sha256 %s)" % (self.model, self.source, self.path, (self.sha256 or "?")[:16])
+
+
+def sha256_of(path: str) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_file_hash(path: str, what: str = "weights file") -> str:
+    """The file's sha256 after checking it against a known full hash or the prefix its name carries."""
     try:
-        if _torchvision_version() >= (0, 13):
-            return builder(weights="DEFAULT")
-        return builder(pretrained=True)
-    except Exception as exc:  # download/network/cache errors come in many types
-        raise ModelError(
-            "cannot load ImageNet weights for %s (torchvision downloads them on first use; is the network or "
-            "the torch hub cache available? use weights: random or a state-dict file instead): %s" % (name, exc)
-        ) from exc
+        digest = sha256_of(path)
+    except OSError as exc:
+        raise ModelError("%s %s cannot be read: %s" % (what, path, exc.strerror or exc)) from None
+    name = os.path.basename(path)
+    expected = KNOWN_SHA256.get(name)
+    match = _HASH_IN_NAME.search(name)
+    if expected is not None and digest != expected:
+        raise ModelError("%s %s fails its hash check: sha256 %s, expected %s (delete it and fetch it again)"
+                         % (what, path, digest, expected))
+    if match is not None and not digest.startswith(match.group(1)):
+        raise ModelError("%s %s fails its hash check: sha256 %s does not start with %s, the prefix in its name "
+                         "(delete it and fetch it again)" % (what, path, digest, match.group(1)))
+    return digest
+
+
+def imagenet_weights(name: str):
+    """torchvision's ImageNet weights enum for `name`: IMAGENET1K_V1 where it exists (the checkpoint the offline
+    fetch provides for mobilenet_v2), else DEFAULT; None on torchvision < 0.14 (no weights registry)."""
+    getter = getattr(_tv_models(), "get_model_weights", None)
+    if getter is None:
+        return None
+    enum = getter(name)
+    return getattr(enum, "IMAGENET1K_V1", None) or enum.DEFAULT
+
+
+def hub_checkpoint(url: str) -> str:
+    """Where torch.hub keeps the file downloaded from `url` ($TORCH_HOME/hub/checkpoints/<name>)."""
+    from urllib.parse import urlparse
+
+    return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(urlparse(url).path))
+
+
+def _imagenet_error(name: str, exc: Exception) -> ModelError:
+    hint = OFFLINE_FETCH.get(name)
+    how = ("run %s to place the checkpoint in the torch hub cache with no download from torchvision" % hint
+           if hint else "torchvision downloads them on first use; is the network or the torch hub cache available?")
+    return ModelError("cannot load ImageNet weights for %s (%s; or use weights: random or a state-dict file): %s"
+                      % (name, how, exc))
+
+
+def _build_imagenet(name: str) -> Tuple[nn.Module, WeightsInfo]:
+    """torchvision's pretrained ImageNet weights through its weights API: the hub cache file is hash-checked here
+    (torchvision checks only what it downloads), else torchvision downloads it (with its hash check)."""
+    builder = _builder(name)
+    weights = imagenet_weights(name) if _torchvision_version() >= (0, 13) else None
+    if weights is None:  # old torchvision (the Pi images): pretrained=True, no registry
+        try:
+            return builder(pretrained=True), WeightsInfo(name, "imagenet", "pretrained=True")
+        except Exception as exc:  # download/network/cache errors come in many types
+            raise _imagenet_error(name, exc) from exc
+    path = hub_checkpoint(weights.url)
+    digest = check_file_hash(path, "ImageNet weights file") if os.path.isfile(path) else None
+    try:
+        model = builder(weights=weights)
+    except Exception as exc:  # download/network/cache/unpickling errors come in many types
+        raise _imagenet_error(name, exc) from exc
+    if digest is None and os.path.isfile(path):  # just downloaded
+        digest = sha256_of(path)
+    return model, WeightsInfo(name, "imagenet", weights.name, path, digest)
 
 
 def _load_state_dict(path: str) -> Dict[str, torch.Tensor]:
     """torch.load a state dict on the CPU, weights-only where this torch supports it."""
-    if _version(torch.__version__) >= (1, 13):
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    else:
-        state = torch.load(path, map_location="cpu")
-    if not isinstance(state, dict):
-        raise ModelError("weights file %s does not hold a state dict (got %s)" % (path, type(state).__name__))
+    try:
+        if _version(torch.__version__) >= (1, 13):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            state = torch.load(path, map_location="cpu")
+    except Exception as exc:  # a corrupted zip or pickle raises RuntimeError, EOFError, UnpicklingError, ...
+        raise ModelError("weights file %s is not a readable torch state dict (corrupted or not a .pth?): %s"
+                         % (path, _load_problem(exc))) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelError("weights file %s does not hold a state dict of tensors (got %s)"
+                         % (path, type(state).__name__))
     return state
 
 
-def _build_from_file(name: str, path: str) -> nn.Module:
-    """Random-init skeleton, then a strict load of the state dict in `path`."""
+def _load_problem(exc: Exception) -> str:
+    """The informative part of torch.load's (often long, multi-line) message, on one short line."""
+    text = str(exc).strip()
+    if "WeightsUnpickler error:" in text:  # weights-only refusal: the reason follows this marker
+        text = text.split("WeightsUnpickler error:", 1)[1].strip()
+        text = "refused by weights-only loading: " + (text.splitlines() or [""])[0]
+    lines = [line for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+    return lines[0].split(". This is an internal")[0][:200]
+
+
+def _few(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+
+def check_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], name: str, path: str) -> None:
+    """ModelError naming the file if `state` does not fit `model` exactly (missing/unexpected keys, shapes)."""
+    want = model.state_dict()
+    missing, unexpected = set(want) - set(state), set(state) - set(want)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append("%d missing keys (%s)" % (len(missing), _few(missing)))
+        if unexpected:
+            parts.append("%d unexpected keys (%s)" % (len(unexpected), _few(unexpected)))
+        raise ModelError("weights file %s does not fit %s (another architecture?): %s"
+                         % (path, name, "; ".join(parts)))
+    for key, tensor in want.items():
+        if tuple(state[key].shape) != tuple(tensor.shape):
+            raise ModelError("weights file %s does not fit %s: %s has shape %s, the model needs %s"
+                             % (path, name, key, tuple(state[key].shape), tuple(tensor.shape)))
+
+
+def _build_from_file(name: str, path: str) -> Tuple[nn.Module, WeightsInfo]:
+    """Random-init skeleton, then a strict load of the (hash-checked) state dict in `path`."""
     if not os.path.isfile(path):
         raise ModelError("weights must be 'random', 'imagenet' or a state-dict file; not found: %s" % path)
+    digest = check_file_hash(path)
     model = _build_random(name, 0)
+    state = _load_state_dict(path)
+    check_state_dict(model, state, name, path)
+    model.load_state_dict(state, strict=True)
+    return model, WeightsInfo(name, path, "file", os.path.abspath(path), digest)
+
+
+def load_model(name: str, weights: str = "random", seed: int = 0) -> Tuple[nn.Module, WeightsInfo]:
+    """build_model plus which weights it used (source, file, sha256)."""
+    if weights == "random":
+        model, info = _build_random(name, seed), WeightsInfo(name, "random", "random (seed %d)" % seed)
+    elif weights == "imagenet":
+        model, info = _build_imagenet(name)
+    elif isinstance(weights, str) and weights:
+        model, info = _build_from_file(name, weights)
+    else:
+        raise ModelError("weights must be 'random', 'imagenet' or a state-dict path, got %r" % (weights,))
+    log.debug("built %s", info.describe())
+    return disable_inplace(model).eval(), info
+
+
+def imagenet_available(name: str = "mobilenet_v2") -> bool:
+    """True if `weights: imagenet` for `name` would load from the torch hub cache with no download."""
     try:
-        model.load_state_dict(_load_state_dict(path), strict=True)
-    except (RuntimeError, OSError, ValueError) as exc:
-        raise ModelError("cannot load weights for %s from %s: %s" % (name, path, exc)) from exc
-    return model
+        weights = imagenet_weights(name)
+    except Exception:  # noqa: BLE001 - an unknown model or an old torchvision: not available
+        return False
+    return weights is not None and os.path.isfile(hub_checkpoint(weights.url))
 
 
 def build_model(name: str, weights: str = "random", seed: int = 0) -> nn.Module:
     """Build model `name` in eval mode with in-place ops off; weights: 'random' (seeded), 'imagenet' or a file."""
-    if weights == "random":
-        model = _build_random(name, seed)
-    elif weights == "imagenet":
-        model = _build_imagenet(name)
-    elif isinstance(weights, str) and weights:
-        model = _build_from_file(name, weights)
-    else:
-        raise ModelError("weights must be 'random', 'imagenet' or a state-dict path, got %r" % (weights,))
-    log.debug("built %s (weights=%s, seed=%s)", name, weights, seed)
-    return disable_inplace(model).eval()
+    return load_model(name, weights, seed)[0]

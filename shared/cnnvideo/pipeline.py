@@ -12,10 +12,21 @@ log = logging.getLogger(__name__)
 def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
     from .graph import LayerGraph
-    from .models import build_model
+    from .models import load_model
 
-    model = build_model(cfg.model, cfg.weights, cfg.seed)
+    model, info = load_model(cfg.model, cfg.weights, cfg.seed)
+    log.info("weights: %s", info.describe())
     return LayerGraph.from_model(model, tuple(cfg.frame_size))
+
+
+def check_weights(cfg):
+    """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
+    ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
+    from .models import WeightsInfo, load_model
+
+    if cfg.weights == "random":
+        return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)
+    return load_model(cfg.model, cfg.weights, cfg.seed)[1]
 
 
 def input_rates(frame: np.ndarray, prev: Optional[np.ndarray], threshold: int = 0) -> np.ndarray:

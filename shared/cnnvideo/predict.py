@@ -333,13 +333,14 @@ def record_video(
     record rates, and with measure_bytes the bytes sent next to the size model's bytes."""
     import torch
 
-    from .hop import HopSender
+    from .protocol import HopSettings
 
     n_cuts = len(graph.cuts)
     items = cut_meta(graph, fp16)[1]
     stages = [graph.stage_module(k, k + 1) for k in range(n_cuts - 1)]
-    senders = [HopSender(threshold=input_threshold if k == 0 else threshold, fp16=fp16, compress=compress)
-               for k in range(n_cuts)]
+    settings = HopSettings(input_threshold=float(input_threshold), threshold=float(threshold), fp16=bool(fp16),
+                           compress=compress)
+    senders = [settings.sender(k) for k in range(n_cuts)]
     rec = Recorder()
     with torch.no_grad():
         for index, frame in enumerate(frames):

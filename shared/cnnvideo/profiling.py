@@ -188,15 +188,11 @@ def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
 
 def senders_for(delta_options) -> Callable[[int], object]:
     """sender_for(cut) building the HopSender a worker uses at that cut, from a config's `delta` options
-    (the uint8 frame at cut 0 takes the pixel threshold, later cuts the float threshold and fp16)."""
-    from .hop import HopSender
+    (protocol.HopSettings.sender: the uint8 frame at cut 0 takes the pixel threshold, later cuts the float
+    threshold and fp16)."""
+    from .protocol import HopSettings
 
-    def sender_for(cut: int) -> object:
-        if cut == 0:
-            return HopSender(threshold=float(delta_options.input_threshold))
-        return HopSender(threshold=float(delta_options.threshold), fp16=bool(delta_options.fp16))
-
-    return sender_for
+    return HopSettings.from_delta(delta_options).sender
 
 
 def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], object]] = None,

@@ -73,6 +73,32 @@ def synthetic_frames(n: int, frame_size: Tuple[int, int], seed: int = 0, noise: 
         yield np.clip(frame, 0, 255).astype(np.uint8)
 
 
+def read_image(path: str, frame_size: Tuple[int, int]) -> np.ndarray:
+    """A photo as an (H, W, 3) uint8 RGB array of the frame size (INTER_AREA, as read_frames resizes)."""
+    cv2 = _cv2()
+    bgr = cv2.imread(path) if os.path.isfile(path) else None
+    if bgr is None:
+        raise VideoError("cannot read image: %s" % path)
+    height, width = frame_size
+    if bgr.shape[:2] != (height, width):
+        bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(bgr[:, :, ::-1])
+
+
+def photo_clip(photo: np.ndarray, n: int, seed: int = 0, noise: float = 2.0, patch: int = 12) -> Iterator[np.ndarray]:
+    """A static camera looking at `photo`: Gaussian sensor noise (sigma `noise` levels) on every frame plus one
+    small grey patch (`patch` pixels square) moving along the bottom edge."""
+    rng = np.random.RandomState(seed)
+    height, width = photo.shape[:2]
+    base = photo.astype(np.float32)
+    y = max(height - patch - 2, 0)
+    for t in range(n):
+        frame = base + rng.normal(0.0, noise, size=base.shape).astype(np.float32) if noise else base.copy()
+        x = (4 + 6 * t) % max(width - patch, 1)
+        frame[y:y + patch, x:x + patch] = 128.0
+        yield np.clip(np.rint(frame), 0, 255).astype(np.uint8)
+
+
 def write_video(path: str, frames: Iterator[np.ndarray], fps: float = 25.0) -> str:
     """Write RGB frames to a lossless-enough AVI (MJPG) that OpenCV can read back."""
     cv2 = _cv2()

@@ -5,7 +5,7 @@ When CI has set the engine up (CNNVIDEO_DOCKER_TESTS=1) a missing engine is a fa
 import os
 
 import pytest
-from dockerutil import REPO, build_image, docker, engine_problem
+from dockerutil import REPO, build_image, docker, engine_problem, ensure_weights
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +31,4 @@ def wheels_present(engine):
     base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
     if not docker("image", "ls", "-q", base).strip():
         pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)
+    ensure_weights()

@@ -51,8 +51,10 @@ def test_share_cpu_matches_what_a_capped_worker_reports():
 
 
 def test_master_and_plan_use_the_same_builder():
-    """The master's planning module re-exports the core builder (no second copy)."""
+    """The master plans with the core builder (no second copy), as `cnnvideo plan` does."""
     from cnnvideo import costinputs
-    from cnnvideo.master import planning
+    from cnnvideo.master import role
+    from cnnvideo.tools import planner
 
-    assert planning.cost_inputs is costinputs.build and planning.cpu_model is costinputs.cpu_model
+    assert role.cost_inputs is costinputs.build and role.cpu_model is costinputs.cpu_model
+    assert planner.costinputs is costinputs

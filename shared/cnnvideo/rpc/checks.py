@@ -15,12 +15,8 @@ from .. import codec, hop
 
 def check_hop_payload(data: bytes, shape: Sequence[int], dtype: str, max_bytes: int) -> None:
     """Raise HopError / CodecError unless `data` has a valid hop header and a codec header of `shape`/`dtype`."""
-    if len(data) < hop._HEADER.size:
-        raise hop.HopError("hop payload too short (%d bytes)" % len(data))
-    magic, version, kind, _seq = hop._HEADER.unpack_from(data, 0)
-    if magic != hop._MAGIC or version != hop._VERSION or kind not in hop.KIND_NAMES:
-        raise hop.HopError("bad hop header (magic %r, version %d, kind %d)" % (magic, version, kind))
-    h = codec.describe_header(memoryview(data)[hop._HEADER.size :], max_bytes)
+    hop.peek_header(data)
+    h = codec.describe_header(memoryview(data)[hop.HEADER_SIZE :], max_bytes)
     if tuple(h["shape"]) != tuple(shape) or h["out"] != np.dtype(dtype):
         raise hop.HopError("payload holds a %s tensor of shape %s, the cut is %s %s"
                            % (h["out"], tuple(h["shape"]), dtype, tuple(shape)))

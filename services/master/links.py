@@ -1,0 +1,163 @@
+"""Worker links: the master's channels and stubs to every worker and the trainer, setup calls that wait out a
+restarting peer, the long-lived result/stage streams, and resync (fresh channels, restart detection)."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, List, Optional
+
+import grpc
+
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import net
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S = (0.2, 2.0)  # first and longest wait between tries of a peer that is down
+
+
+class MasterError(RuntimeError):
+    """The run cannot go on (a worker is down, a server refused, a frame was lost)."""
+
+
+class Backoff:
+    """Waits 0.2 s doubling to 2 s between tries, until `seconds` have passed since it was made."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.time() + seconds
+        self.delay = BACKOFF_S[0]
+
+    def wait(self) -> bool:
+        """Sleep before the next try; False (without sleeping) if that would pass the deadline."""
+        if time.time() + self.delay > self.deadline:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, BACKOFF_S[1])
+        return True
+
+
+class WorkerLinks:
+    """Channels to the chain's workers and the trainer, and the streams of the current generation."""
+
+    def __init__(self, addresses: List[str], trainer: str, max_bytes: int, timeout: float) -> None:
+        self.addresses = list(addresses)
+        self.trainer_address = trainer
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.channels: List[grpc.Channel] = [net.channel(a, max_bytes) for a in self.addresses]
+        self.stubs = [pb_grpc.WorkerStub(c) for c in self.channels]
+        self.trainer_channel = net.channel(trainer, max_bytes)
+        self.trainer = pb_grpc.TrainerStub(self.trainer_channel)
+        self.infos: List[pb.WorkerInfo] = []
+        self.calls: List[grpc.Future] = []
+        self.threads: List[threading.Thread] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.addresses)
+
+    def name(self, w: int) -> str:
+        return "worker w%d at %s" % (w, self.addresses[w])
+
+    # ------------------------------------------------------------------ calls
+    def call(self, w: int, method: str, request, timeout: Optional[float] = None):
+        """One call to worker w; MasterError naming the worker and the status if it fails."""
+        try:
+            return getattr(self.stubs[w], method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise MasterError("%s: %s failed: %s" % (self.name(w), method, net.code_name(exc))) from None
+
+    def call_waiting(self, w: int, method: str, request, timeout: float, wait_s: float):
+        """call(), but while the worker is down or restarting (UNAVAILABLE, or no health answer) wait for it with
+        backoff, up to wait_s, on a fresh channel (a dead peer leaves the old one in reconnect backoff)."""
+        backoff = Backoff(wait_s)
+        while True:
+            try:
+                return getattr(self.stubs[w], method)(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                retry = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                if not retry or not backoff.wait():
+                    raise MasterError("%s: %s failed: %s" % (self.name(w), method, net.code_name(exc))) from None
+                log.warning("%s: %s failed (%s); waiting for it", self.name(w), method, net.code_name(exc))
+                self.refresh(w)
+
+    def refresh(self, w: int) -> None:
+        """A fresh channel to worker w (no reconnect backoff left over from a dead instance)."""
+        self.channels[w].close()
+        self.channels[w] = net.channel(self.addresses[w], self.max_bytes)
+        self.stubs[w] = pb_grpc.WorkerStub(self.channels[w])
+
+    def wait_serving(self, timeout: float) -> None:
+        """Wait until every worker and the trainer answer their health check; MasterError naming the first that
+        did not within `timeout`."""
+        for name, addr in [("w%d" % i, a) for i, a in enumerate(self.addresses)] + [("trainer",
+                                                                                      self.trainer_address)]:
+            if not net.wait_healthy(addr, timeout):
+                raise MasterError("%s at %s is not serving (no healthy answer in %.0f s)" % (name, addr, timeout))
+
+    def down(self, timeout: float = 1.0) -> List[int]:
+        """Workers that do not answer their health check now."""
+        return [w for w in range(self.n) if not net.check_health(self.addresses[w], timeout=timeout)]
+
+    def fetch_infos(self, wait_s: float = 0.0) -> List[int]:
+        """Info from every worker (waiting up to wait_s for each); the workers whose instance changed since the
+        previous fetch (they restarted)."""
+        infos = [self.call_waiting(w, "Info", pb.Empty(), self.timeout, wait_s) if wait_s > 0
+                 else self.call(w, "Info", pb.Empty()) for w in range(self.n)]
+        restarted = [w for w, info in enumerate(infos) if self.infos and info.instance != self.infos[w].instance]
+        for w in restarted:
+            log.warning("%s restarted (instance %s -> %s)", self.name(w), self.infos[w].instance, infos[w].instance)
+        self.infos = infos
+        return restarted
+
+    # ------------------------------------------------------------------ runs and streams
+    def start_run(self, setup: pb.RunSetup) -> None:
+        for w in range(self.n):
+            self.call(w, "StartRun", setup)
+
+    def open_streams(self, run_id: str, gen: int, read_results: Callable, read_stages: Callable) -> None:
+        """Results and Stages streams of generation `gen` on every worker, each read by its own thread as
+        reader(w, call, gen)."""
+        req = pb.StreamRequest(run_id=run_id, generation=gen)
+        self.threads = [t for t in self.threads if t.is_alive()]
+        for w in range(self.n):
+            for reader, method in ((read_results, "Results"), (read_stages, "Stages")):
+                call = getattr(self.stubs[w], method)(req)
+                self.calls.append(call)
+                t = threading.Thread(target=reader, args=(w, call, gen), name="%s-w%d-g%d" % (method, w, gen),
+                                     daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def cancel_streams(self) -> None:
+        old, self.calls = self.calls, []
+        for call in old:
+            call.cancel()
+
+    def reconnect(self, setup: pb.RunSetup, read_results: Callable, read_stages: Callable) -> List[int]:
+        """Resync: fresh channels, Info (restart detection), StartRun at setup.generation everywhere, new
+        streams. Returns the workers that restarted; MasterError / RpcError if one is not back."""
+        for w in range(self.n):
+            self.refresh(w)
+        restarted = self.fetch_infos()
+        self.start_run(setup)
+        self.open_streams(setup.run_id, setup.generation, read_results, read_stages)
+        return restarted
+
+    def end_run(self, run_id: str) -> None:
+        """Tell every worker the run is over (best effort: a dead worker has nothing to end)."""
+        for w in range(self.n):
+            try:
+                self.stubs[w].EndRun(pb.StreamRequest(run_id=run_id), timeout=2.0)
+            except grpc.RpcError:
+                pass
+        self.cancel_streams()
+        for t in self.threads:
+            t.join(2.0)
+
+    def close(self) -> None:
+        self.cancel_streams()
+        for chan in self.channels + [self.trainer_channel]:
+            chan.close()

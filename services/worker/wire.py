@@ -1,0 +1,65 @@
+"""Proto <-> the engine's plain dataclasses (the only place the worker's run logic meets the wire types)."""
+from __future__ import annotations
+
+from cnnvideo.protocol import HopSettings
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+from .engine import Payload, Result, RunSettings, StageReport, Task
+
+
+def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
+    """RunSettings of a RunSetup; ValueError on a mode that is not full or delta."""
+    if msg.mode not in ("full", "delta"):
+        raise ValueError("mode must be full or delta, got %r" % msg.mode)
+    hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
+                       fp16=bool(msg.fp16))
+    return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation))
+
+
+def task_from_pb(msg: pb.FrameTask) -> Task:
+    p = msg.payload
+    return Task(run_id=msg.run_id, frame_id=int(msg.frame_id), cuts=[int(c) for c in msg.cuts],
+                payload=Payload(int(p.cut), p.data, bool(p.keyframe), int(p.bytes_dense)), hop=int(msg.hop),
+                seq=int(msg.seq), keyframe=[bool(k) for k in msg.keyframe], epoch=[int(e) for e in msg.epoch],
+                generation=int(msg.generation), created_at=msg.created_at, sent_at=msg.sent_at)
+
+
+def _tensor(p: Payload) -> pb.Tensor:
+    return pb.Tensor(cut=p.cut, data=p.data, keyframe=p.keyframe, bytes_dense=p.bytes_dense)
+
+
+def task_to_pb(t: Task) -> pb.FrameTask:
+    return pb.FrameTask(run_id=t.run_id, frame_id=t.frame_id, cuts=t.cuts, keyframe=t.keyframe, epoch=t.epoch,
+                        hop=t.hop, seq=t.seq, payload=_tensor(t.payload), created_at=t.created_at,
+                        sent_at=t.sent_at, generation=t.generation)
+
+
+def result_to_pb(r: Result) -> pb.FrameResult:
+    return pb.FrameResult(run_id=r.run_id, generation=r.generation, frame_id=r.frame_id, worker_id=r.worker_id,
+                          seq=r.seq, output=_tensor(r.output), sent_at=r.sent_at)
+
+
+def report_to_pb(r: StageReport) -> pb.StageReport:
+    return pb.StageReport(run_id=r.run_id, generation=r.generation, frame_id=r.frame_id, worker_id=r.worker_id,
+                          start_cut=r.start_cut, end_cut=r.end_cut, error=r.error, hop_in=r.hop_in,
+                          bytes_in=r.bytes_in, bytes_out=r.bytes_out, hop_out=r.hop_out,
+                          keyframe_out=r.keyframe_out, dense_out=r.dense_out,
+                          stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes)
+                                  for s in r.stages])
+
+
+def to_pb(item):
+    """A Result or StageReport as its proto message."""
+    return result_to_pb(item) if isinstance(item, Result) else report_to_pb(item)
+
+
+def worker_info(role) -> pb.WorkerInfo:
+    """What the master asks a worker first: its id, model, cuts, layers per segment, host, instance."""
+    graph, cfg = role.graph, role.cfg
+    cuts = [pb.CutInfo(index=c.index, name=c.name, shape=list(c.shape), dtype=c.dtype, bytes_dense=int(c.bytes_dense),
+                       layer=c.layer) for c in graph.cuts]
+    segs = [list(graph.segment_layers(k)) for k in range(len(graph.cuts) - 1)]
+    return pb.WorkerInfo(worker_id=role.worker_id, model=cfg.model, weights=cfg.weights, seed=cfg.seed,
+                         frame_size=list(cfg.frame_size), cuts=cuts, host=role.host, next=role.next_address,
+                         segment_layers=[len(s) for s in segs], layer_names=[layer.name for layer in graph.layers],
+                         segment_layer_ids=[i for s in segs for i in s], instance=role.instance)

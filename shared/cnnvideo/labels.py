@@ -1,0 +1,65 @@
+"""ImageNet class names (torchvision's weights metadata) and top-k / agreement of classifier outputs."""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+TopK = List[Tuple[int, str, float]]  # (class index, name, softmax score)
+
+
+@functools.lru_cache(maxsize=1)
+def categories() -> Tuple[str, ...]:
+    """The 1000 ImageNet-1k class names, from MobileNet_V2_Weights.IMAGENET1K_V1.meta (no file, no network);
+    empty on torchvision < 0.13, which has no weights metadata."""
+    try:
+        from torchvision.models import MobileNet_V2_Weights
+    except ImportError:
+        return ()
+    return tuple(MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"])
+
+
+def name(index: int) -> str:
+    """Class name of `index` ('class N' when there are no names or the index is outside ImageNet-1k)."""
+    cats = categories()
+    return cats[index] if 0 <= index < len(cats) else "class %d" % index
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the flattened output of one frame, in float64."""
+    z = np.asarray(logits, dtype=np.float64).reshape(-1)
+    z = np.exp(z - z.max()) if z.size else z
+    return z / z.sum() if z.size else z
+
+
+def topk(logits: np.ndarray, k: int = 5) -> TopK:
+    """The k best classes of one frame's output: (index, name, softmax score), best first."""
+    p = softmax(logits)
+    k = min(k, p.size)
+    idx = np.argsort(-p, kind="stable")[:k]
+    return [(int(i), name(int(i)), round(float(p[i]), 6)) for i in idx]
+
+
+def top1(logits: np.ndarray) -> int:
+    """Index of the best class of one frame's output."""
+    return int(np.argmax(np.asarray(logits).reshape(-1)))
+
+
+def top1_agreement(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> Optional[float]:
+    """Share of frames whose top-1 equals the reference's (None when there are no frames)."""
+    if not len(outputs):
+        return None
+    return float(np.mean([top1(a) == top1(b) for a, b in zip(outputs, references)]))
+
+
+def top5_overlap(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> Optional[float]:
+    """Mean share of the reference's top-5 classes that are also in the output's top-5."""
+    if not len(outputs):
+        return None
+    shares = []
+    for a, b in zip(outputs, references):
+        sa = {i for i, _, _ in topk(a, 5)}
+        sb = {i for i, _, _ in topk(b, 5)}
+        shares.append(len(sa & sb) / float(max(len(sb), 1)))
+    return float(np.mean(shares))

@@ -1,0 +1,64 @@
+"""Frame tracking without any network: every frame ends exactly once, stale and duplicate results are ignored,
+a resync re-sends the frames in flight and drops those out of retries, with the reason."""
+from cnnvideo.master.tracking import FrameTracker
+
+
+def _send_all_ready(tr, at=0.0):
+    sent = []
+    while tr.ready() and tr.pending_fault is None and not tr.done():
+        f, resend = tr.next_frame()
+        tr.sent(f, [0, 1, 2], at, resend)
+        sent.append((f, resend))
+    return sent
+
+
+def test_cap_limits_frames_in_flight_and_results_free_slots():
+    tr = FrameTracker(5, retries=2, cap=2)
+    assert _send_all_ready(tr) == [(0, False), (1, False)]
+    assert tr.complete(0, 0, 1, 1.0)
+    assert _send_all_ready(tr) == [(2, False)]
+    assert tr.in_flight() == 2 and tr.completed == 1
+
+
+def test_duplicate_stale_and_unknown_results_are_ignored():
+    tr = FrameTracker(3, retries=1, cap=0)
+    _send_all_ready(tr)
+    assert tr.complete(1, 0, 1, 1.0)
+    assert not tr.complete(1, 0, 1, 1.1)  # duplicate
+    assert not tr.complete(2, 5, 1, 1.2)  # another generation
+    assert not tr.complete(9, 0, 1, 1.3)  # never sent
+    assert tr.ignored == 3 and tr.completed == 1
+
+
+def test_resync_resends_in_flight_frames_first_then_drops_them_after_retries():
+    """Retries 1: a frame may be sent twice. After two faults it is dropped with the last fault as its reason;
+    every frame still ends exactly once and re-sends keep their first plan."""
+    tr = FrameTracker(4, retries=1, cap=2)
+    _send_all_ready(tr)  # frames 0, 1
+    assert tr.fault("w1 died")
+    assert not tr.fault("w1 stream lost")  # one resync per generation
+    gen, again, dropped = tr.resync("w1 died")
+    assert (gen, again, dropped) == (1, [0, 1], [])
+    assert not tr.fault("late fault", generation=0)  # stale
+    assert _send_all_ready(tr) == [(0, True), (1, True)]
+    assert tr.retried == 2 and tr.cuts_of(0) == [0, 1, 2]
+    assert tr.complete(0, 1, 1, 2.0)
+    gen, again, dropped = tr.resync("w0 died")
+    assert (gen, again, dropped) == (2, [], [1])
+    assert tr.records[1].status == "dropped" and "w0 died" in tr.records[1].reason
+    assert _send_all_ready(tr) == [(2, False), (3, False)]
+    assert tr.complete(2, 2, 1, 3.0) and tr.complete(3, 2, 1, 3.1)
+    assert tr.done() and tr.ended == 4
+    assert sorted(r.status for r in tr.ordered()) == ["completed", "completed", "completed", "dropped"]
+
+
+def test_state_and_main_plan():
+    tr = FrameTracker(3, retries=0, cap=0)
+    tr.t0 = 10.0
+    tr.sent(0, [0, 2, 3], 10.5, False)
+    tr.sent(1, [0, 1, 3], 10.6, False)
+    tr.sent(2, [0, 1, 3], 10.7, False)
+    tr.complete(0, 0, 1, 11.0)
+    flying, done = tr.state()
+    assert [round(t, 3) for t, _ in flying] == [0.6, 0.7] and done == [1.0]
+    assert tr.main_plan(2) == [0, 1, 3]

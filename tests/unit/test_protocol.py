@@ -1,0 +1,73 @@
+"""The hop protocol shared by master and workers: reporter, sender per cut, keyframes and epochs."""
+import numpy as np
+import pytest
+
+from cnnvideo.hop import HopError, HopReceiver, peek_header
+from cnnvideo.protocol import HopPlanner, HopSettings, InputHop, OutputHop, check_plan, reporter
+
+
+def test_reporter_is_the_last_worker_with_work():
+    assert reporter([0, 3, 5]) == 1
+    assert reporter([0, 5, 5]) == 0
+    assert reporter([0, 0, 5]) == 1
+    assert reporter([0, 0, 0]) == 0
+    assert reporter([0, 2, 2, 2]) == 0
+
+
+def test_check_plan_names_the_problem():
+    check_plan([0, 2, 4], 2, 4)
+    for cuts, workers, msg in (([0, 4], 2, "expected 3"), ([1, 2, 4], 2, "start at cut 0"),
+                               ([0, 3, 2, 4], 3, "non-decreasing")):
+        with pytest.raises(ValueError, match=msg):
+            check_plan(cuts, workers, 4)
+
+
+def test_cut0_gets_the_pixel_threshold_and_later_cuts_the_float_settings():
+    s = HopSettings(input_threshold=2, threshold=0.5, fp16=True)
+    s0, s1 = s.sender(0), s.sender(3)
+    assert (s0.threshold, s0.fp16) == (2.0, False)
+    assert (s1.threshold, s1.fp16) == (0.5, True)
+
+
+def test_hop_planner_keyframes_new_cuts_periodically_and_after_resync():
+    hp = HopPlanner(2, "delta", keyframe_every=4)
+    assert hp.plan(0, [0, 2, 4]) == ([True, True], [0, 0])
+    assert hp.plan(1, [0, 2, 4]) == ([False, False], [0, 0])
+    assert hp.plan(2, [0, 3, 4]) == ([False, True], [0, 1])
+    assert hp.plan(3, [0, 4, 4]) == ([False, False], [0, 1])  # w0 reports: hop 1 unused
+    assert hp.plan(4, [0, 3, 4]) == ([True, True], [0, 1])  # periodic
+    hp.resync()
+    assert hp.plan(5, [0, 3, 4]) == ([True, True], [1, 2])
+    assert HopPlanner(2, "full").plan(1, [0, 1, 2])[0] == [True, True]
+
+
+def test_input_hop_refuses_a_delta_in_a_new_epoch():
+    ih = InputHop(1)
+    ih.admit(0, True)
+    ih.admit(0, False)
+    ih.admit(1, True)
+    with pytest.raises(HopError, match="hop 1 moved to epoch 2 without a keyframe"):
+        ih.admit(2, False)
+
+
+def test_output_hop_keyframes_first_message_and_cut_changes_and_round_trips():
+    oh = OutputHop(HopSettings())
+    rx = HopReceiver(1 << 20)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    kinds = []
+    for cut, planned in ((2, False), (2, False), (2, True), (3, False), (3, False)):
+        x = x.copy()
+        x[0, 0, 0, 0] += 1.0
+        data, key = oh.encode(cut, x, planned)
+        kinds.append((key, peek_header(data).name))
+        np.testing.assert_array_equal(rx.decode(data), x)
+    assert [k for k, _ in kinds] == [True, False, True, True, False]
+    assert kinds[1][1] == "update"
+
+
+def test_peek_header_rejects_what_is_not_a_hop_payload():
+    with pytest.raises(HopError, match="too short"):
+        peek_header(b"HP")
+    with pytest.raises(HopError, match="bad hop header"):
+        peek_header(b"XX\x01\x00\x00\x00\x00\x00")

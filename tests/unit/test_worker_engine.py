@@ -1,0 +1,202 @@
+"""The worker engine in-process (no gRPC): two engines chained by their emit callables, fed by a stand-in master
+that follows cnnvideo.protocol; out-of-order arrival, plan changes with epochs, a missed keyframe, resync."""
+from __future__ import annotations
+
+import queue
+import random
+
+import numpy as np
+import pytest
+
+from cnnvideo.hop import HopReceiver
+from cnnvideo.protocol import HopPlanner, HopSettings, reporter
+from cnnvideo.worker.engine import (
+    EmitError,
+    Payload,
+    Result,
+    Run,
+    RunSettings,
+    StageReport,
+    StaleError,
+    Task,
+    TaskError,
+)
+
+SHAPES = [(1, 4, 4, 3), (1, 3, 4, 4), (1, 3, 4, 4), (1, 8)]  # cut 0 is the uint8 frame
+
+
+def _segment(k, x):
+    if k == 0:
+        return (x.transpose(0, 3, 1, 2).astype(np.float32) - 100.0) / 7.0
+    if k == 1:
+        return np.maximum(x, 0.0) * 1.5
+    return (x.reshape(1, -1)[:, :8] - 0.25).astype(np.float32)
+
+
+def forward(start, end, x):
+    for k in range(start, end):
+        x = _segment(k, x)
+    return x
+
+
+def frames(n, seed=0):
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, SHAPES[0], dtype=np.uint8)
+    out = []
+    for _ in range(n):
+        base = base.copy()
+        idx = rng.integers(0, base.size, 5)
+        base.reshape(-1)[idx] = rng.integers(0, 256, 5, dtype=np.uint8)
+        out.append(base)
+    return out
+
+
+class Chain:
+    """Two engines: w0 emits straight into w1.accept; a stand-in master plans hops with protocol.HopPlanner."""
+
+    def __init__(self, generation=0, mode="delta", fail_emit=False):
+        self.settings = RunSettings("r1", 2, HopSettings(mode=mode), generation)
+        self.w1 = Run(self.settings, 1, SHAPES, forward, None, 1 << 20)
+
+        def emit(task):
+            if fail_emit:
+                raise EmitError("worker w1 is unreachable")
+            self.w1.accept(task)
+
+        self.w0 = Run(self.settings, 0, SHAPES, forward, emit, 1 << 20)
+        self.hops = HopPlanner(2, mode)
+        self.sender = self.settings.hops.sender(0)
+        self.receivers = [HopReceiver(1 << 20), HopReceiver(1 << 20)]  # one per result stream
+        self.seq = 0
+
+    def task(self, f, x, cuts, keyframe=None, epochs=None):
+        planned, ep = self.hops.plan(f, cuts)
+        keyframe = planned if keyframe is None else keyframe
+        data = self.sender.encode(x, keyframe=keyframe[0])
+        t = Task("r1", f, list(cuts), Payload(0, data, keyframe[0]), hop=0, seq=self.seq, keyframe=keyframe,
+                 epoch=ep if epochs is None else epochs, generation=self.settings.generation)
+        self.seq += 1
+        return t
+
+    def result(self, cuts, timeout=10.0):
+        w = reporter(cuts)
+        res = [self.w0, self.w1][w].results.get(timeout=timeout)
+        assert isinstance(res, Result) and res.worker_id == w
+        return res.frame_id, np.array(self.receivers[w].decode(res.output.data))
+
+    def close(self):
+        self.w0.close()
+        self.w1.close()
+
+
+def _reports(run, n, timeout=10.0):
+    return [run.stages.get(timeout=timeout) for _ in range(n)]
+
+
+def test_plan_changes_keep_results_exact_and_keyframe_each_new_cut():
+    """Frames under changing plans (including all-on-one-worker) come back bitwise equal to the unsplit
+    forward; every change of a hop's cut is sent whole in a new epoch."""
+    plans = [[0, 1, 3], [0, 1, 3], [0, 2, 3], [0, 2, 3], [0, 3, 3], [0, 0, 3], [0, 0, 3], [0, 1, 3]]
+    chain = Chain()
+    try:
+        for f, (x, cuts) in enumerate(zip(frames(len(plans)), plans)):
+            chain.w0.accept(chain.task(f, x, cuts))
+            got_f, y = chain.result(cuts)
+            assert got_f == f
+            np.testing.assert_array_equal(y, forward(0, 3, x))
+        # hop 1 moved at frames 2, 5 and 7; frame 4 ran on w0 alone and left hop 1 untouched
+        assert chain.hops.epochs == [0, 3]
+        assert not chain.w0.failed and not chain.w1.failed
+    finally:
+        chain.close()
+
+
+def test_out_of_order_arrival_runs_in_sequence_order():
+    """Tasks handed over in shuffled order are run by sequence number: deltas apply on the right base."""
+    chain = Chain()
+    cuts = [0, 2, 3]
+    xs = frames(12, seed=3)
+    tasks = [chain.task(f, x, cuts) for f, x in enumerate(xs)]
+    random.Random(5).shuffle(tasks)
+    try:
+        for t in tasks:
+            chain.w0.accept(t)
+        for f, x in enumerate(xs):
+            got_f, y = chain.result(cuts)
+            assert got_f == f
+            np.testing.assert_array_equal(y, forward(0, 3, x))
+        with pytest.raises(TaskError, match="duplicate"):
+            chain.w0.accept(tasks[0])
+    finally:
+        chain.close()
+
+
+def test_new_epoch_without_keyframe_fails_the_run_and_names_the_hop():
+    """A task whose hop-1 cut changed but is not marked whole is refused by worker 1 (never decoded on the
+    wrong base): it reports the error on its stage stream and refuses further tasks until a resync."""
+    chain = Chain()
+    xs = frames(3)
+    try:
+        chain.w0.accept(chain.task(0, xs[0], [0, 1, 3]))
+        chain.result([0, 1, 3])
+        t = chain.task(1, xs[1], [0, 1, 3], keyframe=[False, False], epochs=[0, 1])
+        chain.w0.accept(t)
+        reports = _reports(chain.w1, 2)
+        errors = [r.error for r in reports if isinstance(r, StageReport) and r.error]
+        assert errors and "hop 1 moved to epoch 1 without a keyframe" in errors[0]
+        with pytest.raises(TaskError, match="failed"):
+            chain.w1.accept(Task("r1", 2, [0, 1, 3], Payload(1, b""), hop=1, seq=1))
+    finally:
+        chain.close()
+
+
+def test_resync_new_generation_refuses_stale_tasks_and_restarts_hops_whole():
+    """After a failure the master starts generation 1: tasks of generation 0 are stale, and the first frame of
+    the new generation is a keyframe on every hop (fresh delta state on both sides), exact again."""
+    old = Chain(generation=0)
+    xs = frames(4)
+    stale = old.task(0, xs[0], [0, 1, 3])
+    old.close()
+    chain = Chain(generation=1)
+    try:
+        with pytest.raises(StaleError):
+            chain.w0.accept(stale)
+        for f in range(4):
+            t = chain.task(f, xs[f], [0, 1, 3])
+            if f == 0:
+                assert t.keyframe == [True, True]
+            chain.w0.accept(t)
+            _, y = chain.result([0, 1, 3])
+            np.testing.assert_array_equal(y, forward(0, 3, xs[f]))
+    finally:
+        chain.close()
+
+
+def test_emit_failure_is_reported_with_the_frame():
+    """When the next worker cannot take a task, the engine reports it (frame id and the reason) instead of
+    dropping it silently."""
+    chain = Chain(fail_emit=True)
+    try:
+        chain.w0.accept(chain.task(0, frames(1)[0], [0, 1, 3]))
+        rep = chain.w0.stages.get(timeout=10)
+        assert rep.error == "worker w1 is unreachable" and rep.frame_id == 0
+        with pytest.raises(queue.Empty):
+            chain.w1.results.get(timeout=0.3)
+    finally:
+        chain.close()
+
+
+def test_bad_plans_and_wrong_hops_are_refused_at_intake():
+    """Plans that do not fit the graph, and tasks for another hop, never reach the compute loop."""
+    chain = Chain()
+    try:
+        with pytest.raises(TaskError, match="expected 3"):
+            chain.w0.accept(Task("r1", 0, [0, 3], Payload(0, b"x")))
+        with pytest.raises(TaskError, match="non-decreasing"):
+            chain.w0.accept(Task("r1", 0, [0, 4, 3], Payload(0, b"x")))
+        with pytest.raises(TaskError, match="task for hop 1 sent to worker 0"):
+            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x"), hop=1))
+        with pytest.raises(TaskError, match="payload is at cut 1"):
+            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x")))
+    finally:
+        chain.close()
