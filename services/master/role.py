@@ -14,12 +14,13 @@ import grpc
 import numpy as np
 
 from cnnvideo import report as rpt
-from cnnvideo import schedulers
+from cnnvideo import schedulers, settings
 from cnnvideo.config import Config
 from cnnvideo.costinputs import build as cost_inputs
 from cnnvideo.costinputs import cpu_model
 from cnnvideo.hop import HopReceiver
 from cnnvideo.pipeline import input_rates
+from cnnvideo.progress import ProgressFile
 from cnnvideo.protocol import HopPlanner, HopSettings
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
@@ -56,6 +57,7 @@ class MasterRole:
         self.closing = False
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
+        self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
         self.spans: List[rpt.StageSpan] = []
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
@@ -91,13 +93,15 @@ class MasterRole:
         self.links.fetch_infos(self.wait_s)
         self._check_infos()
         self.cut0_shape = tuple(self.infos[0].cuts[0].shape)
-        request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale)
+        request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale,
+                                 settings=self._settings(settings.WORKER_KEYS))
         costs = [self._setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
         t1 = time.time()
         self.frames = list(read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.cfg.frames))
+        self.progress.update(frames=len(self.frames))
         self.tracker.n_frames = len(self.frames)
         self.setup_s["read_video"] = time.time() - t1
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
@@ -164,8 +168,7 @@ class MasterRole:
     def _get_predictors(self):
         from cnnvideo.predict import Predictors
 
-        req = pb.PredictorRequest(model=self.cfg.model, weights=self.cfg.weights, seed=self.cfg.seed,
-                                  frame_size=list(self.cfg.frame_size))
+        req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
         backoff = Backoff(self.cfg.reliability.reconnect_s)
         while True:
             try:
@@ -206,7 +209,11 @@ class MasterRole:
     def _setup_msg(self, gen: int) -> pb.RunSetup:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=self.cfg.delta.input_threshold,
                            threshold=self.cfg.delta.threshold, fp16=self.cfg.delta.fp16, n_workers=self.W,
-                           generation=gen)
+                           generation=gen, settings=self._settings(settings.WORKER_KEYS))
+
+    def _settings(self, keys) -> pb.Settings:
+        """The master's settings that change results, for a request (a role whose own differ refuses it)."""
+        return convert.settings_to_pb(settings.of(self.cfg, keys, "master"))
 
     def _count_restarts(self, restarted: List[int]) -> None:
         for w in restarted:
@@ -256,6 +263,7 @@ class MasterRole:
                     self._span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now, len(res.output.data)))
                     self._span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
                     self.cond.notify_all()
+                self._publish()
             if not self.closing:
                 self.fault("%s ended its result stream" % name, gen)
         except grpc.RpcError as exc:
@@ -392,6 +400,7 @@ class MasterRole:
             self._span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
             self._hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
             self.scheduler.observe(Transfer(0, len(data), t2 - t1))
+        self._publish()
         if f % 10 == 0 and not resend:
             log.info("sent frame %d/%d (plan %s, %d bytes, %d completed)", f + 1, len(self.frames), cuts,
                      len(data), self.tracker.completed)
@@ -551,6 +560,7 @@ class MasterRole:
         rpt.write_json(report, os.path.join(self.out, "report.json"))
         rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
                        ["m"] + ["w%d" % w for w in range(self.W)])
+        self._publish("failed" if self.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, self.out)
         if self.failure is not None:
@@ -561,6 +571,12 @@ class MasterRole:
         if report["lost"]:
             raise MasterError("%d frames lost" % report["lost"])
         return 0
+
+    def _publish(self, state: str = "running") -> None:
+        """Rewrite progress.json (cnnvideo.progress) from the tracker's counters."""
+        tr = self.tracker
+        self.progress.update(state=state, sent=tr.next_new, completed=tr.completed, dropped=tr.dropped,
+                             generation=tr.generation)
 
     def stop(self) -> None:
         with self.cond:

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Dict, Optional
 
-from cnnvideo import artifacts
+from cnnvideo import artifacts, settings
 from cnnvideo.config import Config
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -133,13 +133,6 @@ class TrainerRole:
                                 frames_total=self.cfg.trainer.frames, error=self.error)
 
     def matches(self, req: pb.PredictorRequest) -> str:
-        """'' if the request is for the model this trainer fits, else what differs."""
-        if req.model and req.model != self.cfg.model:
-            return "trainer fits %s, request is for %s" % (self.cfg.model, req.model)
-        if req.weights and req.weights != self.cfg.weights:
-            return "trainer uses weights %s, request has %s" % (self.cfg.weights, req.weights)
-        if req.seed != self.cfg.seed:
-            return "trainer uses seed %d, request has %d" % (self.cfg.seed, req.seed)
-        if list(req.frame_size) and list(req.frame_size) != list(self.cfg.frame_size):
-            return "trainer uses frame size %s, request has %s" % (list(self.cfg.frame_size), list(req.frame_size))
-        return ""
+        """'' if the request's settings (cnnvideo.settings.TRAINER_KEYS) are this trainer's, else the first key
+        that differs, with both values."""
+        return settings.refusal(self.cfg, settings.TRAINER_KEYS, "trainer", req.settings)

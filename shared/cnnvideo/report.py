@@ -253,7 +253,7 @@ def _latency_svg(records: Sequence[FrameRecord], width: int = 900, height: int =
     return "".join(parts)
 
 
-def _gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int = 60, width: int = 1100) -> str:
+def gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int = 60, width: int = 1100) -> str:
     shown = [s for s in spans if s.frame < max_frames and s.actor in actors]
     if not shown:
         return "<p>no stage timings</p>"
@@ -338,7 +338,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{m
         hop_rows,
         _latency_svg(records),
         legend,
-        _gantt_svg(spans, actors),
+        gantt_svg(spans, actors),
     )
     with open(path, "w") as fh:
         fh.write(page)
