@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from cnnvideo import config
+from cnnvideo import report as rpt
 from cnnvideo.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -325,14 +326,10 @@ def run(args) -> int:
         master.thread.join(5)
         report = None
         if os.path.isfile(report_path):
-            with open(report_path) as fh:
-                report = json.load(fh)
+            report = rpt.read(report_path)
             if restarts:  # what the supervisor did, next to what the master saw
                 report["supervisor_restarts"] = restarts
-                with open(report_path + ".tmp", "w") as fh:
-                    json.dump(report, fh, indent=2)
-                    fh.write("\n")
-                os.replace(report_path + ".tmp", report_path)
+                rpt.write_json(report, report_path)
             print(_summary(report))
             print("report: %s  picture: %s" % (report_path, os.path.join(out, "report.html")))
         if code != 0:

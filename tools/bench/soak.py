@@ -93,11 +93,10 @@ def run(args) -> int:
     done.set()
     for t in threads:
         t.join(5)
-    report = {}
+    from cnnvideo import report as rpt
+
     path = os.path.join(work, "out", "report.json")
-    if os.path.isfile(path):
-        with open(path) as fh:
-            report = json.load(fh)
+    report = rpt.read(path) if os.path.isfile(path) else {}
     roles = {}
     for name in sorted(last):
         a = at.get(name, {}).get("VmHWM")

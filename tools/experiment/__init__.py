@@ -45,6 +45,8 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from cnnvideo import report as rpt
+
 from .backends import ComposeBackend, LocalBackend
 from .charts import gantt, plots
 from .spec import ExperimentError, expand, grouped, load_spec, n_workers, run_config, run_id, settings_key
@@ -82,7 +84,7 @@ def machine_facts() -> Dict[str, Any]:
     return facts
 
 
-def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dict[str, Dict[str, Any]],
+def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dict[str, rpt.RunReport],
                   out_dir: str, command: str, facts: Dict[str, Any]) -> List[str]:
     """results.md, results.csv, results.html (plots) in out_dir; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
@@ -162,9 +164,9 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     return [md_path, csv_path, html_path]
 
 
-def trimmed(report: Dict[str, Any]) -> Dict[str, Any]:
+def trimmed(report: rpt.RunReport) -> Dict[str, Any]:
     """A report without the bulky per-span list (kept in the raw run folder)."""
-    return {k: v for k, v in report.items() if k not in ("spans", "per_frame")}
+    return {k: v for k, v in report.to_dict().items() if k not in ("spans", "per_frame")}
 
 
 def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = None, resume: bool = False,
@@ -187,7 +189,7 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
     facts["cost model"] = cost_model_facts(base)
     facts["note"] = ("2 cores shared with other jobs: timings are noisy" if (os.cpu_count() or 0) <= 2 else "")
     rows: List[Dict[str, Any]] = []
-    reports: Dict[str, Dict[str, Any]] = {}
+    reports: Dict[str, rpt.RunReport] = {}
     try:
         from tqdm import tqdm
     except ImportError:  # tqdm is a dev extra
@@ -215,8 +217,7 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
                     log.warning("run %s exited %d: %s", r["id"], rc, text.strip()[-500:])
             report = None
             if os.path.exists(path):
-                with open(path) as fh:
-                    report = json.load(fh)
+                report = rpt.read(path)
                 reports[r["id"]] = report
             rows.append(summarise(r, report, rc, time.time() - t0))
     finally:
@@ -238,8 +239,7 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
     for r in expand(spec):
         path = os.path.join(work, "runs", r["id"], "report.json")
         if os.path.exists(path):
-            with open(path) as fh:
-                reports[r["id"]] = json.load(fh)
+            reports[r["id"]] = rpt.read(path)
             rows.append(summarise(r, reports[r["id"]], 0, 0.0))
     meta_path = os.path.join(work, "meta.json")
     if os.path.exists(meta_path):  # the facts and command of the runs themselves
