@@ -16,7 +16,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-docker iproute2 util-linux \
+ && apt-get install -y --no-install-recommends python3 python3-docker python3-yaml iproute2 util-linux \
  && rm -rf /var/lib/apt/lists/*
 COPY services/netem/ /opt/netem/netem/
 WORKDIR /opt/netem

@@ -19,6 +19,7 @@ COMMANDS = {
     "bench plan": "cnnvideo.tools.bench.plan:run",
     "bench delta": "cnnvideo.tools.bench.delta:run",
     "bench soak": "cnnvideo.tools.bench.soak:run",
+    "bench engine": "cnnvideo.tools.bench.engine:run",
     "bench tradeoff": "cnnvideo.tools.bench.tradeoff:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
@@ -84,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the master's exactness check")
     p.add_argument("--out", default=None, help="work folder (default: a new temp folder)")
     p.add_argument("--verbose-children", action="store_true", help="echo the cluster's log lines")
+    p = bench.add_parser("engine", help="torch vs ONNX Runtime fp32/int8: whole model and a 2-worker split, one core")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--model", default="mobilenet_v2")
+    p.add_argument("--weights", default="random", help="random, imagenet or a state-dict file")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
+    p.add_argument("--video", default=None, help="video (default media/vtest.avi; synthetic frames if missing)")
+    p.add_argument("--frames", type=int, default=30, help="evaluation frames (from the start of the video)")
+    p.add_argument("--repeat", type=int, default=5, help="timed rounds (median)")
+    p.add_argument("--calibration-start", type=int, default=400, help="first int8 calibration frame")
+    p.add_argument("--calibration-frames", type=int, default=16)
+    p.add_argument("--engines", default=None, help="comma list (default torch-fp32,onnxruntime-fp32,onnxruntime-int8)")
+    p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
     p = bench.add_parser("tradeoff", help="bytes per hop vs top-1 agreement: input/later thresholds and fp16")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table of the answers)")
     p.add_argument("--model", default="mobilenet_v2")

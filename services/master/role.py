@@ -61,6 +61,8 @@ class MasterRole:
         self.spans: List[rpt.StageSpan] = []
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
+        self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
+        self.top1_agreement: Optional[float] = None
         self.last_event = time.time()
         self.frames: List[np.ndarray] = []
         self.scheduler: Optional[schedulers.Scheduler] = None
@@ -284,6 +286,8 @@ class MasterRole:
                     if gen != self.tracker.generation:
                         return
                     self.last_event = time.time()
+                    if rep.engine:
+                        self.engines_ran.setdefault(w, {}).setdefault(rep.engine, rep.engine_note)
                     for st in rep.stages:
                         self._span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
                         if st.stage == "compute":
@@ -474,18 +478,34 @@ class MasterRole:
             graph = load_graph(self.cfg)
             ex = StageExecutor(graph, 0, len(graph.cuts) - 1)
         worst = 0.0
+        same = 0
         for f in self.outputs.frames():
             out = self.outputs.get(f)
             ref = ex.run(self.frames[f])
+            same += int(np.argmax(out) == np.argmax(ref))
             if ref.shape != out.shape:
                 raise MasterError("frame %d: result shape %r differs from the master's %r" % (f, out.shape,
                                                                                              ref.shape))
             err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
             self.tracker.records[f].error = err
             worst = max(worst, err)
-        log.info("checked %d results against the master's own full execution in %.1f s: max abs error %.3g",
-                 len(self.outputs), time.time() - t0, worst)
+        # top-1 agreement with the torch fp32 reference: what an int8 engine costs (1.0 for exact engines)
+        self.top1_agreement = same / float(len(self.outputs)) if len(self.outputs) else None
+        log.info("checked %d results against the master's own full execution in %.1f s: max abs error %.3g, top-1 "
+                 "agreement %s", len(self.outputs), time.time() - t0, worst, self.top1_agreement)
         return worst
+
+    def _engines_report(self) -> List[Dict[str, object]]:
+        """Per worker: the engine asked for, whether it can run there, the engines its stages really ran on (with
+        the reason where that is not the one asked for)."""
+        out = []
+        for w in range(self.W):
+            info = self.infos[w] if self.infos and w < len(self.infos) else None
+            ran = self.engines_ran.get(w, {})
+            out.append({"worker": "w%d" % w, "asked": info.engine if info is not None else "",
+                        "available": bool(info.engine_available) if info is not None else None,
+                        "ran": sorted(ran), "notes": sorted({n for n in ran.values() if n})})
+        return out
 
     def _plan_layers(self, cuts: List[int]) -> List[List[str]]:
         info = self.infos[0]
@@ -523,6 +543,9 @@ class MasterRole:
             "cuts": main_plan,
             "cut_names": [self.infos[0].cuts[c].name for c in main_plan],
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
+            "engine": self.cfg.engine, "precision": self.cfg.precision,
+            "engines": self._engines_report(),
+            "top1_agreement": self.top1_agreement,
             "predicted_period_s": self.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
             "error": self.failure,

@@ -17,16 +17,16 @@ from cnnvideo.rpc import net
 log = logging.getLogger(__name__)
 
 
-def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False):
+def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8: bool = False):
     """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
     nothing is held out, i.e. fit_fraction 1 or too few frames to spare two)."""
     from cnnvideo import predict
 
     n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
     if rec.frames - n_fit < 2:
-        return predict.fit_recorder(rec, graph, fp16=fp16), {}
+        return predict.fit_recorder(rec, graph, fp16=fp16, int8=int8), {}
     head, held = rec.split(n_fit)
-    preds = predict.fit_recorder(head, graph, fp16=fp16)
+    preds = predict.fit_recorder(head, graph, fp16=fp16, int8=int8)
     return preds, predict.validate(preds, held)
 
 
@@ -99,9 +99,19 @@ class TrainerRole:
         graph = load_graph(self.cfg)
         n = self.cfg.trainer.frames
         frames = read_frames(self.video, tuple(self.cfg.frame_size), limit=n)
+        quant = None
+        if self.cfg.precision == "int8":
+            from cnnvideo.engines import EngineError, factory_for
+
+            try:
+                quant = factory_for(self.cfg, graph).calibration.qparams
+            except EngineError as exc:
+                log.warning("int8 sizes not modelled (%s): predictors fitted on fp32 tensors", exc)
         rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
-                                   input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16)
-        p, self.validation = fit_holding_out(rec, graph, self.cfg.trainer.fit_fraction, self.cfg.delta.fp16)
+                                   input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16,
+                                   quant=quant)
+        p, self.validation = fit_holding_out(rec, graph, self.cfg.trainer.fit_fraction, self.cfg.delta.fp16,
+                                             int8=quant is not None)
         if self.validation:
             log.info("predictors fitted on %d frames, validated on %d held-out frames: bytes MAPE %.1f%% per cut, "
                      "%.1f%% per frame", rec.frames + 1 - self.validation["frames"], self.validation["frames"],

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from cnnvideo import protocol
+from cnnvideo.engines import QParams
 from cnnvideo.hop import HopReceiver
 from cnnvideo.protocol import HopSettings, InputHop, OutputHop
 
@@ -58,6 +59,8 @@ class Payload:
     data: bytes
     keyframe: bool = False
     bytes_dense: int = 0
+    scale: float = 0.0  # > 0: uint8 values of the int8 model, real = scale * (q - zero_point)
+    zero_point: int = 0
 
 
 @dataclass
@@ -118,18 +121,26 @@ class StageReport:
     hop_out: int = 0
     keyframe_out: bool = False
     dense_out: int = 0
+    engine: str = ""  # engine-precision that ran the stage ('' = empty stage)
+    engine_note: str = ""  # why it is not the engine asked for
 
 
 Forward = Callable[[int, int, np.ndarray], np.ndarray]
 Emit = Callable[[Task], None]
+# quantisation of the tensor at a cut (None: it travels unquantised) and what runs a stage (label, note)
+Quant = Callable[[int], Optional[QParams]]
+Describe = Callable[[int, int], Tuple[str, str]]
 
 
 class Run:
     """State of one master run on one worker: hop state on both sides, frame order, outgoing queues."""
 
     def __init__(self, settings: RunSettings, worker_id: int, cut_shapes: Sequence[Tuple[int, ...]],
-                 forward: Forward, emit: Optional[Emit], max_bytes: int) -> None:
+                 forward: Forward, emit: Optional[Emit], max_bytes: int, quant: Optional[Quant] = None,
+                 describe: Optional[Describe] = None) -> None:
         self.settings = settings
+        self.quant = quant or (lambda cut: None)
+        self.describe = describe or (lambda start, end: ("", ""))
         self.run_id = settings.run_id
         self.generation = int(settings.generation)
         self.worker_id = worker_id
@@ -219,20 +230,28 @@ class Run:
         expect = self.cut_shapes[cuts[w]]
         if tuple(x.shape) != expect:
             raise TaskError("payload shape %r does not match cut %d shape %r" % (tuple(x.shape), cuts[w], expect))
+        start, end = cuts[w], cuts[w + 1]
+        q_out = self._check_quant(task.payload, start)
         t1 = time.time()
         stages.append(Timing("decode", t0, t1))
-        start, end = cuts[w], cuts[w + 1]
-        y = np.ascontiguousarray(self.forward(start, end, x) if start < end else x)
+        if start < end:
+            y = np.ascontiguousarray(self.forward(start, end, x))
+            q_out = self.quant(end)
+        else:
+            y = np.ascontiguousarray(x)
         t2 = time.time()
         stages.append(Timing("compute", t1, t2))
+        label, note = self.describe(start, end) if start < end else ("", "")
         report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
-                             hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y))
+                             hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
+                             engine_note=note)
+        qs = (q_out.scale, q_out.zero_point) if q_out is not None and y.dtype == np.uint8 and end > 0 else (0.0, 0)
         if w >= protocol.reporter(cuts):
             data, keyframe = self.result_hop.encode(end, y)
             t3 = time.time()
             stages += [Timing("encode", t2, t3, len(data)), Timing("send", t3, t3, len(data))]
             result = Result(self.run_id, self.generation, task.frame_id, w, self.result_hop.sent - 1,
-                            Payload(end, data, keyframe, _dense_bytes(y)), sent_at=t3)
+                            Payload(end, data, keyframe, _dense_bytes(y), *qs), sent_at=t3)
             report.hop_out, report.bytes_out, report.keyframe_out = self.n_workers, len(data), keyframe
             report.stages = stages
             self.put(self.results, result)
@@ -243,12 +262,28 @@ class Run:
         data, keyframe = self.next_hop.encode(end, y, planned)
         t3 = time.time()
         stages.append(Timing("encode", t2, t3, len(data)))
-        out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y)), hop=nxt,
+        out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y), *qs), hop=nxt,
                    keyframe=list(task.keyframe), epoch=list(task.epoch), generation=self.generation,
                    created_at=task.created_at)
         report.hop_out, report.bytes_out, report.keyframe_out = nxt, len(data), keyframe
         report.stages = stages
         self.put(self.forward_q, (out, report))
+
+    def _check_quant(self, payload: Payload, cut: int) -> Optional[QParams]:
+        """The quantisation the input arrived with (None if float); TaskError if it is not this worker's for the
+        cut (another calibration, or int8 against fp32)."""
+        mine = self.quant(cut) if cut > 0 else None
+        if payload.scale <= 0:
+            if mine is not None:
+                raise TaskError("cut %d arrived unquantised, this worker runs it int8 (scale %g, zero point %d)"
+                                % (cut, mine.scale, mine.zero_point))
+            return None
+        got = QParams(float(payload.scale), int(payload.zero_point))
+        if mine is None or not mine.matches(got.scale, got.zero_point):
+            raise TaskError("cut %d arrived int8 with scale %g, zero point %d; this worker's calibration has %s"
+                            % (cut, got.scale, got.zero_point,
+                               "none (fp32)" if mine is None else "%g, %d" % (mine.scale, mine.zero_point)))
+        return got
 
     def put(self, q: queue.Queue, item) -> bool:
         """Queue `item`, waiting while the queue is full (backpressure); False if the run closed meanwhile."""

@@ -8,12 +8,13 @@ import threading
 import time
 import uuid
 import zipfile
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
+from cnnvideo.engines import EngineError, factory_for, ort_available
 from cnnvideo.pipeline import load_graph
 from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -26,16 +27,22 @@ from .servicer import WorkerServicer
 log = logging.getLogger(__name__)
 
 
-def costs_cache_path(cfg: Config, host: str) -> str:
-    """Cache file of this worker's profile (named by cnnvideo.artifacts)."""
+def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32") -> str:
+    """Cache file of this worker's profile on `engine` (engine-precision, the one that really runs), named by
+    cnnvideo.artifacts."""
     import torch
 
-    return artifacts.profile_path(cfg, host, torch.get_num_threads())
+    return artifacts.profile_path(cfg, host, torch.get_num_threads(), engine)
 
 
-def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tuple[WorkerProfile, bool]:
-    """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored."""
-    path = costs_cache_path(cfg, host)
+def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=None) -> Tuple[WorkerProfile, bool]:
+    """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored; with
+    `stages` (engines.StageFactory) on its engine and precision."""
+    engine = "torch-fp32"
+    if stages is not None:
+        ok = stages.spec.engine == "torch" or ort_available()[0]
+        engine = "%s-%s" % (stages.spec.engine if ok else "torch", stages.precision)
+    path = costs_cache_path(cfg, host, engine)
     k = len(graph.cuts) - 1
     if not refresh and os.path.isfile(path):
         try:
@@ -45,7 +52,7 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False) -> Tupl
             log.warning("cached profile %s is damaged (%s: %s); profiling again", path, type(exc).__name__, exc)
 
     t0 = time.time()
-    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
+    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes, stages=stages)
     log.info("profiled %d segments in %.1f s: %.3f s compute per frame, codec %.3f s encode / %.3f s decode over "
              "all cuts, wall/CPU %.2f", k, time.time() - t0, float(prof.seconds.sum()), float(prof.encode.sum()),
              float(prof.decode.sum()), prof.wall_per_cpu)
@@ -71,8 +78,8 @@ class WorkerRole:
         self.costs: Optional[WorkerProfile] = None
         self.costs_cached = False
         self.cfs: Tuple[float, float] = (0.0, 0.0)  # CFS (quota, period) seconds of this container's CPU cap
-        self._executors: Dict[Tuple[int, int], object] = {}
-        self._exec_lock = threading.Lock()
+        self.stages = None  # engines.StageFactory: this worker's stages on its engine
+        self.engine_available = True
         self._next_channel = None
         self.next_stub: Optional[pb_grpc.WorkerStub] = None
         self.run: Optional[Run] = None
@@ -87,7 +94,14 @@ class WorkerRole:
         self.graph = load_graph(self.cfg)
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
                  len(self.graph.cuts), self.cfg.frame_size[0], self.cfg.frame_size[1], time.time() - t0)
-        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host)
+        self.stages = factory_for(self.cfg, self.graph)
+        self.engine_available = self.cfg.engine == "torch" or ort_available()[0]
+        if not self.engine_available:
+            if self.cfg.engine_options.on_error == "stop":
+                raise EngineError("worker %d: engine %s asked for: %s" % (self.worker_id, self.cfg.engine,
+                                                                           ort_available()[1]))
+            log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
+        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, stages=self.stages)
         self.cfs = cfs_quota()
         if self.next_address:
             self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
@@ -117,11 +131,17 @@ class WorkerRole:
     # ------------------------------------------------------------------ plain operations behind the servicer
     def refresh_costs(self) -> None:
         """Profile again, ignoring the cache (Costs(refresh=true))."""
-        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, refresh=True)
+        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, refresh=True,
+                                                       stages=self.stages)
 
     def forward(self, start: int, end: int, x: np.ndarray) -> np.ndarray:
-        """The stage's compute: segments start..end-1 on x (the engine's `forward`; one executor per range)."""
-        return self.executor_for(start, end).run(x)
+        """The stage's compute: segments start..end-1 on x, on this worker's engine (one stage per range)."""
+        return self.stages.stage(start, end).run(x)
+
+    def describe(self, start: int, end: int) -> Tuple[str, str]:
+        """(engine-precision, why not the one asked for) of the stage start..end."""
+        st = self.stages.stage(start, end)
+        return "%s-%s" % (st.engine, st.precision), st.reason or self.stages.int8_failed
 
     def _emit(self, stub, task: Task) -> None:
         """Hand a task to worker i+1 (the engine's `emit`); EmitError if it is unreachable or refuses."""
@@ -134,17 +154,6 @@ class WorkerRole:
                 task.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc))) from None
         if not ack.ok:
             raise EmitError("worker w%d refused frame %d: %s" % (self.worker_id + 1, task.frame_id, ack.message))
-
-    def executor_for(self, start: int, end: int):
-        key = (start, end)
-        with self._exec_lock:
-            ex = self._executors.get(key)
-            if ex is None:
-                from cnnvideo.executor import StageExecutor
-
-                ex = StageExecutor(self.graph, start, end)
-                self._executors[key] = ex
-            return ex
 
     def start_run(self, setup: RunSettings) -> None:
         """Start (or restart at a new generation) a run: fresh hop state on both sides, a fresh channel on."""
@@ -162,7 +171,7 @@ class WorkerRole:
             stub = self.next_stub
             emit = (lambda task: self._emit(stub, task)) if stub is not None else None
             self.run = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward, emit,
-                           self.cfg.max_message_bytes)
+                           self.cfg.max_message_bytes, quant=self.stages.qparams, describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
 

@@ -77,8 +77,10 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         c = task.payload.cut
         if not 0 <= c < len(cuts):
             return "payload cut %d is not a cut of the model (0..%d)" % (c, len(cuts) - 1)
+        # an int8 tensor (scale > 0) at an inner cut travels as its uint8 values
+        dtype = "uint8" if task.payload.scale > 0 and 0 < c < len(cuts) - 1 else cuts[c].dtype
         try:
-            checks.check_hop_payload(task.payload.data, cuts[c].shape, cuts[c].dtype, self.role.cfg.max_message_bytes)
+            checks.check_hop_payload(task.payload.data, cuts[c].shape, dtype, self.role.cfg.max_message_bytes)
         except ValueError as exc:  # HopError, CodecError
             return "bad payload at cut %d: %s" % (c, exc)
         return ""

@@ -19,13 +19,15 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
 def task_from_pb(msg: pb.FrameTask) -> Task:
     p = msg.payload
     return Task(run_id=msg.run_id, frame_id=int(msg.frame_id), cuts=[int(c) for c in msg.cuts],
-                payload=Payload(int(p.cut), p.data, bool(p.keyframe), int(p.bytes_dense)), hop=int(msg.hop),
+                payload=Payload(int(p.cut), p.data, bool(p.keyframe), int(p.bytes_dense), float(p.scale),
+                                int(p.zero_point)), hop=int(msg.hop),
                 seq=int(msg.seq), keyframe=[bool(k) for k in msg.keyframe], epoch=[int(e) for e in msg.epoch],
                 generation=int(msg.generation), created_at=msg.created_at, sent_at=msg.sent_at)
 
 
 def _tensor(p: Payload) -> pb.Tensor:
-    return pb.Tensor(cut=p.cut, data=p.data, keyframe=p.keyframe, bytes_dense=p.bytes_dense)
+    return pb.Tensor(cut=p.cut, data=p.data, keyframe=p.keyframe, bytes_dense=p.bytes_dense, scale=p.scale,
+                     zero_point=p.zero_point)
 
 
 def task_to_pb(t: Task) -> pb.FrameTask:
@@ -43,7 +45,8 @@ def report_to_pb(r: StageReport) -> pb.StageReport:
     return pb.StageReport(run_id=r.run_id, generation=r.generation, frame_id=r.frame_id, worker_id=r.worker_id,
                           start_cut=r.start_cut, end_cut=r.end_cut, error=r.error, hop_in=r.hop_in,
                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, hop_out=r.hop_out,
-                          keyframe_out=r.keyframe_out, dense_out=r.dense_out,
+                          keyframe_out=r.keyframe_out, dense_out=r.dense_out, engine=r.engine,
+                          engine_note=r.engine_note,
                           stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes)
                                   for s in r.stages])
 
@@ -62,4 +65,5 @@ def worker_info(role) -> pb.WorkerInfo:
     return pb.WorkerInfo(worker_id=role.worker_id, model=cfg.model, weights=cfg.weights, seed=cfg.seed,
                          frame_size=list(cfg.frame_size), cuts=cuts, host=role.host, next=role.next_address,
                          segment_layers=[len(s) for s in segs], layer_names=[layer.name for layer in graph.layers],
-                         segment_layer_ids=[i for s in segs for i in s], instance=role.instance)
+                         segment_layer_ids=[i for s in segs for i in s], instance=role.instance,
+                         engine=role.stages.spec.label, engine_available=role.engine_available)

@@ -34,9 +34,10 @@ def predictor_key(cfg: Any) -> Dict[str, Any]:
         "input_threshold": cfg.delta.input_threshold, "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16,
         "format": PREDICTOR_FORMAT,
     }
-    for extra in ("engine", "precision"):  # config keys another change adds; part of the key once they exist
-        if hasattr(cfg, extra):
-            key[extra] = getattr(cfg, extra)
+    if getattr(cfg, "precision", "fp32") == "int8":  # inner cuts travel as uint8 values of the calibrated model
+        key.update(precision="int8", calibration=[cfg.calibration_video and file_id(cfg.calibration_video),
+                                                  cfg.calibration_start, cfg.int8.calibration_stride,
+                                                  cfg.int8.calibration_frames])
     return key
 
 
@@ -46,16 +47,15 @@ def predictor_path(cfg: Any) -> str:
     return cfg.cache_path("predictors", "%s-%s.npz" % (cfg.model, digest))
 
 
-def profile_path(cfg: Any, host: str, threads: int) -> str:
+def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") -> str:
     """costs/<...>.npz: one worker profile per model, frame size, host (its CPU cap is in the compose host name),
-    torch thread count, iterations and hop codec options."""
+    torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
     key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host, threads,
                                            cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
                                            "-fp16" if cfg.delta.fp16 else "")
-    for extra in ("engine", "precision"):
-        if hasattr(cfg, extra):
-            key += "-%s" % getattr(cfg, extra)
     key += "-p%d" % PROFILE_FORMAT
+    if engine != "torch-fp32":
+        key += "-" + engine
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return cfg.cache_path("costs", safe + ".npz")
 

@@ -10,6 +10,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 MODES = ("full", "delta")
+ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.engines (which imports numpy; config stays light)
+PRECISIONS = ("fp32", "int8")
+ON_ERROR = ("fallback", "stop")
 
 
 class ConfigError(ValueError):
@@ -80,6 +83,25 @@ class Reliability:
 
 
 @dataclass
+class EngineOptions:
+    """How a worker's stage backend runs: intra-op threads (0 = the container's CPU cap, or its cores), and what a
+    stage that the engine cannot run does: `fallback` (torch, with the reason logged and reported) or `stop`."""
+
+    threads: int = 0
+    on_error: str = "fallback"
+
+
+@dataclass
+class Int8Options:
+    """Calibration of `precision: int8`: `calibration_frames` frames of the trainer's video, every
+    `calibration_stride`-th from `calibration_start` (-1 = the first frame after those the run evaluates)."""
+
+    calibration_frames: int = 16
+    calibration_start: int = -1
+    calibration_stride: int = 10
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -90,6 +112,10 @@ class Config:
     video: str = "media/vtest.avi"
     frame_size: Tuple[int, int] = (480, 720)  # height, width
     mode: str = "delta"
+    engine: str = "torch"  # torch | onnxruntime: what runs each worker's stage
+    precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    int8: Int8Options = field(default_factory=Int8Options)
     delta: Delta = field(default_factory=Delta)
     check: bool = True
     frames: int = 60
@@ -125,6 +151,16 @@ class Config:
         if len(bw) == 1:
             bw = bw * self.n_workers
         return [b * 1e6 for b in bw]
+
+    @property
+    def calibration_video(self) -> str:
+        """The video int8 calibration reads (the trainer's)."""
+        return self.trainer.video or self.video
+
+    @property
+    def calibration_start(self) -> int:
+        """First calibration frame: after the frames a run evaluates unless set."""
+        return self.frames if self.int8.calibration_start < 0 else self.int8.calibration_start
 
     def cache_path(self, *parts: str) -> str:
         path = os.path.join(os.path.expanduser(self.cache_dir), *parts)
@@ -225,6 +261,24 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         except ValueError:
             raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
                               % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
+    if cfg.engine not in ENGINES:
+        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINES), cfg.engine))
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError("config key 'precision' must be one of %s, got %r" % ("|".join(PRECISIONS), cfg.precision))
+    if cfg.engine_options.on_error not in ON_ERROR:
+        raise ConfigError("config key 'engine_options.on_error' must be one of %s, got %r"
+                          % ("|".join(ON_ERROR), cfg.engine_options.on_error))
+    if cfg.engine_options.threads < 0:
+        raise ConfigError("config key 'engine_options.threads' must be >= 0 (0 = the CPU cap), got %r"
+                          % cfg.engine_options.threads)
+    _positive(cfg.int8.calibration_frames, "int8.calibration_frames")
+    _positive(cfg.int8.calibration_stride, "int8.calibration_stride")
+    if cfg.int8.calibration_start < -1:
+        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the run's frames)")
+    if (cfg.precision == "int8" and cfg.calibration_video == cfg.video
+            and 0 <= cfg.int8.calibration_start < cfg.frames):
+        raise ConfigError("config key 'int8.calibration_start' (%d) must not be below 'frames' (%d): int8 calibrates "
+                          "on frames of the video the run does not evaluate" % (cfg.int8.calibration_start, cfg.frames))
     _positive(cfg.frames, "frames")
     _positive(cfg.group_size, "group_size")
     _positive(cfg.trainer.frames, "trainer.frames")

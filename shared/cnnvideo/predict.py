@@ -311,12 +311,15 @@ def fit(
                       kind=kind, input_nz=x.mean(axis=0), ratio=ratio, full_ratio=full_ratio)
 
 
-def cut_meta(graph, fp16: bool = False) -> Tuple[np.ndarray, np.ndarray]:
-    """(numel [K+1], wire itemsize [K+1]) of a LayerGraph's cuts (float16 on later hops when fp16)."""
+def cut_meta(graph, fp16: bool = False, int8: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """(numel [K+1], wire itemsize [K+1]) of a LayerGraph's cuts (float16 on later hops when fp16; with int8 the
+    inner cuts travel as uint8, the model output stays float)."""
     numel = np.array([c.numel for c in graph.cuts], dtype=np.float64)
     items = np.array([np.dtype(c.dtype).itemsize for c in graph.cuts], dtype=np.float64)
     if fp16:
         items = np.where(items == 4, 2.0, items)
+    if int8:
+        items[1:-1] = 1.0
     return numel, items
 
 
@@ -328,15 +331,17 @@ def record_video(
     fp16: bool = False,
     compress: str = "auto",
     measure_bytes: bool = True,
+    quant=None,
 ) -> Recorder:
     """Play frames through the whole graph, one closed-loop HopSender per cut (compressing as the hops do);
-    record rates, and with measure_bytes the bytes sent next to the size model's bytes."""
+    record rates, and with measure_bytes the bytes sent next to the size model's bytes. `quant` (cut ->
+    engines.QParams, int8): inner-cut tensors are sent as their uint8 quantised values, as int8 workers send them."""
     import torch
 
     from .protocol import HopSettings
 
     n_cuts = len(graph.cuts)
-    items = cut_meta(graph, fp16)[1]
+    items = cut_meta(graph, fp16, int8=bool(quant))[1]
     stages = [graph.stage_module(k, k + 1) for k in range(n_cuts - 1)]
     settings = HopSettings(input_threshold=float(input_threshold), threshold=float(threshold), fp16=bool(fp16),
                            compress=compress)
@@ -352,6 +357,8 @@ def record_video(
             delta, raw, sizes, model = {}, {}, {}, {}
             for k, t in enumerate(tensors):
                 arr = t.numpy()
+                if quant and k in quant:
+                    arr = quant[k].quantize(arr)
                 buf = senders[k].encode(arr)
                 nnz = np.count_nonzero(arr)
                 raw[k] = nnz / float(arr.size)
@@ -382,8 +389,9 @@ def validate(preds: "Predictors", held: Recorder) -> Dict[str, float]:
     return {"mape": float(err.mean()), "mape_total": float(total.mean()), "frames": float(held.frames)}
 
 
-def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6) -> Predictors:
-    """fit() from a Recorder and the graph's cut sizes."""
-    numel, items = cut_meta(graph, fp16)
+def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6,
+                 int8: bool = False) -> Predictors:
+    """fit() from a Recorder and the graph's cut sizes (int8: uint8 inner cuts)."""
+    numel, items = cut_meta(graph, fp16, int8)
     ratio, full_ratio = rec.ratios(numel.size)
     return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam, ratio=ratio, full_ratio=full_ratio)

@@ -159,8 +159,11 @@ def rescale(prof: WorkerProfile, graph, passes: int = 3) -> Tuple[WorkerProfile,
 
 
 def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
-                  sender_for: Callable[[int], object], max_bytes: int, iters: int = 2) -> Tuple[np.ndarray, np.ndarray]:
-    """(encode, decode) seconds per cut [K+1] of one delta update, from the CPU clock times ratio."""
+                  sender_for: Callable[[int], object], max_bytes: int, iters: int = 2,
+                  convert: Optional[Callable[[List[np.ndarray]], List[np.ndarray]]] = None
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """(encode, decode) seconds per cut [K+1] of one delta update, from the CPU clock times ratio; `convert` maps
+    the cut tensors to what travels (int8: uint8 values)."""
     import torch
 
     from .hop import HopReceiver
@@ -169,6 +172,8 @@ def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
     with torch.no_grad():
         second = _pass(modules, _changed_frame(tensors[0]))[3]
     second = [t if isinstance(t, np.ndarray) else t.numpy() for t in second]
+    if convert is not None:
+        tensors, second = convert(tensors), convert(second)
     enc = np.zeros(len(tensors))
     dec = np.zeros(len(tensors))
     for k, (a, b) in enumerate(zip(tensors, second)):
@@ -195,14 +200,74 @@ def senders_for(delta_options) -> Callable[[int], object]:
     return HopSettings.from_delta(delta_options).sender
 
 
+ENGINE_CHUNKS = 4  # stages timed on a non-torch engine to scale the per-segment torch profile
+
+
+def engine_chunks(seconds: np.ndarray, n: int = ENGINE_CHUNKS) -> List[Tuple[int, int]]:
+    """Up to n consecutive (start, end) cut ranges covering all segments, of about equal compute."""
+    k = len(seconds)
+    cum = np.cumsum(seconds)
+    total = cum[-1] if k and cum[-1] > 0 else 1.0
+    bounds = sorted({0, k} | {int(np.clip(np.searchsorted(cum, total * i / n) + 1, 1, k)) for i in range(1, n)})
+    return list(zip(bounds, bounds[1:]))
+
+
+def _engine_time(fn, x, iters: int) -> float:
+    """Wall seconds of fn(x) under this process's CPU share: median CPU time times the runs' wall/CPU ratio."""
+    fn(x)  # warm-up (and, on ORT, the first-run allocations)
+    cpu, walls = [], 0.0
+    for _ in range(max(int(iters), 1)):
+        w, c = time.perf_counter(), time.process_time()
+        fn(x)
+        cpu.append(time.process_time() - c)
+        walls += time.perf_counter() - w
+    total = sum(cpu)
+    return float(np.median(cpu)) * (walls / total if total > 0 else 1.0)
+
+
+def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: int = 3) -> np.ndarray:
+    """Per-segment factor (engine seconds / torch seconds of the profile) measured over ENGINE_CHUNKS stages of
+    the worker's engine (`engines.StageFactory`): one stage per range of segments, since exporting every segment
+    would take minutes; each segment takes its range's factor. Int8 stages are fed the quantised tensor. Both
+    are CPU times scaled by their own wall/CPU ratio (a torch pass's CPU also counts its idle OpenMP threads'
+    spinning; ORT sessions here do not spin)."""
+    factor = np.ones(len(seconds))
+    for a, b in engine_chunks(seconds):
+        st = stages.stage(a, b)
+        if st.engine == "torch" and st.precision == "fp32" and st.q_in is None and st.q_out is None:
+            continue
+        x = tensors[a] if st.q_in is None else st.q_in.quantize(tensors[a])
+        ref = float(seconds[a:b].sum())
+        got = _engine_time(st.run, x, iters)
+        if ref > 0:
+            factor[a:b] = got / ref
+        log.info("stage %d..%d on %s-%s: %.4f s vs %.4f s torch fp32 (x%.2f)", a, b, st.engine, st.precision,
+                 got, ref, ref / got if got > 0 else float("nan"))
+    return factor
+
+
+def _quantised(tensors: List[np.ndarray], stages) -> List[np.ndarray]:
+    """The cut tensors as an int8 worker sends them (uint8 at inner cuts)."""
+    out = []
+    for k, t in enumerate(tensors):
+        qp = stages.qparams(k) if stages is not None else None
+        out.append(qp.quantize(t) if qp is not None else t)
+    return out
+
+
 def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], object]] = None,
-                   max_bytes: int = 1 << 30) -> WorkerProfile:
-    """Compute and codec profile of this process (see the module docstring)."""
+                   max_bytes: int = 1 << 30, stages=None) -> WorkerProfile:
+    """Compute and codec profile of this process (see the module docstring); with `stages` (a StageFactory on
+    another engine or int8) the segment times are scaled to that engine and the codec is timed on the tensors
+    it sends."""
     from .hop import HopSender
 
     seconds, ratio, tensors = profile_compute(graph, iters)
+    if stages is not None and (stages.spec.engine != "torch" or stages.precision != "fp32"):
+        seconds = seconds * engine_scale(stages, seconds, tensors, iters)
     if sender_for is None:
         def sender_for(k: int) -> object:
             return HopSender()
-    enc, dec = profile_codec(graph, tensors, ratio, sender_for, max_bytes)
+    enc, dec = profile_codec(graph, tensors, ratio, sender_for, max_bytes,
+                             convert=(lambda ts: _quantised(ts, stages)) if stages is not None else None)
     return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio))

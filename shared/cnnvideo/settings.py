@@ -3,7 +3,7 @@
 Every request from the master to a worker (Costs, StartRun) or to the trainer (GetPredictors) carries the
 sender's values of the keys the receiver depends on. The receiver computes its own; if the digests differ
 it refuses, naming the first differing key ("delta.input_threshold: master 2, trainer 0"). A key the
-config does not have yet (`engine`, `precision` until they exist) is left out on both sides.
+config does not have is left out on both sides (a key added later joins the digest once it exists).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Dict, Sequence
 
 # keys a worker's results and profile depend on (the graph it runs, the hop codec it profiles)
 WORKER_KEYS = ("model", "weights", "seed", "frame_size", "delta.input_threshold", "delta.threshold", "delta.fp16",
-               "engine", "precision")
+               "engine", "precision", "int8.calibration_frames", "int8.calibration_start", "int8.calibration_stride")
 # keys the trainer's fitted predictors depend on
 TRAINER_KEYS = WORKER_KEYS + ("trainer.frames", "trainer.video", "trainer.fit_fraction")
 _MISSING = object()

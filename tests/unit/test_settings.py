@@ -36,16 +36,17 @@ def test_missing_settings_a_stale_digest_and_an_unknown_key_are_refused():
     assert "no settings" in settings.difference(mine, settings.Settings({}, "master"))
     forged = settings.Settings(dict(mine.fields, seed="7"), "master")
     assert "digest" in settings.difference(mine, forged, mine.digest)
-    extra = settings.Settings(dict(mine.fields, engine=json.dumps("onnx")), "master")
-    assert settings.difference(mine, extra, extra.digest) == 'engine: master "onnx", w0 (unset)'
+    extra = settings.Settings(dict(mine.fields, later_key=json.dumps("x")), "master")
+    assert settings.difference(mine, extra, extra.digest) == 'later_key: master "x", w0 (unset)'
 
 
-def test_keys_the_config_lacks_are_left_out_until_they_exist():
-    """engine / precision are in the key lists for when the config has them; absent keys are skipped."""
+def test_keys_the_config_lacks_are_left_out_and_engine_precision_count():
+    """A key the config does not have is skipped; engine and precision are settings that change results."""
     cfg = _cfg()
-    fields = settings.of(cfg, settings.WORKER_KEYS).fields
-    for key in ("engine", "precision"):
-        assert (key in fields) == hasattr(cfg, key)
+    fields = settings.of(cfg, settings.WORKER_KEYS + ("no.such_key",)).fields
+    assert "no.such_key" not in fields and json.loads(fields["engine"]) == "torch"
+    int8 = settings.of(_cfg(precision="int8"), settings.WORKER_KEYS)
+    assert int8.digest != settings.of(cfg, settings.WORKER_KEYS).digest
     assert json.loads(fields["frame_size"]) == [480, 720] and json.loads(fields["delta.fp16"]) is False
 
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Deploy docker-stack.yml from a swarm manager after checking what would otherwise leave a service
+# pending forever or failing on one device:
+#   - every role of the stack (trainer, worker0, worker1, master) has exactly one node labelled
+#     cnnvideo.role=ROLE, and no node has an unknown role;
+#   - IMAGE (and NETEM_IMAGE), when they name a registry, answer there and have a variant for the
+#     architecture of every node that runs them (one multi-arch tag: scripts/build_multiarch.sh);
+#   - MASTER_IP (the shaping helper's address of the master) defaults to the master node's address.
+# Then `docker stack deploy`; the cluster config becomes a swarm config named after its content, so
+# a changed file (or rate: HOP1_RATE=1 ...) is one more run of this script, in place.
+#   scripts/swarm_deploy.sh [--stack NAME] [--check-only]
+# Environment: IMAGE (default cnnvideo/node), NETEM_IMAGE (cnnvideo/netem), PI_CONFIG (a file in
+# configs/, default compose-pi.yml), MASTER_IP, FRAMES, HOP*/RET* (see docker-stack.yml).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STACK_FILE=${STACK_FILE:-$REPO/docker-stack.yml}
+STACK=cnnvideo
+CHECK_ONLY=0
+export IMAGE=${IMAGE:-cnnvideo/node} NETEM_IMAGE=${NETEM_IMAGE:-cnnvideo/netem} PI_CONFIG=${PI_CONFIG:-compose-pi.yml}
+
+log() { echo "swarm_deploy: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+registry_of() {
+  # the registry host of an image reference, or nothing for a local / default-registry name
+  local first=${1%%/*}
+  [[ $1 == */* ]] && [[ $first == *[.:]* || $first == localhost ]] && echo "$first"
+  return 0
+}
+
+nodes_json() { docker node inspect $(docker node ls -q); }
+
+check_roles() {
+  # prints "ROLE NODE ARCH ADDR" for every role of the stack file; dies on a missing/duplicate/unknown role
+  local roles
+  roles=$(grep -o 'node\.labels\.cnnvideo\.role == [A-Za-z0-9_-]*' "$STACK_FILE" | awk '{print $3}' | sort -u | tr '\n' ' ')
+  nodes_json | python3 -c '
+import json, sys
+roles = sys.argv[1].split()
+arch = {"x86_64": "linux/amd64", "aarch64": "linux/arm64", "armv7l": "linux/arm/v7", "armv6l": "linux/arm/v6"}
+by_role, unlabelled, problems = {}, [], []
+for n in json.load(sys.stdin):
+    name = n["Description"]["Hostname"]
+    role = (n["Spec"].get("Labels") or {}).get("cnnvideo.role")
+    if role is None:
+        unlabelled.append(name)
+    elif role not in roles:
+        problems.append("node %s has cnnvideo.role=%s, which is not a role of the stack (%s): "
+                        "docker node update --label-rm cnnvideo.role %s" % (name, role, ", ".join(roles), name))
+    else:
+        by_role.setdefault(role, []).append((name, arch.get(n["Description"]["Platform"]["Architecture"],
+                                             n["Description"]["Platform"]["Architecture"]), n["Status"].get("Addr", "")))
+for role in roles:
+    found = by_role.get(role, [])
+    if not found:
+        problems.append("no node is labelled cnnvideo.role=%s: docker node update --label-add cnnvideo.role=%s NODE"
+                        " (unlabelled nodes: %s)" % (role, role, ", ".join(unlabelled) or "none"))
+    elif len(found) > 1:
+        problems.append("%d nodes are labelled cnnvideo.role=%s (%s): keep one (docker node update --label-rm "
+                        "cnnvideo.role NODE)" % (len(found), role, ", ".join(f[0] for f in found)))
+for name in unlabelled:
+    sys.stderr.write("swarm_deploy: node %s has no cnnvideo.role label: it runs only the shaping helper\n" % name)
+if problems:
+    sys.stderr.write("".join("swarm_deploy: error: %s\n" % p for p in problems))
+    sys.exit(1)
+for role in roles:
+    print(role, *by_role[role][0])
+' "$roles"
+}
+
+image_platforms() {
+  # platforms (linux/arm64 ...) of a registry image; dies with what to do when the registry is down
+  local ref=$1 reg
+  reg=$(registry_of "$ref")
+  curl -fsS -m 5 -o /dev/null "http://$reg/v2/" 2>/dev/null || curl -ksS -m 5 -o /dev/null "https://$reg/v2/" 2>/dev/null \
+    || die "registry $reg does not answer (http://$reg/v2/): start it (scripts/build_multiarch.sh starts a local one), or push $ref to a registry every node reaches"
+  docker manifest inspect --insecure -v "$ref" 2>/dev/null | python3 -c '
+import json, sys
+data = json.load(sys.stdin)
+for m in data if isinstance(data, list) else [data]:
+    p = m["Descriptor"].get("platform") or {}
+    print("/".join(x for x in (p.get("os", "linux"), p.get("architecture", "?"), p.get("variant")) if x))
+' || die "$ref is not in registry $reg: build and push it (scripts/build_multiarch.sh --registry $reg)"
+}
+
+check_arch() {
+  # check_arch IMAGE "ROLE NODE ARCH ADDR" lines: every node's architecture is in the image
+  local ref=$1 lines=$2 platforms role node arch addr
+  if [ -z "$(registry_of "$ref")" ]; then
+    log "$ref names no registry: every node must have it loaded (docker load); architectures not checked"
+    return 0
+  fi
+  platforms=$(image_platforms "$ref" | tr '\n' ' ')
+  while read -r role node arch addr; do
+    [[ " $platforms" == *" $arch "* ]] \
+      || die "node $node ($role) is $arch but $ref has only: ${platforms% }; build and push $arch (scripts/build_multiarch.sh --arch amd64,arm64), or label a $(echo "$platforms" | awk '{print $1}') node cnnvideo.role=$role"
+  done <<<"$lines"
+  log "$ref has ${platforms% }: fits every node"
+}
+
+main() {
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --stack) STACK=${2:?}; shift ;;
+      --check-only) CHECK_ONLY=1 ;;
+      *) die "unknown option $1 (usage: $0 [--stack NAME] [--check-only])" ;;
+    esac
+    shift
+  done
+  [ "$(docker info -f '{{.Swarm.ControlAvailable}}' 2>/dev/null)" = true ] \
+    || die "this engine is not a swarm manager: run docker swarm init here (other devices: docker swarm join), or run this on a manager"
+  [ -f "$REPO/configs/$PI_CONFIG" ] || die "no cluster config configs/$PI_CONFIG (PI_CONFIG names a file in configs/)"
+  local placed
+  placed=$(check_roles) || exit 1
+  check_arch "$IMAGE" "$placed"
+  check_arch "$NETEM_IMAGE" "$(docker node inspect -f '{{.Description.Hostname}} {{.Description.Hostname}} {{.Description.Platform.Architecture}} -' $(docker node ls -q) \
+    | sed 's,x86_64,linux/amd64,; s,aarch64,linux/arm64,; s,armv7l,linux/arm/v7,')"
+  export MASTER_IP=${MASTER_IP:-$(awk '$1 == "master" {print $4}' <<<"$placed")}
+  export CONFIG_VERSION
+  CONFIG_VERSION=$(sha256sum "$REPO/configs/$PI_CONFIG" | cut -c1-12)
+  log "roles: $(awk '{printf "%s=%s(%s) ", $1, $2, $4}' <<<"$placed")master address $MASTER_IP"
+  [ "$CHECK_ONLY" = 1 ] && return 0
+  local resolve=never
+  [ -n "$(registry_of "$IMAGE")" ] && resolve=always
+  (cd "$REPO" && docker stack deploy -c "$STACK_FILE" --resolve-image "$resolve" --prune "$STACK")
+}
+
+main "$@"

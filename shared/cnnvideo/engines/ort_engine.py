@@ -1,0 +1,406 @@
+"""The ONNX Runtime backend: export the fx stage module between two cuts to ONNX once (cached on disk per model,
+weights, frame size, cuts and precision), quantise it to int8 (static QDQ, per-channel weights) when asked, and run
+it in a session whose intra-op threads match the CPU cap.
+
+Layers that do not export: adaptive average pooling whose output does not divide its input (alexnet's
+AdaptiveAvgPool2d(6, 6) on a 14x21 map at 480x720) is replaced, for the fixed input size of the stage, by the same
+averages written as two matrix products (each output cell is a mean over a row band times a column band, so the
+pooling is separable); any other layer that fails makes the stage an EngineError naming the layer, and the factory
+runs that stage in torch (or stops)."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import logging
+import os
+import warnings
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from . import EngineError, QParams, Stage, check_input, cpu_threads
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+META_KEY = "cnnvideo.key"
+QUANT_RECIPE = "qdq u8 act, per-channel s8 weights, minmax, pre-processed, first conv and classifier fp32"
+
+
+# ---------------------------------------------------------------- export
+
+
+def _fixed_pool_matrix(n_in: int, n_out: int):
+    """(n_out, n_in) averaging matrix of adaptive pooling along one axis (torch's start/end bin rule)."""
+    import torch
+
+    m = torch.zeros(n_out, n_in, dtype=torch.float32)
+    for i in range(n_out):
+        lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def _fixed_adaptive_pool(in_hw: Tuple[int, int], out_hw: Tuple[int, int]):
+    """A module equal to AdaptiveAvgPool2d(out_hw) on (N, C, *in_hw) inputs, built from two matmuls."""
+    import torch
+    from torch import nn
+
+    class FixedAdaptiveAvgPool2d(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("rows", _fixed_pool_matrix(in_hw[0], out_hw[0]))
+            self.register_buffer("cols_t", _fixed_pool_matrix(in_hw[1], out_hw[1]).t().contiguous())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.matmul(torch.matmul(self.rows, x), self.cols_t)
+
+    return FixedAdaptiveAvgPool2d()
+
+
+def _out_size(size, in_hw: Tuple[int, int]) -> Tuple[int, int]:
+    if isinstance(size, int):
+        size = (size, size)
+    return tuple(in_hw[i] if s is None else int(s) for i, s in enumerate(size))
+
+
+def fix_pools(module, sample) -> Tuple[object, List[str]]:
+    """(module, notes): non-dividing AdaptiveAvgPool2d layers replaced by their fixed-size equivalent (on a copy)."""
+    import torch
+    from torch import nn
+
+    shapes = {}
+    hooks = [m.register_forward_pre_hook(lambda mod, inp, name=name: shapes.__setitem__(name, tuple(inp[0].shape)))
+             for name, m in module.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d)]
+    try:
+        with torch.no_grad():
+            module(sample)
+    finally:
+        for h in hooks:
+            h.remove()
+    todo = []
+    for name, shape in shapes.items():
+        in_hw = shape[-2:]
+        out_hw = _out_size(dict(module.named_modules())[name].output_size, in_hw)
+        if out_hw != (1, 1) and (in_hw[0] % out_hw[0] or in_hw[1] % out_hw[1]):
+            todo.append((name, in_hw, out_hw))
+    if not todo:
+        return module, []
+    module = copy.deepcopy(module)
+    notes = []
+    for name, in_hw, out_hw in todo:
+        parent, _, leaf = name.rpartition(".")
+        setattr(module.get_submodule(parent) if parent else module, leaf, _fixed_adaptive_pool(in_hw, out_hw))
+        notes.append("%s: AdaptiveAvgPool2d%s on %dx%d exported as fixed pooling matrices" % (name, out_hw, *in_hw))
+    return module, notes
+
+
+def _export_bytes(module, sample) -> bytes:
+    import inspect
+
+    import torch
+
+    kwargs = dict(input_names=["x"], output_names=["y"], opset_version=OPSET, do_constant_folding=True)
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, same path as torch 1.13
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (sample,), buf, **kwargs)
+    return buf.getvalue()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def _sample(graph, cut: int):
+    import torch
+
+    c = graph.cuts[cut]
+    if c.dtype == "uint8":
+        return torch.zeros(c.shape, dtype=torch.uint8)
+    return torch.zeros(c.shape, dtype=getattr(torch, c.dtype))
+
+
+def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
+    """(ONNX bytes, notes) of the stage from cut `start` to cut `end`; EngineError naming the failing layer."""
+    sample = _sample(graph, start)
+    module, notes = fix_pools(graph.stage_module(start, end), sample)
+    try:
+        return _export_bytes(module, sample), notes
+    except Exception as exc:  # the exporter raises many types
+        first = _failing_segment(graph, start, end)
+        where = ""
+        if first is not None:
+            names = [graph.layers[i].name for i in graph.segment_layers(first)]
+            where = " at layer %s (segment %d)" % (", ".join(names), first)
+        raise EngineError("ONNX export of stage %d..%d failed%s: %s" % (start, end, where, _first_line(exc))) from None
+
+
+def _failing_segment(graph, start: int, end: int) -> Optional[int]:
+    """First segment between the cuts that does not export on its own (None if each does)."""
+    for k in range(start, end):
+        sample = _sample(graph, k)
+        try:
+            _export_bytes(fix_pools(graph.stage_module(k, k + 1), sample)[0], sample)
+        except Exception:  # noqa: BLE001 - any failure names this segment
+            return k
+    return None
+
+
+# ---------------------------------------------------------------- int8
+
+
+def _name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
+    """Make an int8 stage take and give uint8 at inner cuts: DequantizeLinear in front of 'x' (input 'xq') and
+    QuantizeLinear after 'y' (output 'yq'), with the cut's parameters; ORT folds the Q/DQ pairs this creates."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = model.graph
+    if q_in is not None:
+        old = [i for i in g.input if i.name == "x"][0]
+        shape = [d.dim_value for d in old.type.tensor_type.shape.dim]
+        g.input.remove(old)
+        g.input.insert(0, helper.make_tensor_value_info("xq", TensorProto.UINT8, shape))
+        g.initializer.extend([helper.make_tensor("xq_scale", TensorProto.FLOAT, [], [q_in.scale]),
+                              helper.make_tensor("xq_zp", TensorProto.UINT8, [], [q_in.zero_point])])
+        g.node.insert(0, helper.make_node("DequantizeLinear", ["xq", "xq_scale", "xq_zp"], ["x"], name="cut_in_dq"))
+    if q_out is not None:
+        old = [o for o in g.output if o.name == "y"][0]
+        shape = [d.dim_value for d in old.type.tensor_type.shape.dim]
+        g.output.remove(old)
+        g.output.append(helper.make_tensor_value_info("yq", TensorProto.UINT8, shape))
+        g.initializer.extend([helper.make_tensor("yq_scale", TensorProto.FLOAT, [], [q_out.scale]),
+                              helper.make_tensor("yq_zp", TensorProto.UINT8, [], [q_out.zero_point])])
+        g.node.append(helper.make_node("QuantizeLinear", ["y", "yq_scale", "yq_zp"], ["yq"], name="cut_out_q"))
+    onnx.checker.check_model(model)
+    return model
+
+
+class _DropRootRecords(logging.Filter):
+    """Drops records logged straight to the root logger (the ORT quantiser's chatter), not those of named loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != "root"
+
+
+class _Reader:
+    """Calibration data reader for the ORT quantiser: the stage input of every calibration frame."""
+
+    def __init__(self, inputs: List[np.ndarray]) -> None:
+        self._it = iter([{"x": x} for x in inputs])
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _fp32_nodes(model, first_conv: bool, classifier: bool) -> List[str]:
+    """Nodes kept in fp32: the model's first convolution (its input is the normalised frame, whose quantisation
+    costs most agreement) and the classifier's Gemm/MatMul (cheap, and its output is what top-1 reads)."""
+    names = []
+    if first_conv:
+        names += [n.name for n in model.graph.node if n.op_type == "Conv"][:1]
+    if classifier:
+        names += [n.name for n in model.graph.node if n.op_type in ("Gemm", "MatMul")][-1:]
+    return names
+
+
+def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams], q_out: Optional[QParams],
+                   workdir: str, first_conv: bool = False, classifier: bool = False) -> bytes:
+    """Static QDQ int8 (uint8 activations, per-channel int8 weights, min/max) of an fp32 stage model, with the
+    cut tensors pinned to the cut's calibration; `first_conv` / `classifier`: the stage holds the model's first
+    convolution / its classifier, which stay fp32. EngineError when there are no calibration inputs."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if not inputs:
+        raise EngineError("int8 calibration without frames: no calibration input for the stage")
+    overrides = {}
+    for name, qp in (("x", q_in), ("y", q_out)):
+        if qp is not None:
+            overrides[name] = [{"scale": np.array(qp.scale, dtype=np.float32),
+                                "zero_point": np.array(qp.zero_point, dtype=np.uint8)}]
+    os.makedirs(workdir, exist_ok=True)
+    src = os.path.join(workdir, "stage-%d.fp32.onnx" % os.getpid())
+    pre = os.path.join(workdir, "stage-%d.pre.onnx" % os.getpid())
+    dst = os.path.join(workdir, "stage-%d.int8.onnx" % os.getpid())
+    with open(src, "wb") as fh:
+        fh.write(fp32)
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    quiet = _DropRootRecords()
+    logging.getLogger().addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # constant folding and shape inference first: conv biases become initialisers, so convs quantise
+            quant_pre_process(src, pre, skip_symbolic_shape=True)
+            keep = _fp32_nodes(onnx.load(pre), first_conv, classifier)
+            quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=keep,
+                            extra_options={"TensorQuantOverrides": overrides} if overrides else None)
+        model = _name_io(onnx.load(dst), q_in, q_out)
+        return model.SerializeToString()
+    except EngineError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the quantiser raises many types
+        raise EngineError("int8 quantisation failed: %s" % _first_line(exc)) from None
+    finally:
+        logging.getLogger().removeFilter(quiet)
+        for p in (src, pre, dst, dst + ".data"):
+            if os.path.exists(p):
+                os.remove(p)
+
+
+# ---------------------------------------------------------------- cache and session
+
+
+def _with_key(data: bytes, key: str) -> bytes:
+    import onnx
+
+    model = onnx.load_from_string(data)
+    del model.metadata_props[:]
+    model.metadata_props.add(key=META_KEY, value=key)
+    return model.SerializeToString()
+
+
+def session(data: bytes, threads: int, where: str = "model"):
+    """An ORT CPU session of `data` with `threads` intra-op threads, sequential, no spin-waiting (a spinning thread
+    burns a capped container's quota); EngineError naming `where` if ORT cannot load it."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(threads)
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+        raise EngineError("%s is not a loadable ONNX model (%s)" % (where, _first_line(exc))) from None
+
+
+def load_cached(path: str, key: str, threads: int):
+    """Session of the cached file at `path`; EngineError naming the file if it is corrupted or of another stage."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    sess = session(data, threads, "cached ONNX file %s" % path)
+    found = sess.get_modelmeta().custom_metadata_map.get(META_KEY)
+    if found != key:
+        raise EngineError("cached ONNX file %s belongs to another model or stage (%s), expected %s"
+                          % (path, found or "no cnnvideo key", key))
+    return sess
+
+
+def stage_key(factory, start: int, end: int, precision: str) -> str:
+    """What identifies a stage's ONNX file: model identity, cuts, precision (and calibration), exporter versions."""
+    import onnxruntime
+    import torch
+
+    g = factory.graph
+    parts = [factory.key, "cuts %d..%d (%s..%s)" % (start, end, g.cuts[start].name, g.cuts[end].name),
+             precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET]
+    if precision == "int8":
+        parts += ["calibration %s" % factory.calibration.digest, "ort %s" % onnxruntime.__version__, QUANT_RECIPE]
+    return " | ".join(parts)
+
+
+def cache_file(factory, start: int, end: int, precision: str, key: str) -> str:
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    return os.path.join(factory.cache_dir, "%d-%d-%s-%s.onnx" % (start, end, precision, digest))
+
+
+def _store(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> bytes:
+    """Export (and for int8 quantise) a stage, going through the fp32 cache file for int8."""
+    fp32_key = stage_key(factory, start, end, "fp32")
+    fp32_path = cache_file(factory, start, end, "fp32", fp32_key)
+    data = None
+    if os.path.isfile(fp32_path):
+        try:
+            load_cached(fp32_path, fp32_key, 1)
+            with open(fp32_path, "rb") as fh:
+                data = fh.read()
+        except EngineError as exc:
+            log.warning("%s; exporting again", exc)
+    if data is None:
+        data, notes = export_stage(factory.graph, start, end)
+        for n in notes:
+            log.info("stage %d..%d: %s", start, end, n)
+        data = _with_key(data, fp32_key)
+        _store(fp32_path, data)
+    if precision == "fp32":
+        return data
+    inputs = factory.calibration.inputs(start)
+    g = factory.graph
+    q = quantize_stage(data, inputs, q_in, q_out, os.path.join(factory.cache_dir, "tmp"),
+                       first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments)
+    return _with_key(q, stage_key(factory, start, end, "int8"))
+
+
+def _first_conv_cut(graph) -> int:
+    """Index of the last cut before the model's first convolution layer."""
+    for k in range(graph.num_segments):
+        if any(graph.layers[i].kind.startswith("Conv") for i in graph.segment_layers(k)):
+            return k
+    return 0
+
+
+class OrtStage(Stage):
+    """A stage in an ONNX Runtime session."""
+
+    engine = "onnxruntime"
+
+    def __init__(self, graph, start: int, end: int, sess, precision: str, q_in, q_out, path: str = "") -> None:
+        super().__init__(start, end, q_in, q_out)
+        self.precision = precision
+        self.in_cut = graph.cuts[start]
+        self.out_cut = graph.cuts[end]
+        self.session = sess
+        self.path = path
+        self.input_name = sess.get_inputs()[0].name
+        self.in_dtype = "uint8" if q_in is not None else self.in_cut.dtype
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """Run the stage (see Stage.run)."""
+        x = check_input(x, self.in_cut.shape, self.in_dtype, "cut %d (%s)" % (self.start, self.in_cut.name))
+        return self.session.run(None, {self.input_name: np.ascontiguousarray(x)})[0]
+
+
+def build_ort_stage(factory, start: int, end: int, q_in: Optional[QParams], q_out: Optional[QParams]) -> OrtStage:
+    """The stage as an ORT session, from the disk cache when a valid file is there (a corrupted file or one of
+    another stage is named, then replaced, unless `on_error: stop`)."""
+    precision = factory.precision
+    threads = cpu_threads(factory.spec.threads)
+    key = stage_key(factory, start, end, precision)
+    path = cache_file(factory, start, end, precision, key)
+    if os.path.isfile(path):
+        try:
+            sess = load_cached(path, key, threads)
+            log.info("stage %d..%d: %s from %s (%d threads)", start, end, factory.spec.label, path, threads)
+            return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path)
+        except EngineError as exc:
+            if factory.spec.on_error == "stop":
+                raise
+            log.warning("%s; building it again", exc)
+    data = _model_bytes(factory, start, end, precision, q_in, q_out)
+    _store(path, data)
+    sess = session(data, threads, "stage %d..%d" % (start, end))
+    log.info("stage %d..%d: %s built into %s (%d threads)", start, end, factory.spec.label, path, threads)
+    return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path)

@@ -1,0 +1,259 @@
+"""Docker Swarm across "devices": four docker-in-docker nodes on this machine (one engine each, the
+dind setup of scripts/dind_test.sh) form a swarm, are labelled cnnvideo.role=trainer/worker0/worker1/
+master, and `scripts/swarm_deploy.sh` (checks + `docker stack deploy` of docker-stack.yml) brings up
+the whole chain from the manager: a run completes across the nodes, the global shaping helper has
+shaped each device's egress per destination, a rate changes in place, and the stack is removed.
+Bad input (an unlabelled role, a registry that is down, an image of the wrong architecture) is
+refused before anything is deployed, with the command that fixes it.
+
+Host networking per node, as on the Pis: each node's roles listen on the node's own address, the
+addresses file is the one swarm config every node gets, and tc shapes the node's real interface.
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import tempfile
+import time
+import uuid
+
+import pytest
+from dockerutil import REPO, build_image, docker
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROLES = ["trainer", "worker0", "worker1", "master"]
+FRAMES = 5
+DIND = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+        "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined", "--cgroupns", "host",
+        "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+
+
+def node_image() -> str:
+    tag = "cnnvideo/swarm-node"
+    base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
+    docker("build", "-q", "-f", str(REPO / "docker" / "swarm-node.Dockerfile"), "--build-arg", "BASE_IMAGE=" + base,
+           "-t", tag, str(REPO / "docker"), timeout=1200)
+    return tag
+
+
+def on(node: str, *cmd: str, check: bool = True, timeout: float = 300, env: dict = None, stdin: bytes = None):
+    """Run cmd inside a node container; return the CompletedProcess (stdout+stderr as text)."""
+    envs = [x for k, v in (env or {}).items() for x in ("-e", "%s=%s" % (k, v))]
+    proc = subprocess.run(["docker", "exec", "-i"] + envs + [node] + list(cmd), input=stdin, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+    proc.text = proc.stdout.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise AssertionError("%s: %s failed:\n%s" % (node, " ".join(cmd), proc.text[-3000:]))
+    return proc
+
+
+def wait_for(what: str, probe, timeout: float, every: float = 2.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = probe()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+class Swarm:
+    """Node containers on one bridge network; node i is named <prefix>-<role>, the master's node manages."""
+
+    def __init__(self, image: str) -> None:
+        self.prefix = "cnnvideo-swarm-%s" % uuid.uuid4().hex[:6]
+        self.nodes = {role: "%s-%s" % (self.prefix, role) for role in ROLES}
+        self.manager = self.nodes["master"]
+        self.ips = {}
+        docker("network", "create", self.prefix)
+        for role, name in self.nodes.items():
+            docker("volume", "create", name)
+            docker("run", "-d", "--name", name, "--hostname", name, "--network", self.prefix, *DIND,
+                   "-v", "%s:/var/lib/docker" % name, image)
+            self.ips[role] = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                                    name).strip()
+        for name in self.nodes.values():
+            wait_for("dockerd in " + name, lambda n=name: on(n, "docker", "info", check=False).returncode == 0, 90, 1)
+
+    def form(self) -> None:
+        on(self.manager, "docker", "swarm", "init", "--advertise-addr", self.ips["master"])
+        token = on(self.manager, "docker", "swarm", "join-token", "-q", "worker").text.strip()
+        for role, name in self.nodes.items():
+            if name != self.manager:
+                on(name, "docker", "swarm", "join", "--advertise-addr", self.ips[role], "--token", token,
+                   self.ips["master"] + ":2377")
+
+    def load(self, images) -> float:
+        """`docker save` the images once and `docker load` them into every node in parallel; return seconds."""
+        start = time.time()
+        with tempfile.NamedTemporaryFile(dir="/var/tmp", suffix=".tar") as tar:
+            subprocess.run(["docker", "save", "-o", tar.name] + list(images), check=True, timeout=900)
+
+            def load_one(name):
+                with open(tar.name, "rb") as fh:
+                    proc = subprocess.run(["docker", "exec", "-i", name, "docker", "load", "-q"], stdin=fh,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+                assert proc.returncode == 0, proc.stdout[-2000:]
+
+            with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+                list(pool.map(load_one, self.nodes.values()))
+        return time.time() - start
+
+    def label(self, roles) -> None:
+        for role in roles:
+            on(self.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=" + role, self.nodes[role])
+
+    def copy_repo(self, config_text: str) -> None:
+        """The files a manager's user needs: stack file, deploy script, the addresses file."""
+        files = ["docker-stack.yml", "scripts/swarm_deploy.sh"]
+        tar = subprocess.run(["tar", "-C", str(REPO), "-c"] + files, stdout=subprocess.PIPE, check=True).stdout
+        on(self.manager, "bash", "-c", "mkdir -p /repo/configs && tar -C /repo -x", stdin=tar)
+        on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-test.yml", stdin=config_text.encode())
+
+    def remove(self) -> None:
+        """Nodes and their engine volumes, in parallel (deleting each node's image store takes a while)."""
+        def remove_one(name):
+            docker("rm", "-f", "-v", name, check=False, timeout=900)
+            docker("volume", "rm", name, check=False, timeout=900)
+
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(remove_one, self.nodes.values()))
+        docker("network", "rm", self.prefix, check=False)
+
+
+def config_text(ips) -> str:
+    return """cluster:
+  trainer: {trainer}:50051
+  workers: [{worker0}:50060, {worker1}:50061]
+model: alexnet
+weights: random
+seed: 0
+video: /usr/share/cnnvideo/vtest.avi
+frame_size: [96, 128]
+mode: delta
+check: true
+frames: {frames}
+in_flight: 2
+group_size: 5
+scheduler: lbs
+bandwidth: [3.0, 3.0]
+trainer:
+  frames: 10
+cache_dir: /var/cache/cnnvideo
+out: /app/out
+""".format(frames=FRAMES, **ips)
+
+
+@pytest.fixture(scope="module")
+def swarm(engine):
+    images = [build_image("runtime"), build_image("netem")]
+    sw = Swarm(node_image())
+    try:
+        sw.form()
+        print("swarm: images loaded into %d nodes in %.0f s" % (len(sw.nodes), sw.load(images)))
+        sw.copy_repo(config_text(sw.ips))
+        yield sw
+    finally:
+        sw.remove()
+
+
+def deploy(sw: Swarm, *args: str, check: bool = True, **env):
+    base = {"PI_CONFIG": "swarm-test.yml", "IMAGE": "cnnvideo/runtime", "NETEM_IMAGE": "cnnvideo/netem",
+            "FRAMES": str(FRAMES)}
+    base.update(env)
+    return on(sw.manager, "bash", "/repo/scripts/swarm_deploy.sh", *args, env=base, check=check, timeout=300)
+
+
+def task_container(sw: Swarm, role: str, service: str) -> str:
+    out = on(sw.nodes[role], "docker", "ps", "-aq", "--filter",
+             "label=com.docker.swarm.service.name=cnnvideo_" + service)
+    return out.text.split()[0] if out.text.split() else ""
+
+
+def master_done(sw: Swarm) -> str:
+    """The master task's state line once it has ended (Complete/Failed/Rejected), else ''."""
+    out = on(sw.manager, "docker", "service", "ps", "cnnvideo_master", "--format", "{{.CurrentState}}|{{.Error}}",
+             check=False).text.strip().split("\n")[0]
+    return out if out.startswith(("Complete", "Failed", "Rejected")) else ""
+
+
+def test_unlabelled_role_is_refused_with_the_fix(swarm):
+    """Before any label: the deploy names the missing role and the docker node update that fixes it."""
+    proc = deploy(swarm, "--check-only", check=False)
+    assert proc.returncode == 1, proc.text
+    fix = "no node is labelled cnnvideo.role=trainer: docker node update --label-add cnnvideo.role=trainer"
+    assert fix in proc.text
+    assert "has no cnnvideo.role label" in proc.text
+
+
+def test_registry_down_and_wrong_architecture_are_refused(swarm):
+    """An image in a registry that does not answer, or with no variant for the nodes' architecture, is refused."""
+    swarm.label(ROLES)
+    down = deploy(swarm, "--check-only", check=False, IMAGE="127.0.0.1:5999/cnnvideo/node")
+    assert down.returncode == 1 and "registry 127.0.0.1:5999 does not answer" in down.text, down.text
+    # a real registry on the manager holding a tiny image that says arm64 only (the nodes are amd64)
+    on(swarm.manager, "bash", "-c", "printf 'version: 0.1\\nstorage: {filesystem: {rootdirectory: /var/tmp/reg}}\\n"
+       "http: {addr: 127.0.0.1:5000}\\n' > /etc/reg.yml && (setsid docker-registry serve /etc/reg.yml "
+       ">/var/log/reg.log 2>&1 &) && for i in $(seq 30); do curl -fs http://127.0.0.1:5000/v2/ && break; sleep 1; done")
+    tiny = subprocess.run(["tar", "-C", str(REPO / "scripts"), "-c", "image_arch.py"], stdout=subprocess.PIPE,
+                          check=True).stdout
+    on(swarm.manager, "docker", "import", "-", "127.0.0.1:5000/tiny:arm64", stdin=tiny)
+    fixer = (REPO / "scripts" / "image_arch.py").read_bytes()
+    on(swarm.manager, "bash", "-c", "cat > /tmp/image_arch.py", stdin=fixer)
+    on(swarm.manager, "bash", "-c", "docker save 127.0.0.1:5000/tiny:arm64 | python3 /tmp/image_arch.py arm64 "
+       "| docker load -q && docker push -q 127.0.0.1:5000/tiny:arm64")
+    wrong = deploy(swarm, "--check-only", check=False, IMAGE="127.0.0.1:5000/tiny:arm64")
+    assert wrong.returncode == 1, wrong.text
+    assert "is linux/amd64 but 127.0.0.1:5000/tiny:arm64 has only: linux/arm64" in wrong.text, wrong.text
+
+
+def test_stack_runs_across_the_nodes_and_rates_change_in_place(swarm):
+    """One deploy from the manager: each role on its labelled node, a run to completion, per-device shaping."""
+    swarm.label(ROLES)
+    start = time.time()
+    deploy(swarm)
+    state = wait_for("the master's run", lambda: master_done(swarm), 900, 5)
+    logs = on(swarm.manager, "docker", "service", "logs", "--raw", "cnnvideo_master", check=False).text
+    assert state.startswith("Complete"), state + logs[-3000:]
+    run_s = time.time() - start
+    master = task_container(swarm, "master", "master")
+    copied = on(swarm.nodes["master"], "docker", "cp", master + ":/app/out/report.json", "-").stdout
+    report = json.loads(_untar_one(copied))
+    assert report["completed"] == report["frames"] == FRAMES and report["lost"] == 0, report
+    assert report["max_abs_err"] == 0.0
+    ips = swarm.ips
+    assert report["workers"] == ["%s:50060" % ips["worker0"], "%s:50061" % ips["worker1"]]
+    # every role ran on its own node (a container of its service exists there and nowhere else)
+    for role in ROLES:
+        assert task_container(swarm, role, role), "no %s task on node %s" % (role, swarm.nodes[role])
+        others = [r for r in ROLES if r != role]
+        assert not any(task_container(swarm, r, role) for r in others), role
+    # the global helper shaped worker0's egress to the master (hop 0) and to worker1 (hop 1) at 3 MB/s
+    classes = on(swarm.nodes["worker0"], "tc", "class", "show", "dev", "eth0").text
+    assert classes.count("rate 24Mbit") == 2, classes
+    filters = on(swarm.nodes["worker0"], "tc", "filter", "show", "dev", "eth0").text
+    print("swarm: run of %d frames in %.0f s (report wall %.1f s)" % (FRAMES, run_s, report["wall_s"]))
+    assert _hex_ip(ips["worker1"]) in filters and _hex_ip(ips["master"]) in filters, filters
+    # change hop 1 in place: only the helper is updated; worker0 keeps its container
+    before = task_container(swarm, "worker0", "worker0")
+    deploy(swarm, HOP1_RATE="1")
+    wait_for("hop 1 at 1 MB/s on worker0", lambda: "rate 8Mbit" in on(
+        swarm.nodes["worker0"], "tc", "class", "show", "dev", "eth0").text, 120)
+    assert task_container(swarm, "worker0", "worker0") == before
+    on(swarm.manager, "docker", "stack", "rm", "cnnvideo")
+    wait_for("the stack's services gone",
+             lambda: not on(swarm.manager, "docker", "service", "ls", "-q").text.strip(), 120)
+
+
+def _untar_one(data: bytes) -> bytes:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return tar.extractfile(tar.getmembers()[0]).read()
+
+
+def _hex_ip(ip: str) -> str:
+    """An IPv4 as tc's u32 filter prints it (match c0a80116/ffffffff)."""
+    return "".join("%02x" % int(x) for x in ip.split("."))

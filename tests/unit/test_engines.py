@@ -1,0 +1,220 @@
+"""Stage backends: ONNX Runtime fp32 splits equal the unsplit torch model; int8 stages hand uint8 tensors to each
+other; cache, export, calibration and missing-runtime failures name the file or layer and fall back or stop."""
+import functools
+import logging
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from cnnvideo import engines
+from cnnvideo.engines import EngineError, EngineSpec, QParams, StageFactory, cpu_threads
+from cnnvideo.engines.ort_engine import _fixed_adaptive_pool, fix_pools
+from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
+from cnnvideo.graph import LayerGraph
+from cnnvideo.hop import HopReceiver, HopSender
+from cnnvideo.models import MODEL_NAMES, build_model
+from cnnvideo.video import synthetic_frames, write_video
+
+ORT = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
+FRAME = (64, 96)
+
+
+@functools.lru_cache(maxsize=1)
+def _graph(name, frame=FRAME):
+    return LayerGraph.from_model(build_model(name, seed=0), frame)
+
+
+def _frame(size=FRAME, seed=0):
+    return np.random.RandomState(seed).randint(0, 256, size=(1,) + tuple(size) + (3,)).astype(np.uint8)
+
+
+def _factory(graph, tmp_path, engine="onnxruntime", precision="fp32", on_error="fallback", calibration=None,
+             key="test"):
+    return StageFactory(graph, EngineSpec(engine, precision, threads=1, on_error=on_error), str(tmp_path / "onnx"),
+                        key, calibration)
+
+
+def _video(tmp_path, n=12, size=FRAME):
+    return write_video(str(tmp_path / "clip.avi"), synthetic_frames(n, size, seed=3))
+
+
+CASES = [pytest.param(name, marks=[pytest.mark.slow] if name == "vgg16" else []) for name in MODEL_NAMES]
+
+
+@ORT
+@pytest.mark.parametrize("name", CASES)
+def test_ort_fp32_split_matches_unsplit_torch(name, tmp_path):
+    """Each zoo model on ONNX Runtime fp32, split in 3 at seeded random cuts, gives the unsplit torch output
+    within 1e-4 (so does the unsplit ORT model); every stage really ran on ORT."""
+    g = _graph(name)
+    k = g.num_segments
+    cuts = [0] + sorted(random.Random(1).sample(range(1, k), 2)) + [k]
+    frame = _frame()
+    ref = _factory(g, tmp_path, engine="torch").stage(0, k).run(frame)
+    f = _factory(g, tmp_path)
+    x = frame
+    for a, b in zip(cuts, cuts[1:]):
+        st = f.stage(a, b)
+        assert st.engine == "onnxruntime", f.notes
+        x = st.run(x)
+    assert np.abs(x - ref).max() <= 1e-4
+    assert np.abs(f.stage(0, k).run(frame) - ref).max() <= 1e-4
+
+
+def test_fixed_adaptive_pool_equals_adaptive_avg_pool():
+    """alexnet's AdaptiveAvgPool2d(6, 6) on the 14x21 map of a 480x720 frame, written as two matrix products,
+    gives the same values (float rounding apart)."""
+    x = torch.randn(1, 256, 14, 21)
+    ref = nn.AdaptiveAvgPool2d((6, 6))(x)
+    assert torch.allclose(_fixed_adaptive_pool((14, 21), (6, 6))(x), ref, atol=1e-6)
+
+
+@ORT
+def test_alexnet_non_dividing_pool_exports(tmp_path):
+    """At a frame size whose feature map (6x9) does not divide 6x6, alexnet's pooling is replaced (and said so) and
+    the ORT stage across it matches torch."""
+    g = LayerGraph.from_model(build_model("alexnet"), (224, 320))
+    _, notes = fix_pools(g.stage_module(0, g.num_segments), torch.zeros(1, 224, 320, 3, dtype=torch.uint8))
+    assert notes and "avgpool" in notes[0]
+    k = g.num_segments
+    frame = _frame((224, 320))
+    ref = _factory(g, tmp_path, engine="torch").stage(0, k).run(frame)
+    st = _factory(g, tmp_path).stage(0, k)
+    assert st.engine == "onnxruntime"
+    assert np.abs(st.run(frame) - ref).max() <= 1e-4
+
+
+class _MaxPoolNet(nn.Module):
+    """A conv then an adaptive max pool that does not divide its input (no ONNX export for it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.pool = nn.AdaptiveMaxPool2d((3, 3))
+        self.fc = nn.Linear(36, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.conv(x)), 1))
+
+
+@ORT
+def test_export_failure_names_layer_and_falls_back_or_stops(tmp_path):
+    """A stage with a layer that does not export: `stop` raises naming the layer; `fallback` runs the stage on
+    torch, says why in the factory's notes, and gives torch's output."""
+    torch.manual_seed(0)
+    g = LayerGraph.from_model(_MaxPoolNet().eval(), (16, 16))
+    k = g.num_segments
+    with pytest.raises(EngineError, match=r"ONNX export of stage 0\.\.%d failed at layer pool" % k):
+        _factory(g, tmp_path, on_error="stop").stage(0, k)
+    f = _factory(g, tmp_path)
+    st = f.stage(0, k)
+    assert st.engine == "torch" and "pool" in st.reason and "pool" in f.notes[0]
+    frame = _frame((16, 16))
+    assert np.array_equal(st.run(frame), _factory(g, tmp_path, engine="torch").stage(0, k).run(frame))
+    assert f.engines_used() == ["torch-fp32"]
+
+
+@ORT
+def test_cache_reused_corrupted_or_foreign_file_named(tmp_path, caplog):
+    """The second factory loads the cached file (no export); a corrupted file and a file of another stage are each
+    named: replaced with a warning under `fallback`, an EngineError under `stop`."""
+    g = _graph("mobilenet_v2")
+    k = g.num_segments
+    st = _factory(g, tmp_path).stage(0, 5)
+    path, mtime = st.path, os.path.getmtime(st.path)
+    assert _factory(g, tmp_path).stage(0, 5).path == path and os.path.getmtime(path) == mtime
+    with open(path, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"\xff" * 200)
+    with pytest.raises(EngineError, match="cached ONNX file %s is not a loadable ONNX model" % path):
+        _factory(g, tmp_path, on_error="stop").stage(0, 5)
+    with caplog.at_level(logging.WARNING):
+        again = _factory(g, tmp_path).stage(0, 5)
+    assert again.engine == "onnxruntime" and path in caplog.text
+    other = _factory(g, tmp_path).stage(5, k).path
+    with open(other, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read())
+    with pytest.raises(EngineError, match="belongs to another model or stage"):
+        _factory(g, tmp_path, on_error="stop").stage(0, 5)
+    foreign = _factory(g, tmp_path, key="other weights").stage(0, 5).path
+    with open(other, "rb") as src, open(foreign, "wb") as dst:
+        dst.write(src.read())
+    with pytest.raises(EngineError, match="belongs to another model or stage .*test.*expected other weights"):
+        _factory(g, tmp_path, on_error="stop", key="other weights").stage(0, 5)
+
+
+@ORT
+def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
+    """int8 mobilenet_v2 split in two: the inner-cut tensor is uint8 with the calibration's (scale, zero point);
+    the closed-loop delta carries it bit-exactly; the split output stays within 10% of the unsplit int8 output's
+    range (random weights: tiny logits)."""
+    g = _graph("mobilenet_v2")
+    k = g.num_segments
+    spec = CalibrationSpec(_video(tmp_path), count=4, start=6, stride=1)
+    f = _factory(g, tmp_path, precision="int8",
+                 calibration=lambda: load_or_measure(g, spec, str(tmp_path / "cal"), "test"))
+    a, b, whole = f.stage(0, 20), f.stage(20, k), f.stage(0, k)
+    assert (a.engine, a.precision) == ("onnxruntime", "int8") and a.q_out == f.qparams(20) == b.q_in
+    frames = [f_[None] for f_ in synthetic_frames(3, FRAME, seed=5)]
+    sender, receiver = HopSender(), HopReceiver(1 << 26)
+    for i, frame in enumerate(frames):
+        mid = a.run(frame)
+        assert mid.dtype == np.uint8 and mid.shape == tuple(g.cuts[20].shape)
+        got = receiver.decode(sender.encode(mid, keyframe=i == 0))
+        assert np.array_equal(got, mid)
+        out = b.run(got)
+        ref = whole.run(frame)
+        # each stage is quantised on its own (inner tensors calibrated per stage), so the split is close to the
+        # unsplit int8 model rather than bit-equal; the hop itself adds nothing (asserted above)
+        assert np.abs(out - ref).max() <= 0.1 * float(np.abs(ref).max())
+
+
+def test_calibration_without_frames_named(tmp_path):
+    """A calibration start past the video's end: EngineError naming the video; `fallback` runs fp32 and says so."""
+    g = _graph("mobilenet_v2")
+    video = _video(tmp_path, n=4)
+    spec = CalibrationSpec(video, count=4, start=50, stride=1)
+    cal = lambda: load_or_measure(g, spec, str(tmp_path / "cal"), "test")  # noqa: E731
+    with pytest.raises(EngineError, match="int8 calibration without frames: .*clip.avi has no frame at 50"):
+        _factory(g, tmp_path, engine="torch", precision="int8", on_error="stop", calibration=cal).stage(0, 3)
+    f = _factory(g, tmp_path, engine="torch", precision="int8", calibration=cal)
+    assert f.stage(0, 3).q_out is None and f.precision == "fp32" and "calibration without frames" in f.notes[0]
+
+
+def test_no_runtime_falls_back_to_torch(tmp_path, monkeypatch):
+    """Where onnxruntime does not import (armv7, the 32-bit Pi image) a stage runs on torch and says why; with
+    `stop` the worker stops with that reason."""
+    monkeypatch.setattr(engines, "ort_available", lambda: (False, "onnxruntime is not installed here (test)"))
+    g = _graph("mobilenet_v2")
+    st = _factory(g, tmp_path).stage(0, 4)
+    assert st.engine == "torch" and "not installed" in st.reason
+    with pytest.raises(EngineError, match="not installed"):
+        _factory(g, tmp_path, on_error="stop").stage(0, 4)
+
+
+def test_qparams_round_trip_exact():
+    """quantize(dequantize(q)) == q for every uint8 value, as the int8 hop needs."""
+    qp = QParams(0.0371, 17)
+    q = np.arange(256, dtype=np.uint8)
+    assert np.array_equal(qp.quantize(qp.dequantize(q)), q)
+
+
+def test_cpu_threads_follow_cgroup_cap(tmp_path):
+    """Threads: explicit count wins; else the cgroup quota rounded up, at most the cores this process may use."""
+    (tmp_path / "cpu.max").write_text("40000 100000\n")
+    assert cpu_threads(0, str(tmp_path)) == 1
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cpu_threads(0, str(tmp_path)) == len(os.sched_getaffinity(0))
+    assert cpu_threads(3, str(tmp_path)) == 3
+
+
+def test_config_engine_keys_match_engines():
+    """config's engine/precision lists are the engines package's."""
+    from cnnvideo import config
+
+    assert config.ENGINES == engines.ENGINES and config.PRECISIONS == engines.PRECISIONS
+    assert config.ON_ERROR == engines.ON_ERROR
