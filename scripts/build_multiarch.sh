@@ -13,8 +13,10 @@
 #      registry is local and down), then `docker manifest create/push --insecure` joins them
 #      into REGISTRY/NAME:TAG, and `docker manifest inspect` must list every architecture.
 # --armhf also builds Dockerfile.arm32v7 under armhf emulation as far as it can go (see README).
+# --base-only stops at step 2 (the quick path CI runs): the base images become NAME:ARCH
+# (default name cnnvideo/base), the smoke check is uname + dpkg's architecture, then step 5.
 # Usage: scripts/build_multiarch.sh [--arch amd64,arm64] [--registry HOST:PORT] [--name NAME]
-#          [--tag TAG] [--no-smoke] [--no-push] [--armhf]
+#          [--tag TAG] [--no-smoke] [--no-push] [--armhf] [--base-only]
 # Environment: CNNVIDEO_REGISTRY (default 127.0.0.1:5000), CNNVIDEO_INSTALL (1: apt-get install
 # what is missing; 0: only say what to install), CNNVIDEO_DEBIAN_MIRROR (default: host's apt
 # sources), CNNVIDEO_REGISTRY_DIR (local registry storage, default /var/lib/cnnvideo-registry),
@@ -26,7 +28,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/scripts/debian_mirror.sh"
 ARCHES=amd64,arm64
 REGISTRY=${CNNVIDEO_REGISTRY:-127.0.0.1:5000}
-NAME=cnnvideo/node
+NAME=""
+BASE_ONLY=0
 TAG=latest
 SMOKE=1
 PUSH=1
@@ -244,12 +247,14 @@ main() {
       --no-smoke) SMOKE=0 ;;
       --no-push) PUSH=0 ;;
       --armhf) ARMHF=1 ;;
-      -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; return 0 ;;
+      --base-only) BASE_ONLY=1 ;;
+      -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; return 0 ;;
       *) die "unknown option $1 (see --help)" ;;
     esac
     shift
   done
   IFS=, read -r -a ARCH_LIST <<<"$ARCHES"
+  if [ -z "$NAME" ]; then if [ "$BASE_ONLY" = 1 ]; then NAME=cnnvideo/base; else NAME=cnnvideo/node; fi; fi
   local arch total=$SECONDS
   for arch in "${ARCH_LIST[@]}"; do
     case $arch in amd64|arm64) ;; *) die "--arch: '$arch' is not amd64 or arm64 (the 32-bit image is --armhf)" ;; esac
@@ -260,6 +265,12 @@ main() {
   docker info >/dev/null 2>&1 || die "no Docker engine answers (run scripts/docker_setup.sh)"
   for arch in "${ARCH_LIST[@]}"; do
     timed "base image ($arch)" make_base "$arch"
+    if [ "$BASE_ONLY" = 1 ]; then
+      docker tag "$(base_image "$arch")" "$NAME:$arch"
+      [ "$SMOKE" = 1 ] && timed "base smoke check ($arch)" docker run --rm --platform "$(docker_platform "$arch")" \
+        --network none "$NAME:$arch" sh -c 'echo "uname -m: $(uname -m), dpkg: $(dpkg --print-architecture)"'
+      continue
+    fi
     timed "image build $NAME:$arch" build_node "$arch"
     [ "$SMOKE" = 1 ] && timed "smoke check ($arch, $(docker_platform "$arch"))" smoke "$arch"
   done

@@ -105,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=40)
     p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
     p.add_argument("--cuts", default="blocks", help="later-hop cuts: blocks | all | comma-separated names")
-    p.add_argument("--out", default=None, help="also write tradeoff.json and tradeoff.svg into this folder")
+    p.add_argument("--input-thresholds", default=None, help="comma list of input thresholds (default 0,1,2,3,4,6,8)")
+    p.add_argument("--thresholds", default=None,
+                   help="comma list of later-hop thresholds, 'h' suffix = fp16 (default 0h,0.03,0.1,0.3,1)")
+    p.add_argument("--out", default=None, help="also write tradeoff.json, tradeoff.svg, results.md into this folder")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)

@@ -270,7 +270,11 @@ def _summary(report: Dict[str, Any]) -> str:
         "%-22s %s" % ("throughput (fps)", report.get("throughput_fps")),
         "%-22s mean %s  p50 %s  p95 %s  max %s" % ("latency (s)", lat.get("mean"), lat.get("p50"), lat.get("p95"),
                                                   lat.get("max")),
+        "%-22s %s" % ("weights", report.get("weights_used") or report.get("weights")),
         "%-22s %s" % ("max abs error", report.get("max_abs_err")),
+        "%-22s %s / %s" % ("top-1 agree / top-5", report.get("top1_agreement"), report.get("top5_overlap")),
+        "%-22s %s" % ("top-1 labels (frames)", ", ".join("%s %d" % kv for kv in
+                                                         list((report.get("top1_labels") or {}).items())[:5]) or "-"),
         "%-22s retried %s  dropped %s  restarts %s" % ("reliability", report.get("retried"), report.get("dropped"),
                                                        report.get("restarts")),
         "%-22s %s" % ("plan (layers/worker)", " | ".join(str(len(p)) for p in report.get("plan") or [])),
@@ -331,7 +335,8 @@ def run(args) -> int:
                 report["supervisor_restarts"] = restarts
                 rpt.write_json(report, report_path)
             print(_summary(report))
-            print("report: %s  picture: %s" % (report_path, os.path.join(out, "report.html")))
+            print("report: %s  picture: %s  per frame: %s" % (report_path, os.path.join(out, "report.html"),
+                                                              os.path.join(out, "results.jsonl")))
         if code != 0:
             print("cnnvideo local: master exited with code %d" % code, file=sys.stderr)
             return code if code > 0 else 1

@@ -1,6 +1,7 @@
 """The master's lifecycle: set up (workers, costs, video, predictors, scheduler), run the frames through the
 chain, resync after faults, report. The parts it glues live beside it: `tracking` (frame records, in flight,
-re-sends, generations), `links` (channels, setup calls, streams, resync), `outputs` (the output store)."""
+re-sends, generations), `links` (channels, setup calls, streams, resync), `outputs` (the output store), `results`
+(results.jsonl, a line per finished frame with its top-5)."""
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,9 @@ from typing import Dict, List, Optional
 import grpc
 import numpy as np
 
+from cnnvideo import labels, schedulers
 from cnnvideo import report as rpt
-from cnnvideo import schedulers, settings
+from cnnvideo import settings
 from cnnvideo.config import Config
 from cnnvideo.costinputs import build as cost_inputs
 from cnnvideo.costinputs import cpu_model
@@ -28,6 +30,7 @@ from cnnvideo.schedulers import Compute, PipelineState, Transfer
 
 from .links import Backoff, MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
+from .results import ResultsLog
 from .tracking import FrameTracker
 
 log = logging.getLogger(__name__)
@@ -58,11 +61,13 @@ class MasterRole:
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
         self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
+        self.outputs.add_sink(self._label)
+        self.results: Optional[ResultsLog] = None  # opened at the start of the run
+        self.weights_used: Optional[str] = None  # which weights the master's check model has
         self.spans: List[rpt.StageSpan] = []
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
         self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
-        self.top1_agreement: Optional[float] = None
         self.last_event = time.time()
         self.frames: List[np.ndarray] = []
         self.scheduler: Optional[schedulers.Scheduler] = None
@@ -108,9 +113,13 @@ class MasterRole:
         self.setup_s["read_video"] = time.time() - t1
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             from cnnvideo.executor import StageExecutor
-            from cnnvideo.pipeline import load_graph
+            from cnnvideo.graph import LayerGraph
+            from cnnvideo.models import load_model
 
-            graph = load_graph(self.cfg)
+            model, info = load_model(self.cfg.model, self.cfg.weights, self.cfg.seed)
+            self.weights_used = info.describe()
+            log.info("weights: %s", self.weights_used)
+            graph = LayerGraph.from_model(model, tuple(self.cfg.frame_size))
             self.reference = StageExecutor(graph, 0, len(graph.cuts) - 1)
         t2 = time.time()
         self.predictors = self._get_predictors()
@@ -200,6 +209,7 @@ class MasterRole:
             if not self.cfg.reliability.restart:
                 raise
             self.fault(str(exc), 0)  # the run loop resyncs first, waiting for the worker
+        self.results = ResultsLog(os.path.join(self.out, "results.jsonl"))
         t0 = self.t_run = self.tracker.t0 = time.time()
         self._run_loop()
         wall = time.time() - t0
@@ -262,6 +272,9 @@ class MasterRole:
                     self.last_event = now
                     self._hop("w%d->m" % w).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                                 res.output.keyframe)
+                    if self.results is not None:
+                        self.results.result(res.frame_id, t_dec, self.tracker.records[res.frame_id].top5 or [],
+                                            "w%d->m" % w, len(res.output.data))
                     self._span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now, len(res.output.data)))
                     self._span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
                     self.cond.notify_all()
@@ -297,6 +310,8 @@ class MasterRole:
                         wire = (send[0].end - send[0].start) if send else 0.0
                         self._hop("w%d->w%d" % (w, rep.hop_out)).add(rep.bytes_out, rep.dense_out, wire,
                                                                      rep.keyframe_out)
+                        if self.results is not None:
+                            self.results.hop(rep.frame_id, "w%d->w%d" % (w, rep.hop_out), rep.bytes_out)
                         self.scheduler.observe(Transfer(rep.hop_out, rep.bytes_out, wire))
             if not self.closing:
                 self.fault("%s ended its stage stream" % name, gen)
@@ -386,6 +401,8 @@ class MasterRole:
         with self.cond:
             gen = self.tracker.generation
             self.tracker.sent(f, cuts, t0, resend)
+            if self.results is not None:
+                self.results.sent(f, cuts, t0, len(data))
             if self.tracker.completed == 0 and f == 0:
                 self.last_event = t0
         task = pb.FrameTask(run_id=self.run_id, generation=gen, frame_id=f, cuts=cuts, keyframe=keyframe,
@@ -478,22 +495,39 @@ class MasterRole:
             graph = load_graph(self.cfg)
             ex = StageExecutor(graph, 0, len(graph.cuts) - 1)
         worst = 0.0
-        same = 0
+        outs, refs = [], []
         for f in self.outputs.frames():
             out = self.outputs.get(f)
             ref = ex.run(self.frames[f])
-            same += int(np.argmax(out) == np.argmax(ref))
+            outs.append(out)
+            refs.append(ref)
             if ref.shape != out.shape:
                 raise MasterError("frame %d: result shape %r differs from the master's %r" % (f, out.shape,
                                                                                              ref.shape))
             err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
             self.tracker.records[f].error = err
             worst = max(worst, err)
-        # top-1 agreement with the torch fp32 reference: what an int8 engine costs (1.0 for exact engines)
-        self.top1_agreement = same / float(len(self.outputs)) if len(self.outputs) else None
+        self.agreement = (labels.top1_agreement(outs, refs), labels.top5_overlap(outs, refs))
         log.info("checked %d results against the master's own full execution in %.1f s: max abs error %.3g, top-1 "
-                 "agreement %s", len(self.outputs), time.time() - t0, worst, self.top1_agreement)
+                 "agreement %s, top-5 overlap %s", len(self.outputs), time.time() - t0, worst, *self.agreement)
         return worst
+
+    def _label(self, frame: int, output: np.ndarray) -> None:
+        """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record."""
+        rec = self.tracker.records.get(frame)
+        if rec is not None:
+            rec.top5 = [list(t) for t in labels.topk(output, 5)]
+
+    def _thumbs(self, records, n: int = 24) -> List[tuple]:
+        """Up to n evenly spread labelled frames as (frame, thumbnail URI, top-1 name, score)."""
+        done = [r for r in records if r.top5]
+        picked = [done[i] for i in sorted({int(round(i)) for i in np.linspace(0, len(done) - 1, min(n, len(done)))})]
+        out = []
+        for r in picked:
+            uri = rpt.thumbnail_uri(self.frames[r.frame])
+            if uri:
+                out.append((r.frame, uri, r.top5[0][1], r.top5[0][2]))
+        return out
 
     def _engines_report(self) -> List[Dict[str, object]]:
         """Per worker: the engine asked for, whether it can run there, the engines its stages really ran on (with
@@ -523,6 +557,7 @@ class MasterRole:
 
     def _finish(self, wall: float) -> int:
         max_err = None
+        self.agreement = (None, None)
         if self.cfg.check and self.outputs and self.failure is None:
             max_err = self._check()
         tr = self.tracker
@@ -545,10 +580,13 @@ class MasterRole:
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
             "engine": self.cfg.engine, "precision": self.cfg.precision,
             "engines": self._engines_report(),
-            "top1_agreement": self.top1_agreement,
             "predicted_period_s": self.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
             "error": self.failure,
+            "weights_used": self.weights_used,
+            "top1_agreement": self.agreement[0],
+            "top5_overlap": self.agreement[1],
+            "top1_labels": _label_counts(records),
             "thresholds": {"input": self.cfg.delta.input_threshold, "later": self.cfg.delta.threshold},
             "retried": tr.retried,
             "dropped": tr.dropped,
@@ -560,7 +598,7 @@ class MasterRole:
             "per_frame": [{"frame": r.frame, "status": r.status, "sends": r.attempts,
                            "latency_s": None if r.latency is None else round(r.latency, 6),
                            "worker": r.worker, "cuts": r.cuts,
-                           "abs_err": None if r.error != r.error else r.error}
+                           "abs_err": None if r.error != r.error else r.error, "top5": r.top5}
                           if not r.reason else
                           {"frame": r.frame, "status": r.status, "sends": r.attempts, "reason": r.reason,
                            "cuts": r.cuts} for r in records],
@@ -580,9 +618,11 @@ class MasterRole:
                            model=self.cfg.model, mode=self.cfg.mode, scheduler=self.cfg.scheduler,
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
                            max_abs_err=max_err, extra=extra, stages=self.stage_totals.summary())
+        if self.results is not None:
+            report["results"] = self.results.close()  # after build: set on the report, not on extra
         rpt.write_json(report, os.path.join(self.out, "report.json"))
         rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
-                       ["m"] + ["w%d" % w for w in range(self.W)])
+                       ["m"] + ["w%d" % w for w in range(self.W)], thumbs=self._thumbs(records))
         self._publish("failed" if self.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, self.out)
@@ -605,5 +645,16 @@ class MasterRole:
         with self.cond:
             self.closing = True
         self.outputs.close()
+        if self.results is not None:
+            self.results.close()
         if self.links is not None:
             self.links.close()
+
+
+def _label_counts(records) -> Dict[str, int]:
+    """How many frames had each top-1 label, most frequent first."""
+    counts: Dict[str, int] = {}
+    for r in records:
+        if r.top5:
+            counts[r.top5[0][1]] = counts.get(r.top5[0][1], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

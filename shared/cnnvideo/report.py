@@ -83,6 +83,7 @@ class FrameRecord:
     status: str = "pending"  # pending | completed | dropped (each frame ends exactly once)
     attempts: int = 0  # times the master sent it (1 + re-sends after faults)
     reason: str = ""  # why it was dropped
+    top5: Optional[List[list]] = None  # [[class index, name, softmax score], ...] of the result, best first
 
     @property
     def latency(self) -> Optional[float]:
@@ -390,9 +391,36 @@ def gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int
     return "".join(parts)
 
 
+def thumbnail_uri(frame, width: int = 128) -> str:
+    """An RGB uint8 frame as a small inline JPEG (data: URI); '' without OpenCV."""
+    try:
+        import cv2
+    except ImportError:
+        return ""
+    import base64
+
+    h, w = frame.shape[:2]
+    small = cv2.resize(frame[:, :, ::-1], (width, max(int(round(h * width / float(w))), 1)),
+                       interpolation=cv2.INTER_AREA)
+    ok, buf = cv2.imencode(".jpg", small, [int(cv2.IMWRITE_JPEG_QUALITY), 80])
+    return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""
+
+
+def thumbs_html(thumbs: Sequence[tuple]) -> str:
+    """A strip of (frame id, data URI, top-1 label, score) thumbnails, each captioned with its label."""
+    if not thumbs:
+        return "<p>no labelled frames</p>"
+    cells = []
+    for frame, uri, label, score in thumbs:
+        cells.append('<figure class="thumb"><img src="%s" alt="frame %d"><figcaption>#%d %s<br>%.2f</figcaption>'
+                     '</figure>' % (uri, frame, frame, html.escape(label), score))
+    return '<div class="strip">%s</div>' % "".join(cells)
+
+
 def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Sequence[StageSpan], path: str,
-               actors: Sequence[str]) -> str:
-    """A self-contained page: summary table, hop table, per-frame latency plot, per-stage Gantt chart."""
+               actors: Sequence[str], thumbs: Optional[Sequence[tuple]] = None) -> str:
+    """A self-contained page: summary table, what the CNN saw (thumbnails with their top-1 label), hop table,
+    per-frame latency plot, per-stage Gantt chart."""
     esc = html.escape
     lat = report.get("latency_s") or {}
     rows = [
@@ -401,7 +429,10 @@ def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Se
                                                         report.get("lost"))),
         ("throughput (fps)", report.get("throughput_fps")),
         ("latency mean / p50 / p95 / max (s)", " / ".join(str(lat.get(k)) for k in ("mean", "p50", "p95", "max"))),
-        ("max abs error", report.get("max_abs_err")), ("wall (s)", report.get("wall_s")),
+        ("max abs error", report.get("max_abs_err")),
+        ("top-1 agreement / top-5 overlap with the unsplit model", "%s / %s" % (report.get("top1_agreement"),
+                                                                                 report.get("top5_overlap"))),
+        ("weights", report.get("weights_used") or report.get("weights")), ("wall (s)", report.get("wall_s")),
         ("plan (layers per worker)", "; ".join("w%d: %d layers" % (i, len(p)) for i, p in
                                                enumerate(report.get("plan") or []))),
     ]
@@ -417,9 +448,12 @@ def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Se
     page = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>cnn-video run report</title>
 <style>body{font-family:sans-serif;margin:20px;color:#222} table{border-collapse:collapse;margin-bottom:16px}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{margin-top:24px}</style></head>
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{margin-top:24px}
+.strip{display:flex;flex-wrap:wrap;gap:6px} .thumb{margin:0;font-size:11px;width:128px}
+.thumb img{display:block;width:128px}</style></head>
 <body><h1>cnn-video run report</h1>
 <table>%s</table>
+<h2>What the CNN saw (top-1 ImageNet label per frame)</h2>%s
 <h2>Hops</h2>
 <table><tr><th>hop</th><th>bytes sent</th><th>bytes dense (float32)</th><th>sent/dense</th><th>transfer s</th>
 <th>effective MB/s</th><th>keyframes</th></tr>%s</table>
@@ -428,6 +462,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{m
 </body></html>
 """ % (
         "".join("<tr><th>%s</th><td>%s</td></tr>" % (esc(k), esc(str(v))) for k, v in rows),
+        thumbs_html(thumbs or []),
         hop_rows,
         _latency_svg(records),
         legend,

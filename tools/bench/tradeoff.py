@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -143,7 +144,8 @@ def combined(graph: LayerGraph, frames: Sequence[np.ndarray], in_point: Dict[str
 
 
 # ---------------------------------------------------------------------------------------------- picture
-def _svg_panel(points: List[Dict[str, Any]], x0: int, title: str, label_key: str, colour_of) -> List[str]:
+def _svg_panel(points: List[Dict[str, Any]], x0: int, title: str, label_key: str, colour_of,
+               tag=None) -> List[str]:
     """One scatter panel: x = bytes ratio vs dense float32 (log), y = top-1 agreement."""
     w, h, pad = 440, 300, 48
     ratios = [max(p["ratio"], 1e-5) for p in points]
@@ -169,6 +171,9 @@ def _svg_panel(points: List[Dict[str, Any]], x0: int, title: str, label_key: str
     for p in points:
         out.append('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s" fill-opacity="0.75"><title>%s</title></circle>'
                    % (sx(p["ratio"]), sy(p["top1_agreement"]), colour_of(p), html.escape(str(p[label_key]))))
+        if tag is not None:
+            out.append('<text x="%.1f" y="%.1f" font-size="10">%s</text>' % (sx(p["ratio"]) + 5,
+                                                                              sy(p["top1_agreement"]) - 4, tag(p)))
     return out
 
 
@@ -186,7 +191,8 @@ def picture(result: Dict[str, Any]) -> str:
                                                                          p["top1_agreement"])
     for p in result["later"]:
         p["label"] = "%s %s: ratio %.4f, agreement %.3f" % (p["name"], _setting(p), p["ratio"], p["top1_agreement"])
-    body = _svg_panel(result["input"], 0, "m->w0 (input threshold, pixel levels)", "label", lambda p: "#4e79a7")
+    body = _svg_panel(result["input"], 0, "m->w0 (input threshold, pixel levels)", "label", lambda p: "#4e79a7",
+                      tag=lambda p: str(p["input_threshold"]))
     body += _svg_panel(result["later"], 440, "later hops (each swept cut x setting)", "label",
                        lambda p: colour[_setting(p)])
     for i, s in enumerate(settings):
@@ -194,7 +200,7 @@ def picture(result: Dict[str, Any]) -> str:
                     % (890, 40 + 14 * i, colour[s], 903, 48 + 14 * i, html.escape(s)))
     for p in result["input"] + result["later"]:
         p.pop("label", None)
-    sub = "%s, %s, %s, %d frames at %dx%d" % (result["model"], result["weights"], os.path.basename(result["video"]),
+    sub = "weights %s; %s, %d frames at %dx%d" % (result["weights"], os.path.basename(result["video"]),
                                               result["frames"], result["frame_size"][0], result["frame_size"][1])
     return ('<svg xmlns="http://www.w3.org/2000/svg" width="980" height="330" font-family="sans-serif">'
             '<text x="490" y="326" font-size="10" text-anchor="middle">%s</text>%s</svg>\n'
@@ -216,6 +222,41 @@ def summary_table(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(result: Dict[str, Any], command: str) -> str:
+    """results.md: the command, conditions, the answers, the combined check and every cut x setting."""
+    settings = []
+    for p in result["later"]:
+        if (p["threshold"], p["fp16"]) not in settings:
+            settings.append((p["threshold"], p["fp16"]))
+    head = ["t=%g%s" % (t, " fp16" if f else "") for t, f in settings]
+    lines = ["# bench tradeoff: %s" % result["model"], "", "Reproduce:", "", "```sh", command, "```", "",
+             "- weights: %s" % result["weights"], "- video: %s, %d frames at %dx%d" % (
+                 result["video"], result["frames"], result["frame_size"][0], result["frame_size"][1]),
+             "- each later point: a two-stage split at that cut, input hop lossless; agreement = share of frames "
+             "whose top-1 equals the unsplit full-precision model's; ratio = mean bytes per frame over frames 1.. "
+             "(frame 0 is a keyframe) / dense float32 bytes of the tensor", "- wall: %s s" % result.get("wall_s"),
+             "", "## Answers", "", summary_table(result), "", "Both settings of an answer together (one split):", ""]
+    for key, c in (result.get("combined") or {}).items():
+        lines.append("- %s: input threshold %d + %s at t=%g%s: top-1 agreement %.3f" % (
+            key, c["input_threshold"], c["cut"], c["threshold"], " fp16" if c["fp16"] else "", c["top1_agreement"]))
+    lines += ["", "![tradeoff](tradeoff.svg)", "", "## m->w0 (input threshold)", "",
+              "| input threshold | bytes/frame | ratio | top-1 agreement |", "|---|---|---|---|"]
+    for p in result["input"]:
+        lines.append("| %d | %.0f | %.4f | %.3f |" % (p["input_threshold"], p["bytes_per_frame"], p["ratio"],
+                                                     p["top1_agreement"]))
+    lines += ["", "## Later hops: ratio / top-1 agreement per cut and setting", "",
+              "| cut | dense bytes | %s |" % " | ".join(head), "|---|---|%s" % ("---|" * len(head))]
+    by: Dict[str, Dict[Tuple[float, bool], Dict[str, Any]]] = {}
+    for p in result["later"]:
+        by.setdefault(p["name"], {})[(p["threshold"], p["fp16"])] = p
+    for name, pts in by.items():
+        any_p = next(iter(pts.values()))
+        dense = any_p["bytes_per_frame"] / any_p["ratio"] if any_p["ratio"] else 0
+        lines.append("| %s | %.0f | %s |" % (name, dense, " | ".join(
+            "%.4f / %.3f" % (pts[s]["ratio"], pts[s]["top1_agreement"]) if s in pts else "" for s in settings)))
+    return "\n".join(lines) + "\n"
+
+
 def run(args) -> int:
     from cnnvideo.models import load_model
     from cnnvideo.video import default_video, read_frames
@@ -229,7 +270,12 @@ def run(args) -> int:
     t0 = time.time()
     result: Dict[str, Any] = {"model": args.model, "weights": info.describe(), "video": video, "frames": len(frames),
                               "frame_size": list(size), "cuts": [graph.cuts[c].name for c in cuts]}
-    result.update(sweep(graph, frames, cuts))
+    ins = tuple(int(t) for t in args.input_thresholds.split(",")) if args.input_thresholds else INPUT_THRESHOLDS
+    later = LATER_SETTINGS
+    if args.thresholds:
+        later = tuple((float(t.rstrip("h")), t.endswith("h")) for t in args.thresholds.split(","))
+        later = ((0.0, False),) + tuple(s for s in later if s != (0.0, False))
+    result.update(sweep(graph, frames, cuts, ins, later))
     result["answers"] = answers(result)
     result["combined"] = {}
     for target in TARGETS:
@@ -244,6 +290,9 @@ def run(args) -> int:
             fh.write("\n")
         with open(os.path.join(args.out, "tradeoff.svg"), "w") as fh:
             fh.write(picture(result))
+        command = " ".join(["cnnvideo bench tradeoff"] + sys.argv[3:])
+        with open(os.path.join(args.out, "results.md"), "w") as fh:
+            fh.write(markdown(result, command))
         result["picture"] = os.path.join(args.out, "tradeoff.svg")
     print(json.dumps(result) if args.json else summary_table(result))
     return 0
