@@ -14,9 +14,8 @@ from typing import Dict, List, Optional
 import grpc
 import numpy as np
 
-from cnnvideo import labels, schedulers
+from cnnvideo import labels, schedulers, settings
 from cnnvideo import report as rpt
-from cnnvideo import settings
 from cnnvideo.config import Config
 from cnnvideo.costinputs import build as cost_inputs
 from cnnvideo.costinputs import cpu_model
