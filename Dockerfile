@@ -3,8 +3,10 @@
 # The classic builder runs every stage above the target, so the small netem stage comes first.
 # Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
 # OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
-# inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) comes from
-# build/wheels/, filled on the host by scripts/docker_setup.sh; so does torchvision's trained MobileNetV2
+# inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) and ONNX Runtime (no Debian
+# package; its cp311 manylinux wheel for this architecture, installed without its PyPI dependencies, which
+# Debian's numpy / onnx / packaging / flatbuffers stand in for) come from build/wheels/, filled on the host by
+# scripts/docker_setup.sh; so does torchvision's trained MobileNetV2
 # checkpoint (build/weights/, from scripts/fetch_weights.sh), put in the images' torch hub cache (TORCH_HOME).
 # BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
 # with a registry, `--build-arg BASE_IMAGE=debian:bookworm-slim` works the same.
@@ -42,6 +44,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3 python3-numpy python3-yaml python3-grpcio python3-protobuf \
       python3-torch python3-torchvision python3-opencv python3-zstandard python3-lz4 \
+      python3-onnx python3-packaging python3-flatbuffers \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # /var/cache/cnnvideo is shared by roles that may run as different users (see entrypoint.sh)
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
@@ -69,6 +72,15 @@ COPY services/worker/ services/worker/
 COPY services/trainer/ services/trainer/
 COPY tools/ tools/
 COPY build/wheels/ /wheels/
+# ONNX Runtime: the wheel of this image's architecture (engine: onnxruntime); without one (armv7, or a context
+# that scripts/docker_setup.sh did not fill) the image has none and workers run torch, saying so
+# the wheel is a local file of a pinned version (scripts/docker_setup.sh: onnxruntime==1.32.0)
+# hadolint ignore=DL3013
+RUN for whl in /wheels/onnxruntime-*_"$(uname -m)".whl; do \
+      if [ -f "$whl" ]; then \
+        pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /install "$whl"; \
+      else echo "no ONNX Runtime wheel for $(uname -m) in build/wheels: the image runs torch only"; fi; \
+    done
 # The proto sits at cnnvideo/rpc/ in the include tree so generated code says
 # `from cnnvideo.rpc import cnnvideo_pb2`, exactly as `python -m cnnvideo.rpc.generate` does.
 RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \

