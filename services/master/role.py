@@ -24,7 +24,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.schedulers import Compute, PipelineState, Transfer
 
-from .links import Backoff, MasterError, WorkerLinks
+from .links import MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
 from .planning import check_options, cost_inputs, cpu_model
 from .results import ResultsLog
@@ -176,7 +176,7 @@ class MasterRole:
 
         req = pb.PredictorRequest(model=self.cfg.model, weights=self.cfg.weights, seed=self.cfg.seed,
                                   frame_size=list(self.cfg.frame_size))
-        backoff = Backoff(self.cfg.reliability.reconnect_s)
+        backoff = net.Backoff(self.cfg.reliability.reconnect_s)
         while True:
             try:
                 msg = self.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
@@ -429,7 +429,7 @@ class MasterRole:
         log.warning("resync %d (generation %d): %s; %d frames to re-send", self.tracker.resyncs, gen, fault,
                     len(again))
         self.links.cancel_streams()
-        backoff = Backoff(rel.reconnect_s)
+        backoff = net.Backoff(rel.reconnect_s)
         while self.failure is None:
             down = self.links.down()
             if not down:
