@@ -51,11 +51,13 @@ class Child:
         self.name = name
         self.argv, self.env = argv, env
         self.restarts = 0
+        self.quick_crashes = 0  # restarts in a row that ran less than RESET_AFTER_S (the back-off grows with them)
         self.log_file = open(log_path, "w")
         self.lines: List[str] = []
         self._spawn()
 
     def _spawn(self) -> None:
+        self.started_at = time.time()
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
         self.thread = threading.Thread(target=self._pump, name="log-" + self.name, daemon=True)
@@ -196,14 +198,17 @@ def _child_env() -> Dict[str, str]:
     return env
 
 
-def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -> Optional[str]:
-    """Wait until every server answers its health check; a message if one died or timed out."""
+def _wait_servers(children: List[Child], addresses: List[str], timeout: float, rel=None) -> Optional[str]:
+    """Wait until every server answers its health check, restarting one that dies meanwhile if `rel.restart`
+    (up to rel.max_restarts); a message if one stayed dead or timed out."""
     from cnnvideo.rpc import net
 
     deadline = time.time() + timeout
     pending = list(zip(children, addresses))
     while pending:
         for child, addr in list(pending):
+            if not child.alive() and rel is not None:
+                _supervise([child], rel)
             if not child.alive():
                 return "%s exited with code %s before it was ready" % (child.name, child.proc.returncode)
             if net.check_health(addr, timeout=1.0):
@@ -214,6 +219,9 @@ def _wait_servers(children: List[Child], addresses: List[str], timeout: float) -
             return "timed out after %.0f s waiting for %s" % (timeout, ", ".join(c.name for c, _ in pending))
         time.sleep(0.3)
     return None
+
+
+RESET_AFTER_S = 10.0  # a role that ran this long before it died restarts after the shortest back-off again
 
 
 def _restart_delay(n: int) -> float:
@@ -227,7 +235,10 @@ def _supervise(children: List[Child], rel) -> None:
         if c.alive() or not rel.restart or c.restarts >= rel.max_restarts:
             continue
         code = c.proc.returncode
-        delay = _restart_delay(c.restarts + 1)
+        if time.time() - c.started_at >= RESET_AFTER_S:  # it ran a while: start the back-off over (as Docker does)
+            c.quick_crashes = 0
+        c.quick_crashes += 1
+        delay = _restart_delay(c.quick_crashes)
         print("[local] %s exited (code %s); restarting it in %.1f s (%d/%d)" % (c.name, code, delay, c.restarts + 1,
                                                                               rel.max_restarts),
               file=sys.stderr, flush=True)
@@ -238,13 +249,19 @@ def _supervise(children: List[Child], rel) -> None:
 
 def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=None) -> int:
     """Wait for the master, restarting crashed roles if `rel.restart`; if a role stays dead (no restarts, or
-    out of restarts) and the master is still running `grace` s later, stop it."""
+    out of restarts) and the master is still running `grace` s later, stop it. A master killed by a signal is
+    restarted too (it starts a new run); one that exits with an error is not (it would only fail again)."""
     died_at = None
     while True:
         try:
-            return master.proc.wait(0.5)
+            code = master.proc.wait(0.5)
         except subprocess.TimeoutExpired:
-            pass
+            code = None
+        if code is not None:
+            if code >= 0 or rel is None or not rel.restart or master.restarts >= rel.max_restarts:
+                return code
+            _supervise([master], rel)
+            continue
         if rel is not None:
             _supervise(others, rel)
         dead = [c for c in others if not c.alive()]
@@ -315,7 +332,8 @@ def run(args) -> int:
                                   os.path.join(out, "w%d.log" % i)))
         for c in children:
             print("[local] started %s pid %d" % (c.name, c.pid), file=sys.stderr, flush=True)
-        problem = _wait_servers(children, [cfg.cluster.trainer] + cfg.cluster.workers, STARTUP_TIMEOUT_S)
+        problem = _wait_servers(children, [cfg.cluster.trainer] + cfg.cluster.workers, STARTUP_TIMEOUT_S,
+                                cfg.reliability)
         if problem:
             print("cnnvideo local: error: %s" % problem, file=sys.stderr)
             return 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Callable, List, Optional
 
 import grpc
@@ -15,27 +14,8 @@ from cnnvideo.rpc import net
 
 log = logging.getLogger(__name__)
 
-BACKOFF_S = (0.2, 2.0)  # first and longest wait between tries of a peer that is down
-
-
 class MasterError(RuntimeError):
     """The run cannot go on (a worker is down, a server refused, a frame was lost)."""
-
-
-class Backoff:
-    """Waits 0.2 s doubling to 2 s between tries, until `seconds` have passed since it was made."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.time() + seconds
-        self.delay = BACKOFF_S[0]
-
-    def wait(self) -> bool:
-        """Sleep before the next try; False (without sleeping) if that would pass the deadline."""
-        if time.time() + self.delay > self.deadline:
-            return False
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, BACKOFF_S[1])
-        return True
 
 
 class WorkerLinks:
@@ -72,7 +52,7 @@ class WorkerLinks:
     def call_waiting(self, w: int, method: str, request, timeout: float, wait_s: float):
         """call(), but while the worker is down or restarting (UNAVAILABLE, or no health answer) wait for it with
         backoff, up to wait_s, on a fresh channel (a dead peer leaves the old one in reconnect backoff)."""
-        backoff = Backoff(wait_s)
+        backoff = net.Backoff(wait_s)
         while True:
             try:
                 return getattr(self.stubs[w], method)(request, timeout=timeout)

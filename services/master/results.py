@@ -12,14 +12,15 @@ import logging
 import os
 from typing import Any, Dict, List, Optional
 
+from cnnvideo.protocol import reporter
+
 log = logging.getLogger(__name__)
 
 
 def plan_hops(cuts: List[int]) -> List[str]:
     """Hops a frame with plan `cuts` crosses: m->w0, then worker to worker up to the last one with work, and that
     worker's result hop to the master."""
-    n = len(cuts) - 1
-    last = max((w for w in range(n) if cuts[w + 1] > cuts[w]), default=0)
+    last = reporter(cuts)
     return ["m->w0"] + ["w%d->w%d" % (w, w + 1) for w in range(last)] + ["w%d->m" % last]
 
 

@@ -27,7 +27,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.schedulers import Compute, PipelineState, Transfer
 
-from .links import Backoff, MasterError, WorkerLinks
+from .links import MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
 from .results import ResultsLog
 from .tracking import FrameTracker
@@ -179,7 +179,7 @@ class MasterRole:
         from cnnvideo.predict import Predictors
 
         req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
-        backoff = Backoff(self.cfg.reliability.reconnect_s)
+        backoff = net.Backoff(self.cfg.reliability.reconnect_s)
         while True:
             try:
                 msg = self.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
@@ -438,7 +438,7 @@ class MasterRole:
         log.warning("resync %d (generation %d): %s; %d frames to re-send", self.tracker.resyncs, gen, fault,
                     len(again))
         self.links.cancel_streams()
-        backoff = Backoff(rel.reconnect_s)
+        backoff = net.Backoff(rel.reconnect_s)
         while self.failure is None:
             down = self.links.down()
             if not down:

@@ -143,15 +143,33 @@ class WorkerRole:
         st = self.stages.stage(start, end)
         return "%s-%s" % (st.engine, st.precision), st.reason or self.stages.int8_failed
 
-    def _emit(self, stub, task: Task) -> None:
-        """Hand a task to worker i+1 (the engine's `emit`); EmitError if it is unreachable or refuses."""
+    def _emit(self, task: Task) -> None:
+        """Hand a task to worker i+1 (the engine's `emit`). While it is unreachable (down, restarting, or the hop
+        cut off) try again with backoff on a fresh channel, up to reliability.reconnect_s, as long as the task's
+        run is still the current one; EmitError if it stays unreachable or refuses."""
         import grpc
 
-        try:
-            ack = stub.Process(wire.task_to_pb(task), timeout=self.cfg.limits.rpc_timeout_s)
-        except grpc.RpcError as exc:
-            raise EmitError("cannot forward frame %d to worker w%d at %s: %s" % (
-                task.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc))) from None
+        retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        backoff = net.Backoff(self.cfg.reliability.reconnect_s if self.cfg.reliability.restart else 0.0)
+        msg = wire.task_to_pb(task)
+        while True:
+            stub = self.next_stub
+            try:
+                ack = stub.Process(msg, timeout=self.cfg.limits.rpc_timeout_s)
+                break
+            except grpc.RpcError as exc:
+                problem = "cannot forward frame %d to worker w%d at %s: %s" % (
+                    task.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc))
+                run = self.run
+                current = run is not None and run.run_id == task.run_id and run.generation == task.generation
+                if exc.code() not in retryable or not current or self.stopping.is_set() or not backoff.wait():
+                    raise EmitError(problem) from None
+                log.warning("%s; trying again", problem)
+                with self.lock:
+                    if self.next_stub is stub:  # a fresh channel: no reconnect backoff from the dead connection
+                        self._next_channel.close()
+                        self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
+                        self.next_stub = pb_grpc.WorkerStub(self._next_channel)
         if not ack.ok:
             raise EmitError("worker w%d refused frame %d: %s" % (self.worker_id + 1, task.frame_id, ack.message))
 
@@ -168,8 +186,7 @@ class WorkerRole:
                     self._next_channel.close()
                 self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
                 self.next_stub = pb_grpc.WorkerStub(self._next_channel)
-            stub = self.next_stub
-            emit = (lambda task: self._emit(stub, task)) if stub is not None else None
+            emit = self._emit if self.next_stub is not None else None
             self.run = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward, emit,
                            self.cfg.max_message_bytes, quant=self.stages.qparams, describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,

@@ -267,9 +267,15 @@ class Predictors:
 
     @classmethod
     def load(cls, path: str) -> "Predictors":
-        """Load a file written by save (no pickle)."""
-        with np.load(path, allow_pickle=False) as data:
-            return cls.from_arrays({k: data[k] for k in data.files})
+        """Load a file written by save (no pickle); ValueError naming the file if it is truncated, corrupted
+        (the zip CRC of every array is checked) or not predictors at all."""
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return cls.from_arrays({k: data[k] for k in data.files})
+        except (EOFError, KeyError, zipfile.BadZipFile, ValueError) as exc:
+            raise ValueError("predictor file %s is damaged (%s: %s)" % (path, type(exc).__name__, exc)) from None
 
 
 def ridge(x: np.ndarray, y: np.ndarray, lam: float = 1e-6) -> np.ndarray:

@@ -210,3 +210,20 @@ def code_name(exc: grpc.RpcError) -> str:
         return "%s: %s" % (exc.code().name, exc.details())
     except Exception:
         return str(exc)
+
+
+class Backoff:
+    """Waits 0.2 s doubling to 2 s between tries of a peer that is down, until `seconds` have passed."""
+
+    def __init__(self, seconds: float, first: float = 0.2, longest: float = 2.0) -> None:
+        self.deadline = time.time() + seconds
+        self.delay = first
+        self.longest = longest
+
+    def wait(self) -> bool:
+        """Sleep before the next try; False (without sleeping) if that would pass the deadline."""
+        if time.time() + self.delay > self.deadline:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.longest)
+        return True
