@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Write a compose file and cluster config for N workers, derived from docker-compose.yml.
+"""Write a compose file and cluster config for N workers, derived from docker-compose.yml; and the default
+cluster config configs/compose.yml from .env, so the two cannot drift apart.
 
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
     docker compose -f docker-compose.w4.yml up --build --exit-code-from master
+    python3 scripts/compose_workers.py --from-env   # -> configs/compose.yml: frames, bandwidth, cpus from .env
+    python3 scripts/compose_workers.py --check      # exit 1 naming the key if configs/compose.yml and .env differ
 
 Every worker gets the same CPU cap and every hop the same rate (flags below); edit the
 written files for uneven clusters. Needs PyYAML (in the venv and in the images).
@@ -57,12 +60,81 @@ def build(n, rate, cpus):
     return compose, cfg
 
 
+# configs/compose.yml keys that .env owns: config key -> how to compute it from the .env values
+ENV_HEADER = """# Cluster config for docker-compose.yml; frames, bandwidth and cpus are GENERATED from .env by
+# `python3 scripts/compose_workers.py --from-env`: edit .env (FRAMES, HOP*_RATE, *_CPUS) and re-run it;
+# `--check` (and tests/unit/test_compose_workers.py) fail when the two differ. `bandwidth` is what the cost
+# model plans with (the netem helper enforces .env's rates), `cpus` the caps compose sets (for the planner
+# and the report). Other keys: edit here, they are kept.
+"""
+
+
+def read_env(path):
+    """KEY=VALUE lines of an env file (comments and blank lines skipped)."""
+    out = {}
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                key, _, value = line.partition("=")
+                out[key.strip()] = value.strip()
+    return out
+
+
+def from_env(env, cfg):
+    """configs/compose.yml mapping `cfg` with the keys .env owns set from `env`: frames, bandwidth per hop into
+    each worker, cpus of every role."""
+    cfg = dict(cfg)
+    cfg["frames"] = int(env["FRAMES"])
+    cfg["bandwidth"] = [float(env["HOP0_RATE"]), float(env["HOP1_RATE"])]
+    cfg["cpus"] = {"master": float(env["MASTER_CPUS"]), "trainer": float(env["TRAINER_CPUS"]),
+                   "worker0": float(env["WORKER0_CPUS"]), "worker1": float(env["WORKER1_CPUS"])}
+    return cfg
+
+
+def env_drift(env_path=None, config_path=None):
+    """'' if configs/compose.yml holds what .env says, else the first key that differs and both values."""
+    env_path = env_path or os.path.join(REPO, ".env")
+    config_path = config_path or os.path.join(REPO, "configs", "compose.yml")
+    with open(config_path) as fh:
+        cfg = yaml.safe_load(fh)
+    want = from_env(read_env(env_path), cfg)
+    for key in ("frames", "bandwidth", "cpus"):
+        if cfg.get(key) != want[key]:
+            return "%s: configs/compose.yml has %r, .env says %r" % (key, cfg.get(key), want[key])
+    return ""
+
+
+def write_from_env(env_path=None, config_path=None):
+    env_path = env_path or os.path.join(REPO, ".env")
+    config_path = config_path or os.path.join(REPO, "configs", "compose.yml")
+    with open(config_path) as fh:
+        cfg = from_env(read_env(env_path), yaml.safe_load(fh))
+    with open(config_path, "w") as fh:
+        fh.write(ENV_HEADER)
+        yaml.safe_dump(cfg, fh, sort_keys=False, default_flow_style=None)
+    return config_path
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workers", type=int, help="number of workers in the chain (>= 1)")
+    parser.add_argument("workers", type=int, nargs="?", help="number of workers in the chain (>= 1)")
     parser.add_argument("--rate", type=float, default=3.0, help="MB/s on every hop (default 3)")
     parser.add_argument("--cpus", type=float, default=0.5, help="CPU cap of every worker (default 0.5)")
+    parser.add_argument("--from-env", action="store_true", help="write configs/compose.yml from .env")
+    parser.add_argument("--check", action="store_true", help="exit 1 if configs/compose.yml and .env differ")
     args = parser.parse_args(argv)
+    if args.check:
+        drift = env_drift()
+        if drift:
+            print("compose_workers: %s (run scripts/compose_workers.py --from-env)" % drift, file=sys.stderr)
+            return 1
+        return 0
+    if args.from_env:
+        print("wrote %s" % os.path.relpath(write_from_env(), REPO))
+        return 0
+    if args.workers is None:
+        parser.error("give the number of workers, --from-env or --check")
     if args.workers < 1 or args.rate <= 0 or args.cpus <= 0:
         parser.error("workers must be >= 1, rate and cpus > 0")
     compose, cfg = build(args.workers, args.rate, args.cpus)

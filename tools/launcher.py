@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from cnnvideo import config
+from cnnvideo import report as rpt
 from cnnvideo.config import ConfigError
 
 from . import linkemu
@@ -173,12 +174,6 @@ def effective_config(args) -> Tuple[config.Config, str]:
         if not args.config and "'video'" in str(exc):
             raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
         raise
-    try:
-        from cnnvideo.master.planning import check_options
-    except ImportError:  # the master package is not installed here
-        check_options = None
-    if check_options is not None:
-        check_options(cfg.scheduler, cfg.scheduler_options)
     out = os.path.abspath(args.out or cfg.out)
     cfg.out = out
     if os.environ.get(linkemu.NETNS_ENV):  # the launcher inside the namespace: the outer one chose everything
@@ -360,17 +355,6 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
         ns.delete()
 
 
-def _patch_report(path: str, extra: Dict[str, Any]) -> Dict[str, Any]:
-    with open(path) as fh:
-        report = json.load(fh)
-    report.update(extra)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(report, fh, indent=2)
-        fh.write("\n")
-    os.replace(path + ".tmp", path)
-    return report
-
-
 def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
     if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
@@ -428,10 +412,12 @@ def run(args) -> int:
         master.thread.join(5)
         report = None
         if os.path.isfile(report_path):
-            extra: Dict[str, Any] = {"link_emulation": cfg.local.links, "cpu_caps": caps.summary()}
+            report = rpt.read(report_path)
+            report["link_emulation"] = cfg.local.links
+            report["cpu_caps"] = caps.summary()
             if restarts:  # what the supervisor did, next to what the master saw
-                extra["supervisor_restarts"] = restarts
-            report = _patch_report(report_path, extra)
+                report["supervisor_restarts"] = restarts
+            rpt.write_json(report, report_path)
             print(_summary(report))
             print("report: %s  picture: %s  per frame: %s" % (report_path, os.path.join(out, "report.html"),
                                                               os.path.join(out, "results.jsonl")))

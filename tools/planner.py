@@ -4,7 +4,8 @@ Segment and hop codec times are profiled locally (one thread) and divided by eac
 (`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
 as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead).
 Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
-~20 frames of the config's video (synthetic frames if the file is missing).
+~20 frames of the config's video (synthetic frames if the file is missing). CostInputs come from
+cnnvideo.costinputs, the builder the master uses.
 """
 from __future__ import annotations
 
@@ -17,22 +18,14 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from cnnvideo import artifacts, costinputs
 from cnnvideo import config as config_mod
-from cnnvideo.costmodel import (
-    CostInputs,
-    Plan,
-    inputs_from_graph,
-    latency,
-    per_frame_time,
-    stage_costs,
-    with_network_cpu,
-)
-from cnnvideo.schedulers import OPTIONS, SCHEDULERS, check_options, create, objective
+from cnnvideo.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
+from cnnvideo.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
 log = logging.getLogger(__name__)
 
 FIT_FRAMES = 20
-CFS_PERIOD_S = 0.1  # the kernel's default CFS period (docker --cpus keeps it)
 
 
 def worker_share(cfg: config_mod.Config, w: int) -> float:
@@ -77,14 +70,14 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
 
     from cnnvideo.graph import LayerGraph
     from cnnvideo.models import build_model
-    from cnnvideo.predict import Predictors, cache_file, fit_recorder, record_video
+    from cnnvideo.predict import Predictors, fit_recorder, record_video
     from cnnvideo.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
     prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
     profile = prof.seconds
-    path = cache_file(cfg)
+    path = artifacts.predictor_path(cfg)
     preds = None
     frame_bytes = None
     source = ""
@@ -103,18 +96,12 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
         preds = fit_recorder(rec, graph, fp16=cfg.delta.fp16)
         frame_bytes = preds.predict_bytes(rec.arrays()[0])
         source = "fitted on %d frames of %s" % (rec.frames, video)
-    bytes_delta = preds.predict_bytes(preds.input_nz)
-    bandwidth = cfg.bandwidth_bytes()
-    inputs = inputs_from_graph(graph, seg_times(cfg, profile), bandwidth, bytes_delta, preds.full_bytes())
-    inputs.encode_time = seg_times(cfg, prof.encode)
-    inputs.decode_time = seg_times(cfg, prof.decode)
-    shares = np.array([worker_share(cfg, w) for w in range(cfg.n_workers)])
-    if cfg.in_flight == 1:  # as the master does (cnnvideo.master.planning.cpu_model), with CFS's 100 ms period
-        inputs.burst = np.stack([np.where(shares < 1, shares * CFS_PERIOD_S, 0.0), np.full(shares.size, CFS_PERIOD_S)],
-                                axis=1)
-    else:
-        per_byte = seg_times(cfg, np.array([cfg.net_cpu_ns_per_byte * 1e-9 * prof.wall_per_cpu]))[:, 0]
-        inputs = with_network_cpu(inputs, per_byte, cfg.mode == "delta")
+    shares = [worker_share(cfg, w) for w in range(cfg.n_workers)]
+    cpus = [costinputs.share_cpu(s, prof.wall_per_cpu) for s in shares]  # as the master's workers report them
+    dense = np.array([float(c.bytes_dense) for c in graph.cuts])
+    inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
+                              seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
+                              **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte))
     return PlanContext(graph, inputs, preds, profile, source, frame_bytes)
 
 
@@ -122,7 +109,8 @@ def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, A
     """Options for one scheduler: config scheduler_options for the configured one, plus the predicted bytes of
     the video's last group for a scheduler that takes them (its group size comes from the config)."""
     opts: Dict[str, Any] = {}
-    if "frame_bytes" in OPTIONS[name] and ctx.frame_bytes is not None and ctx.frame_bytes.shape[0] >= cfg.group_size:
+    takes_bytes = "frame_bytes" in RUNTIME_OPTIONS.get(name, ())
+    if takes_bytes and ctx.frame_bytes is not None and ctx.frame_bytes.shape[0] >= cfg.group_size:
         opts["frame_bytes"] = ctx.frame_bytes[-cfg.group_size:]
     if name == cfg.scheduler:
         opts.update(cfg.scheduler_options)
@@ -177,11 +165,7 @@ def _load(args) -> config_mod.Config:
 
 def run(args) -> int:
     """CLI entry: print a table (or JSON with --json) of every scheduler's plan."""
-    cfg = _load(args)
-    try:
-        check_options(cfg.scheduler, cfg.scheduler_options)
-    except ValueError as exc:
-        raise config_mod.ConfigError("config key 'scheduler_options': %s" % exc) from None
+    cfg = _load(args)  # scheduler_options are checked by config.validate (schedulers.check_options)
     ctx = build_context(cfg)
     rows = evaluate(cfg, ctx)
     inputs = ctx.inputs

@@ -15,11 +15,14 @@ from typing import Dict, List, Optional
 import grpc
 import numpy as np
 
-from cnnvideo import labels, schedulers
+from cnnvideo import labels, schedulers, settings
 from cnnvideo import report as rpt
 from cnnvideo.config import Config
+from cnnvideo.costinputs import build as cost_inputs
+from cnnvideo.costinputs import cpu_model
 from cnnvideo.hop import HopReceiver
 from cnnvideo.pacing import pacer_for
+from cnnvideo.progress import ProgressFile
 from cnnvideo.protocol import HopPlanner, HopSettings
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
@@ -28,7 +31,6 @@ from cnnvideo.schedulers import Compute, PipelineState, Transfer
 from .feed import Feed, SourceError
 from .links import MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
-from .planning import check_options, cost_inputs, cpu_model
 from .results import ResultsLog
 from .tracking import FrameTracker
 from .view import ViewState, describe
@@ -60,6 +62,7 @@ class MasterRole:
         self.closing = False
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
+        self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
         self.outputs.add_sink(self._label)
         self.results: Optional[ResultsLog] = None  # opened at the start of the run
         self.weights_used: Optional[str] = None  # which weights the master's check model has
@@ -102,7 +105,6 @@ class MasterRole:
         """Connect, check the workers, get their costs, get predictors, open the source (live: take a few frames
         to see the input change), build the scheduler. A worker or trainer that restarts meanwhile is waited for
         (backoff, up to reliability.reconnect_s)."""
-        check_options(self.cfg.scheduler, self.cfg.scheduler_options)
         OutputStore.remove_stale(self.out, keep=self.outputs.path)
         t0 = time.time()
         self.links = WorkerLinks(self.addresses, self.cfg.cluster.trainer, self.max_bytes, self.timeout)
@@ -110,7 +112,8 @@ class MasterRole:
         self.links.fetch_infos(self.wait_s)
         self._check_infos()
         self.cut0_shape = tuple(self.infos[0].cuts[0].shape)
-        request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale)
+        request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale,
+                                 settings=self._settings(settings.WORKER_KEYS))
         costs = [self._setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
@@ -193,8 +196,7 @@ class MasterRole:
     def _get_predictors(self):
         from cnnvideo.predict import Predictors
 
-        req = pb.PredictorRequest(model=self.cfg.model, weights=self.cfg.weights, seed=self.cfg.seed,
-                                  frame_size=list(self.cfg.frame_size))
+        req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
         backoff = net.Backoff(self.cfg.reliability.reconnect_s)
         while True:
             try:
@@ -275,7 +277,11 @@ class MasterRole:
     def _setup_msg(self, gen: int) -> pb.RunSetup:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=self.cfg.delta.input_threshold,
                            threshold=self.cfg.delta.threshold, fp16=self.cfg.delta.fp16, n_workers=self.W,
-                           generation=gen)
+                           generation=gen, settings=self._settings(settings.WORKER_KEYS))
+
+    def _settings(self, keys) -> pb.Settings:
+        """The master's settings that change results, for a request (a role whose own differ refuses it)."""
+        return convert.settings_to_pb(settings.of(self.cfg, keys, "master"))
 
     def _count_restarts(self, restarted: List[int]) -> None:
         for w in restarted:
@@ -342,6 +348,7 @@ class MasterRole:
                     self.cond.notify_all()
                 if self.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
                     self.checker.offer(f, rgb, y)
+                self._publish()
             if not self.closing:
                 self.fault("%s ended its result stream" % name, gen)
         except grpc.RpcError as exc:
@@ -518,6 +525,7 @@ class MasterRole:
             self.scheduler.observe(Transfer(0, len(data), t2 - t1))
         if self.view is not None:
             self.view.plan = list(cuts)
+        self._publish()
         if f % 10 == 0 and not resend:
             log.info("sent frame %d/%s (plan %s, %d bytes, %d completed)", f + 1, self.cfg.frames or "-", cuts,
                      len(data), self.tracker.completed)
@@ -718,10 +726,11 @@ class MasterRole:
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
                            max_abs_err=max_err, extra=extra, stages=self.stage_totals.summary())
         if self.results is not None:
-            extra["results"] = self.results.close()
+            report["results"] = self.results.close()  # after build: set on the report, not on extra
         rpt.write_json(report, os.path.join(self.out, "report.json"))
         rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
                        ["m"] + ["w%d" % w for w in range(self.W)], thumbs=self._thumbs(records))
+        self._publish("failed" if self.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, self.out)
         if self.failure is not None:
@@ -755,6 +764,11 @@ class MasterRole:
             "das_input_change": ("recent sent frames (running window)" if self.live else "the clip ahead (offline)")
             if self.cfg.scheduler == "das" else None,
         }
+    def _publish(self, state: str = "running") -> None:
+        """Rewrite progress.json (cnnvideo.progress) from the tracker's counters."""
+        tr = self.tracker
+        self.progress.update(state=state, sent=tr.next_new, completed=tr.completed, dropped=tr.dropped,
+                             generation=tr.generation)
 
     def stop(self) -> None:
         self.feed.close()

@@ -1,15 +1,14 @@
 """The trainer: plays the training video through the whole model, fits the non-zero-rate predictors, serves them."""
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Dict, Optional
 
+from cnnvideo import artifacts, settings
 from cnnvideo.config import Config
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -18,29 +17,17 @@ from cnnvideo.rpc import net
 log = logging.getLogger(__name__)
 
 
-def _file_id(path: str) -> str:
-    """Identity of a file for cache keys: absolute path, size and mtime (a stream or device: its name)."""
-    from cnnvideo.sources import kind_of
+def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8: bool = False):
+    """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
+    nothing is held out, i.e. fit_fraction 1 or too few frames to spare two)."""
+    from cnnvideo import predict
 
-    if kind_of(path) != "file":
-        return path
-    st = os.stat(path)
-    return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
-
-
-def cache_key(cfg: Config, video: str) -> str:
-    """Hash of everything the fitted predictors depend on."""
-    weights = cfg.weights if cfg.weights in ("imagenet", "random") else _file_id(cfg.weights)
-    key = {
-        "model": cfg.model, "weights": weights, "seed": cfg.seed, "video": _file_id(video),
-        "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "input_threshold": cfg.delta.input_threshold,
-        "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16, "format": 1,
-    }
-    if cfg.precision == "int8":  # inner cuts travel as uint8 values of the calibrated int8 model
-        key.update(precision="int8", calibration=[cfg.calibration_video and _file_id(cfg.calibration_video),
-                                                  cfg.calibration_start, cfg.int8.calibration_stride,
-                                                  cfg.int8.calibration_frames])
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
+    if rec.frames - n_fit < 2:
+        return predict.fit_recorder(rec, graph, fp16=fp16, int8=int8), {}
+    head, held = rec.split(n_fit)
+    preds = predict.fit_recorder(head, graph, fp16=fp16, int8=int8)
+    return preds, predict.validate(preds, held)
 
 
 class TrainerRole:
@@ -48,11 +35,12 @@ class TrainerRole:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.video = cfg.trainer.video or cfg.video
+        self.video = artifacts.training_video(cfg)
         self.server: Optional[net.Server] = None
         self.predictors = None
         self.cached = False
         self.fit_s = 0.0
+        self.validation: Dict[str, float] = {}  # held-out check of a fresh fit (trainer.fit_fraction)
         self.error = ""
         self.frames_done = 0
         self.ready = threading.Event()
@@ -94,7 +82,7 @@ class TrainerRole:
         """Predictors from the on-disk cache, else recorded over the training video and fitted (with progress)."""
         from cnnvideo import predict
 
-        path = self.cfg.cache_path("predictors", "%s-%s.npz" % (self.cfg.model, cache_key(self.cfg, self.video)))
+        path = artifacts.predictor_path(self.cfg)
         if os.path.isfile(path):
             try:
                 p = predict.Predictors.load(path)
@@ -122,12 +110,18 @@ class TrainerRole:
         rec = predict.record_video(graph, self._progress(frames, n), threshold=self.cfg.delta.threshold,
                                    input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16,
                                    quant=quant)
-        p = predict.fit_recorder(rec, graph, fp16=self.cfg.delta.fp16, int8=quant is not None)
+        p, self.validation = fit_holding_out(rec, graph, self.cfg.trainer.fit_fraction, self.cfg.delta.fp16,
+                                             int8=quant is not None)
+        if self.validation:
+            log.info("predictors fitted on %d frames, validated on %d held-out frames: bytes MAPE %.1f%% per cut, "
+                     "%.1f%% per frame", rec.frames + 1 - self.validation["frames"], self.validation["frames"],
+                     100 * self.validation["mape"], 100 * self.validation["mape_total"])
         self.fit_s = time.time() - t0
-        tmp = "%s.%d.tmp" % (path, os.getpid())
+        tmp = artifacts.atomic_tmp(path)
         p.save(tmp)
         os.replace(tmp, path)
-        log.info("fitted predictors for %d cuts on %d frames in %.1f s (cached in %s)", p.n_cuts, n, self.fit_s, path)
+        log.info("fitted predictors for %d cuts on %d frames (%d held out) in %.1f s (cached in %s)", p.n_cuts, n,
+                 int(self.validation.get("frames", 0)), self.fit_s, path)
         return p
 
     def _progress(self, frames, total: int):
@@ -149,13 +143,6 @@ class TrainerRole:
                                 frames_total=self.cfg.trainer.frames, error=self.error)
 
     def matches(self, req: pb.PredictorRequest) -> str:
-        """'' if the request is for the model this trainer fits, else what differs."""
-        if req.model and req.model != self.cfg.model:
-            return "trainer fits %s, request is for %s" % (self.cfg.model, req.model)
-        if req.weights and req.weights != self.cfg.weights:
-            return "trainer uses weights %s, request has %s" % (self.cfg.weights, req.weights)
-        if req.seed != self.cfg.seed:
-            return "trainer uses seed %d, request has %d" % (self.cfg.seed, req.seed)
-        if list(req.frame_size) and list(req.frame_size) != list(self.cfg.frame_size):
-            return "trainer uses frame size %s, request has %s" % (list(self.cfg.frame_size), list(req.frame_size))
-        return ""
+        """'' if the request's settings (cnnvideo.settings.TRAINER_KEYS) are this trainer's, else the first key
+        that differs, with both values."""
+        return settings.refusal(self.cfg, settings.TRAINER_KEYS, "trainer", req.settings)

@@ -31,6 +31,7 @@ class TrainerServicer(pb_grpc.TrainerServicer):
         if self.role.error:
             context.abort(grpc.StatusCode.INTERNAL, "fitting failed: %s" % self.role.error)
         p = self.role.predictors
-        return pb.Predictors(model=self.role.cfg.model, arrays=convert.to_arrays(p.to_arrays()),
-                             meta={"kind": p.kind, "frames": str(self.role.cfg.trainer.frames)},
+        meta = {"kind": p.kind, "frames": str(self.role.cfg.trainer.frames)}
+        meta.update({"validation_" + k: "%.6g" % v for k, v in self.role.validation.items()})
+        return pb.Predictors(model=self.role.cfg.model, arrays=convert.to_arrays(p.to_arrays()), meta=meta,
                              cached=self.role.cached, fit_s=self.role.fit_s)

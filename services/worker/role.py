@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.engines import EngineError, factory_for, ort_available
 from cnnvideo.pacing import pacer_for
@@ -28,17 +29,11 @@ log = logging.getLogger(__name__)
 
 
 def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32") -> str:
-    """Cache file of the worker profile: one per model, frame size, host (its CPU cap is in the compose host
-    name), torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
+    """Cache file of this worker's profile on `engine` (engine-precision, the one that really runs), named by
+    cnnvideo.artifacts."""
     import torch
 
-    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s-p2" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host,
-                                            torch.get_num_threads(), cfg.profile_iters, cfg.delta.threshold,
-                                            cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
-    if engine != "torch-fp32":
-        key += "-" + engine
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return cfg.cache_path("costs", safe + ".npz")
+    return artifacts.profile_path(cfg, host, torch.get_num_threads(), engine)
 
 
 def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=None) -> Tuple[WorkerProfile, bool]:

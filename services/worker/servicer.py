@@ -6,6 +6,7 @@ import queue
 
 import grpc
 
+from cnnvideo import settings
 from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -25,7 +26,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def Info(self, request, context):
         return wire.worker_info(self.role)
 
+    def _refuse_other_settings(self, request, context) -> None:
+        """FAILED_PRECONDITION naming the first key where the request's settings differ from this worker's."""
+        why = settings.refusal(self.role.cfg, settings.WORKER_KEYS, "w%d" % self.role.worker_id, request.settings)
+        if why:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)
+
     def Costs(self, request, context):
+        self._refuse_other_settings(request, context)
         role = self.role
         if request.refresh:
             role.refresh_costs()
@@ -40,6 +48,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                                cfs_quota_s=role.cfs[0], cfs_period_s=role.cfs[1])
 
     def StartRun(self, request, context):
+        self._refuse_other_settings(request, context)
         try:
             self.role.start_run(wire.settings_from_pb(request))
         except ValueError as exc:

@@ -10,7 +10,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 MODES = ("full", "delta")
-SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")
 ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.engines (which imports numpy; config stays light)
 PRECISIONS = ("fp32", "int8")
 ON_ERROR = ("fallback", "stop")
@@ -44,7 +43,7 @@ class TrainerOptions:
 
     video: Optional[str] = None  # None = the run's video
     frames: int = 100
-    fit_fraction: float = 0.8
+    fit_fraction: float = 0.8  # fitted on this share of the frames, validated on the rest (1 = no hold-out)
 
 
 @dataclass
@@ -266,7 +265,7 @@ def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
 
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot; raise ConfigError naming the key."""
-    from . import models  # local import: models pulls in torch
+    from . import models, schedulers  # local import: models pulls in torch
 
     if not cfg.cluster.workers:
         raise ConfigError("config key 'cluster.workers' must list at least one worker address")
@@ -291,8 +290,15 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'frame_size' must be two positive integers, got %r" % (cfg.frame_size,))
     if cfg.mode not in MODES:
         raise ConfigError("config key 'mode' must be one of %s, got %r" % ("|".join(MODES), cfg.mode))
-    if cfg.scheduler not in SCHEDULERS:
-        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(SCHEDULERS), cfg.scheduler))
+    if cfg.scheduler not in schedulers.SCHEDULERS:
+        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(schedulers.SCHEDULERS),
+                                                                             cfg.scheduler))
+    for key in cfg.scheduler_options:
+        try:
+            schedulers.check_options(cfg.scheduler, {key: None})
+        except ValueError:
+            raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
+                              % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
     if cfg.frames < 0:
         raise ConfigError("config key 'frames' must be >= 0 (0 = until a signal), got %r" % cfg.frames)
     if not 0 < cfg.check_share <= 1:

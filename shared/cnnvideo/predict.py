@@ -13,7 +13,6 @@ non-zeros, over the training frames; separately for keyframes). Stored as plain 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -127,6 +126,18 @@ class Recorder:
             if k in self._key and self._key[k][1] > 0:
                 key[k] = self._key[k][0] / self._key[k][1]
         return np.clip(delta, 0.01, 2.0), np.clip(key, 0.01, 2.0)
+
+    def split(self, n: int) -> Tuple["Recorder", "Recorder"]:
+        """(the keyframe and the first n delta frames, the delta frames after them): fit on one, validate on
+        the other (trainer.fit_fraction)."""
+        head, tail = Recorder(), Recorder()
+        for mine, a, b, cut in ((self._delta, head._delta, tail._delta, n), (self._bytes, head._bytes, tail._bytes, n),
+                                (self._model, head._model, tail._model, n), (self._raw, head._raw, tail._raw, n + 1)):
+            for k, v in mine.items():
+                a[k], b[k] = list(v[:cut]), list(v[cut:])
+        head._key = dict(self._key)
+        head.frames, tail.frames = min(n, self.frames), max(self.frames - n, 0)
+        return head, tail
 
     def sizes(self) -> Dict[int, np.ndarray]:
         """{cut: [N] actual bytes per frame} (if recorded)."""
@@ -371,15 +382,17 @@ def record_video(
     return rec
 
 
-def cache_file(cfg) -> str:
-    """Predictor cache path for a Config (trainer writes it, planner/master read it): one file per
-    model, weights, seed, frame size, mode options and training video."""
-    video = cfg.trainer.video or cfg.video
-    name = "%s-%s-s%d-%dx%d-t%g-it%d-%s-%s.npz" % (
-        cfg.model, os.path.basename(cfg.weights), cfg.seed, cfg.frame_size[0], cfg.frame_size[1],
-        cfg.delta.threshold, cfg.delta.input_threshold, "fp16" if cfg.delta.fp16 else "fp32",
-        os.path.splitext(os.path.basename(video))[0])
-    return cfg.cache_path("predictors", name)
+def validate(preds: "Predictors", held: Recorder) -> Dict[str, float]:
+    """Predicted vs actual bytes on frames the predictors were not fitted on: mean |pred - actual| / actual over
+    frames and cuts (`mape`) and of the per-frame total (`mape_total`), and the frame count."""
+    rates, sizes = held.arrays(), held.sizes()
+    if not held.frames or 0 not in rates or not sizes:
+        raise ValueError("no held-out frames with recorded bytes")
+    pred = np.atleast_2d(preds.predict_bytes(rates[0]))
+    actual = np.stack([sizes[k] for k in sorted(sizes)], axis=1)
+    err = np.abs(pred - actual) / np.maximum(actual, 1.0)
+    total = np.abs(pred.sum(axis=1) - actual.sum(axis=1)) / np.maximum(actual.sum(axis=1), 1.0)
+    return {"mape": float(err.mean()), "mape_total": float(total.mean()), "frames": float(held.frames)}
 
 
 def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6,

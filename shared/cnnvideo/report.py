@@ -1,4 +1,6 @@
-"""Run report: report.json (the contract fields) and a self-contained report.html (latency plot, stage Gantt)."""
+"""Run report: RunReport (report.json: the contract fields, a schema version) and a self-contained report.html
+(latency plot, stage Gantt). The master builds and writes it; the launcher, the experiment runner and the soak
+bench read it back with read()."""
 from __future__ import annotations
 
 import html
@@ -6,7 +8,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,97 @@ class StageTotals:
         return out
 
 
+SCHEMA_VERSION = 1  # bump when a field changes meaning; add fields freely (readers keep what they do not know)
+
+
+class ReportError(ValueError):
+    """A report.json that is missing, unreadable, of a newer schema or lacks a contract field."""
+
+
+@dataclass
+class RunReport:
+    """report.json. The fields are contracts (README "Reading the report"); `extra` holds every other field the
+    master adds (cut_names, plan_decisions, per_frame, predicted_*, outputs_frames, ...), in the order added.
+    Reads like the JSON mapping: report["completed"], report.get("retried")."""
+
+    frames: int
+    completed: int
+    lost: int
+    model: str
+    mode: str
+    scheduler: str
+    workers: List[str]
+    throughput_fps: Optional[float]
+    latency_s: Dict[str, Optional[float]]
+    hops: List[Dict[str, Any]]
+    plan: List[List[str]]
+    max_abs_err: Optional[float]
+    wall_s: float
+    stages: Dict[str, Any]
+    plans_used: List[Dict[str, Any]] = field(default_factory=list)
+    extra: Dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The report.json mapping: schema_version, the contract fields in order, then the extra fields."""
+        out: Dict[str, Any] = {"schema_version": self.schema_version}
+        for f in _FIELDS:
+            out[f] = getattr(self, f)
+        for k, v in self.extra.items():
+            if k not in out:
+                out[k] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "RunReport":
+        """The report of a report.json mapping (one without schema_version is version 1, from before it existed)."""
+        if not isinstance(data, dict):
+            raise ReportError("a report must be a JSON object")
+        version = data.get("schema_version", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ReportError("report schema_version %r is newer than this reader's %d" % (version, SCHEMA_VERSION))
+        missing = [f for f in _REQUIRED if f not in data]
+        if missing:
+            raise ReportError("report lacks field %s" % ", ".join(missing))
+        known = {f: data[f] for f in _FIELDS if f in data}
+        extra = {k: v for k, v in data.items() if k not in known and k != "schema_version"}
+        return cls(schema_version=version, extra=extra, **known)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in _FIELDS or key == "schema_version":
+            return getattr(self, key)
+        return self.extra[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in _FIELDS or key == "schema_version":
+            setattr(self, key, value)
+        else:
+            self.extra[key] = value
+
+    def __contains__(self, key: str) -> bool:
+        return key in _FIELDS or key == "schema_version" or key in self.extra
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+_FIELDS = [f for f in RunReport.__dataclass_fields__ if f not in ("extra", "schema_version")]
+_REQUIRED = [f for f in _FIELDS if f != "plans_used"]
+
+
+def read(path: str) -> RunReport:
+    """RunReport of a report.json file; ReportError naming the file if it is unreadable or not a report."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ReportError("cannot read report %s: %s" % (path, exc)) from None
+    try:
+        return RunReport.from_dict(data)
+    except ReportError as exc:
+        raise ReportError("%s: %s" % (path, exc)) from None
+
+
 def build(
     *,
     frames_total: int,
@@ -162,8 +255,8 @@ def build(
     max_abs_err: Optional[float] = None,
     extra: Optional[Dict[str, Any]] = None,
     stages: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
-    """The report.json mapping (contract fields first, then details)."""
+) -> RunReport:
+    """The RunReport of a run (contract fields, then the `extra` details)."""
     done = [r for r in records if r.done_at is not None]
     lat = [r.latency for r in done]
     if done:
@@ -176,32 +269,32 @@ def build(
     for r in records:
         key = ",".join(str(c) for c in r.cuts)
         plans[key] = plans.get(key, 0) + 1
-    report: Dict[str, Any] = {
-        "frames": int(frames_total),
-        "completed": len(done),
-        "lost": int(frames_total) - len(done),
-        "model": model,
-        "mode": mode,
-        "scheduler": scheduler,
-        "workers": list(workers),
-        "throughput_fps": None if throughput is None else round(throughput, 4),
-        "latency_s": latency_summary(lat),
-        "hops": [h.to_dict() for h in hops],
-        "plan": plan_layers,
-        "max_abs_err": max_abs_err,
-        "wall_s": round(wall_s, 3),
-        "stages": stages if stages is not None else stage_summary(spans),
-        "plans_used": [{"cuts": [int(c) for c in k.split(",")], "frames": n} for k, n in plans.items()],
-    }
-    if extra:
-        report.update(extra)
-    return report
+    return RunReport(
+        frames=int(frames_total),
+        completed=len(done),
+        lost=int(frames_total) - len(done),
+        model=model,
+        mode=mode,
+        scheduler=scheduler,
+        workers=list(workers),
+        throughput_fps=None if throughput is None else round(throughput, 4),
+        latency_s=latency_summary(lat),
+        hops=[h.to_dict() for h in hops],
+        plan=plan_layers,
+        max_abs_err=max_abs_err,
+        wall_s=round(wall_s, 3),
+        stages=stages if stages is not None else stage_summary(spans),
+        plans_used=[{"cuts": [int(c) for c in k.split(",")], "frames": n} for k, n in plans.items()],
+        extra=dict(extra or {}),
+    )
 
 
-def write_json(report: Dict[str, Any], path: str) -> str:
+def write_json(report: Any, path: str) -> str:
+    """Write a RunReport (or a report mapping) to `path` atomically (tmp file + rename)."""
+    data = report.to_dict() if isinstance(report, RunReport) else report
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump(report, fh, indent=2, sort_keys=False, default=_json_default)
+        json.dump(data, fh, indent=2, sort_keys=False, default=_json_default)
         fh.write("\n")
     os.replace(tmp, path)
     return path
@@ -254,7 +347,7 @@ def _latency_svg(records: Sequence[FrameRecord], width: int = 900, height: int =
     return "".join(parts)
 
 
-def _gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int = 60, width: int = 1100) -> str:
+def gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int = 60, width: int = 1100) -> str:
     shown = [s for s in spans if s.frame < max_frames and s.actor in actors]
     if not shown:
         return "<p>no stage timings</p>"
@@ -373,7 +466,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{m
         hop_rows,
         _latency_svg(records),
         legend,
-        _gantt_svg(spans, actors),
+        gantt_svg(spans, actors),
     )
     with open(path, "w") as fh:
         fh.write(page)

@@ -1,7 +1,8 @@
 """Schedulers that choose a Plan (cut points) from CostInputs: lbs, edge, cloud, nsc, das, optimal.
 
 Every scheduler has the signature fn(inputs, in_flight=0, delta=True, **options) -> Plan and is
-registered in SCHEDULERS under the names of config.SCHEDULERS; `schedule(name, ...)` dispatches.
+registered in SCHEDULERS (the names a config may use); `schedule(name, ...)` dispatches. OPTIONS lists what a
+config's `scheduler_options` may set, and check_options is the one validator of them (config.validate calls it).
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import config
 from .costmodel import (
     CostInputs,
     Plan,
@@ -457,35 +457,38 @@ SCHEDULERS: Dict[str, Callable[..., Plan]] = {
 
 
 
-# options each scheduler accepts (config `scheduler_options`); anything else is an error naming the key
+# options a config may set per scheduler (`scheduler_options`); anything else is an error naming the key
 OPTIONS: Dict[str, Tuple[str, ...]] = {
     "lbs": (),
     "edge": (),
     "cloud": (),
     "nsc": ("frames", "max_steps"),
-    "das": ("frame_bytes", "prev", "ready", "finished", "now", "group_size", "max_plans"),
+    "das": ("group_size", "max_plans"),
     "optimal": (),
     "adaptive": ("alpha", "gain", "min_samples"),
 }
+# arguments the master's planner passes at run time (per-group state), never set by a config
+RUNTIME_OPTIONS: Dict[str, Tuple[str, ...]] = {"das": ("frame_bytes", "prev", "ready", "finished", "now")}
 
-_missing = [name for name in config.SCHEDULERS if name not in SCHEDULERS or name not in OPTIONS]
+_missing = [name for name in SCHEDULERS if name not in OPTIONS]
 if _missing:
-    raise ImportError("schedulers missing for config.SCHEDULERS: %s" % ", ".join(_missing))
+    raise ImportError("schedulers without an OPTIONS entry: %s" % ", ".join(_missing))
 
 
-def check_options(name: str, options: Dict[str, object]) -> None:
-    """ValueError naming the first option the scheduler does not take."""
+def check_options(name: str, options: Dict[str, object], runtime: bool = False) -> None:
+    """ValueError naming the first option the scheduler does not take (runtime: also allow RUNTIME_OPTIONS)."""
     if name not in SCHEDULERS:
-        raise ValueError("unknown scheduler %r (known: %s)" % (name, ", ".join(sorted(SCHEDULERS))))
+        raise ValueError("unknown scheduler %r (known: %s)" % (name, ", ".join(SCHEDULERS)))
+    allowed = OPTIONS[name] + (RUNTIME_OPTIONS.get(name, ()) if runtime else ())
     for key in options:
-        if key not in OPTIONS[name]:
+        if key not in allowed:
             known = ", ".join(OPTIONS[name]) or "none"
             raise ValueError("scheduler %s has no option %r (options: %s)" % (name, key, known))
 
 
 def schedule(name: str, inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
     """Run the named scheduler with its options (ValueError on an unknown name or option)."""
-    check_options(name, options)
+    check_options(name, options, runtime=True)
     plan = SCHEDULERS[name](inputs, in_flight, delta, **options)
     log.debug("scheduler %s -> %s", name, plan)
     return plan
@@ -701,7 +704,7 @@ def create(name: str, inputs: CostInputs, in_flight: int = 0, delta: bool = True
            frame_nz: Optional[np.ndarray] = None) -> Scheduler:
     """The named scheduler over one run (ValueError on an unknown name or option); `predictors` and
     `frame_nz` ([N, 3] input change rates per frame) let a group scheduler predict each group's sizes."""
-    check_options(name, options or {})
+    check_options(name, options or {}, runtime=True)  # a config's options were checked by config.validate
     return RUNTIME.get(name, Scheduler)(name, inputs, in_flight, delta, options, group_size, predictors, frame_nz)
 
 

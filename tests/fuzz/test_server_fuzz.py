@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.helpers import REPO, base_config, env, write_config
+from tests.integration.helpers import REPO, base_config, env, master_settings, write_config
 
 MAX_MB = 2  # the servers' message limit: oversize payloads are easy to make
 TIMEOUT = 5.0  # deadline of every fuzz call
@@ -54,6 +54,7 @@ class Cluster:
         self.chans = {name: net.channel(a, 16 << 20) for name, a in addrs.items()}
         self.workers = [pb_grpc.WorkerStub(self.chans["w0"]), pb_grpc.WorkerStub(self.chans["w1"])]
         self.trainer = pb_grpc.TrainerStub(self.chans["trainer"])
+        self.settings = master_settings(cfg)  # what a master with this config sends the workers
         self.hwm0 = {}
 
 
@@ -116,7 +117,7 @@ def _valid_frames(c, run_id, n, plan=None):
     k = len(graph.cuts) - 1
     plan = plan or [0, 5, k]
     for s in c.workers:
-        assert s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2), timeout=30).ok
+        assert s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2, settings=c.settings), timeout=30).ok
     results, calls = [], []
 
     def collect():
@@ -282,7 +283,7 @@ def test_fuzz_process(prepared):
     def run(case):
         task, sure_bad = case
         _count("Process")
-        w0.StartRun(pb.RunSetup(run_id="fz", mode="delta", n_workers=2), timeout=TIMEOUT)
+        w0.StartRun(pb.RunSetup(run_id="fz", mode="delta", n_workers=2, settings=c.settings), timeout=TIMEOUT)
         code = _code(w0.Process, task)
         assert code not in BAD, (code, task.run_id, list(task.cuts), task.hop, task.seq, task.payload.cut)
         if sure_bad and code == "OK":
@@ -308,7 +309,8 @@ def test_fuzz_control_rpcs(prepared):
         _count(method)
         stub = w[wid]
         if method == "StartRun":
-            req = pb.RunSetup(run_id=run_id, mode=mode, input_threshold=n, threshold=thr, n_workers=iters % 4)
+            req = pb.RunSetup(run_id=run_id, mode=mode, input_threshold=n, threshold=thr, n_workers=iters % 4,
+                              settings=c.settings)
             code = _code(stub.StartRun, req)
             valid = mode in ("full", "delta") and iters % 4 == 2 and 0 <= n <= 255 and thr >= 0
             assert code != "OK" or valid, (req, code)
@@ -318,10 +320,11 @@ def test_fuzz_control_rpcs(prepared):
             code = _code(stub.Info, pb.Empty())
             assert code == "OK"
         elif method == "Costs":  # refresh re-profiles the model: legitimate, slow, so only its fast path here
-            code = _code(stub.Costs, pb.CostRequest(iters=iters, refresh=False))
+            code = _code(stub.Costs, pb.CostRequest(iters=iters, refresh=False, settings=c.settings))
             assert code == "OK"
         else:
-            stub.StartRun(pb.RunSetup(run_id="ctl", mode="delta", n_workers=2), timeout=TIMEOUT)
+            stub.StartRun(pb.RunSetup(run_id="ctl", mode="delta", n_workers=2, settings=c.settings),
+                          timeout=TIMEOUT)
             code = _code(getattr(stub, method), pb.StreamRequest(run_id=run_id if run_id != "ctl" else "ctl2"))
             assert code == "FAILED_PRECONDITION", code
         assert code not in BAD, (method, code)
@@ -330,26 +333,32 @@ def test_fuzz_control_rpcs(prepared):
 
 
 def test_fuzz_trainer(prepared):
-    """GetPredictors / Status with random requests: the predictors or FAILED_PRECONDITION, never a crash."""
+    """GetPredictors / Status with random settings (a field changed, added or not; the digest right, stale or
+    empty): the predictors exactly when the fields are the trainer's, else FAILED_PRECONDITION, never a crash."""
+    import json
+
     from cnnvideo.rpc import cnnvideo_pb2 as pb
+    from cnnvideo.settings import digest_of
 
     c = prepared
-    model, seed, size = c.cfg.model, c.cfg.seed, list(c.cfg.frame_size)
+    good = dict(master_settings(c.cfg, trainer=True).fields)
 
     @settings(max_examples=400, **SETTINGS)
-    @given(st.sampled_from([model, "", "resnet50", "x" * 1000, "\u2603"]), st.sampled_from(["", "random", "imagenet",
-                                                                                           "/etc/passwd"]),
-           st.sampled_from([seed, -1, 1 << 62]), st.sampled_from([size, [], [0, 0], [-1, 5], [1 << 30] * 5]),
-           st.booleans())
-    def run(m, weights, s, fs, status):
+    @given(st.sampled_from(sorted(good) + ["engine", "\u2603", ""]),
+           st.sampled_from([None, "resnet50", "x" * 1000, "/etc/passwd", -1, 1 << 62, [0, 0], [1 << 30] * 5, 0.5]),
+           st.sampled_from(["right", "stale", "empty"]), st.booleans())
+    def run(key, value, digest, status):
         _count("trainer")
         if status:
             assert _code(c.trainer.Status, pb.Empty()) == "OK"
             return
-        req = pb.PredictorRequest(model=m, weights=weights, seed=s, frame_size=fs)
+        fields = dict(good)
+        if value is not None:
+            fields[key] = json.dumps(value)
+        sent = {"right": digest_of(fields), "stale": digest_of(good), "empty": ""}[digest]
+        req = pb.PredictorRequest(settings=pb.Settings(fields=fields, digest=sent, role="fuzz"))
         code = _code(c.trainer.GetPredictors, req)
-        ok = m in (model, "") and weights in ("", c.cfg.weights) and s == seed and fs in (size, [])
-        assert code == ("OK" if ok else "FAILED_PRECONDITION"), (req, code)
+        assert code == ("OK" if fields == good else "FAILED_PRECONDITION"), (key, value, digest, code)
 
     run()
 

@@ -48,6 +48,19 @@ def base_config(video: str, cache_dir: str, **over) -> Dict[str, Any]:
     return cfg
 
 
+def master_settings(cfg, trainer: bool = False, **change):
+    """The proto Settings a master with Config `cfg` sends (worker keys, or the trainer's), with `change`
+    ({"delta.input_threshold": 2}) applied to the fields (the digest follows them)."""
+    import json as _json
+
+    from cnnvideo import settings
+    from cnnvideo.rpc import convert
+
+    s = settings.of(cfg, settings.TRAINER_KEYS if trainer else settings.WORKER_KEYS, "master")
+    fields = dict(s.fields, **{k: _json.dumps(v) for k, v in change.items()})
+    return convert.settings_to_pb(settings.Settings(fields, "master"))
+
+
 def cnnvideo(args: List[str], timeout: float = 600, cwd: Optional[str] = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cnnvideo"] + args, capture_output=True, text=True, env=env(),
                           timeout=timeout, cwd=cwd or REPO)

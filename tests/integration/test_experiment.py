@@ -1,5 +1,5 @@
-"""`cnnvideo experiment` end to end on a 2-point matrix (lbs vs optimal, 8 small frames) with the local
-backend, so the runner, the summaries and the plots cannot rot without docker."""
+"""`cnnvideo experiment` end to end on a 2-point matrix (lbs vs optimal, 8 small frames, 3 workers from the
+spec) with the local backend, so the runner, the summaries and the plots cannot rot without docker."""
 import csv
 import os
 import subprocess
@@ -22,6 +22,7 @@ def test_two_point_matrix_local(tmp_path, synthetic_video):
         "out": str(tmp_path / "results"),
         "work": str(tmp_path / "work"),
         "frames": 8,
+        "workers": 3,
         "base": {"model": "alexnet", "weights": "random", "video": synthetic_video, "frame_size": [96, 128],
                  "profile_iters": 1, "group_size": 4, "trainer": {"frames": 16},
                  "cache_dir": str(tmp_path / "cache")},
@@ -35,8 +36,10 @@ def test_two_point_matrix_local(tmp_path, synthetic_video):
     out = tmp_path / "results" / "two-point"
     rows = list(csv.DictReader(open(str(out / "results.csv"))))
     assert [r["scheduler"] for r in rows] == ["lbs", "optimal"]
+    assert "bytes_w2_m" in rows[0] and "pred_c2" in rows[0]  # the spec's 3 workers, not an assumed 2
     for r in rows:
         assert int(r["completed"]) == 8 and float(r["fps"]) > 0 and float(r["pred_fps"]) > 0
+        assert float(r["bytes_w1_w2"]) > 0  # the third worker's hop is in the table
         assert float(r["ratio_m_w0"]) < 1.0  # delta mode sends less than dense float32 on the input hop
         assert float(r["max_abs_err"]) == 0.0
     md = (out / "results.md").read_text()
@@ -56,4 +59,7 @@ def test_expand_and_ids():
     assert runs[-1]["id"] == "adaptive_delta_m3_bw3_chgworker0worker1-1-at10"
     cfg = experiment.run_config(spec, runs[1])
     assert cfg["delta"] == {"input_threshold": 2} and cfg["bandwidth"] == [1.0, 1.0] and cfg["frames"] == 5
-    assert experiment._sent_frame("INFO sent frame 11/40 (plan") == 10
+    # the runner plans one trainer/worker configuration per group of runs with equal result-changing settings
+    assert experiment.settings_key(spec, runs[0]) == experiment.settings_key(spec, runs[2])  # full, bw 1 and 3
+    assert experiment.settings_key(spec, runs[1]) != experiment.settings_key(spec, runs[0])  # input threshold 2
+    assert [r["variant"] for r in experiment.grouped(spec, runs)] == ["full", "full", "delta", "t2", "t2"]

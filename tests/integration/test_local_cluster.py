@@ -69,6 +69,7 @@ def test_resnet50_three_workers(tmp_path, synthetic_video, cache_dir, scheduler)
 
 
 def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
+    """Full and delta runs give the same outputs (outputs.npy, every frame: report.json says which frames)."""
     outputs = {}
     for mode in ("full", "delta"):
         data = base_config(synthetic_video, cache_dir, mode=mode, frames=12, scheduler="lbs")
@@ -76,6 +77,7 @@ def test_full_and_delta_agree(tmp_path, synthetic_video, cache_dir):
         _assert_ok(proc, report)
         assert report["mode"] == mode
         assert report["max_abs_err"] <= 1e-4
+        assert report["outputs_frames"] == "all"  # it used to be dropped (set after the report was built)
         outputs[mode] = (np.load(os.path.join(out, "outputs.npy")), report)
     full, rfull = outputs["full"]
     delta, rdelta = outputs["delta"]
@@ -141,7 +143,7 @@ ALL_ROLES = ("local", "master", "trainer")
         ({"video": "/nonexistent/clip.avi"}, "video", ALL_ROLES),
         ({"cluster": {"workers": []}}, "cluster.workers", ALL_ROLES),
         ({"frame_size": [0, 128]}, "frame_size", ALL_ROLES),
-        ({"scheduler_options": {"bogus": 1}}, "scheduler_options.bogus", ("local", "master")),
+        ({"scheduler_options": {"bogus": 1}}, "scheduler_options.bogus", ALL_ROLES),  # config.validate checks it
     ],
 )
 def test_bad_config_fails_before_start(tmp_path, synthetic_video, cache_dir, change, key, roles):

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from .helpers import LocalRun, base_config, write_config
+from .helpers import LocalRun, base_config, master_settings, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,12 +19,12 @@ def _get_predictors(address: str, cfg: dict):
     """What a master would get from the trainer at `address` now."""
     import grpc
 
+    from cnnvideo import config as config_mod
     from cnnvideo.rpc import cnnvideo_pb2 as pb
     from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)]) as chan:
-        req = pb.PredictorRequest(model=cfg["model"], weights=cfg["weights"], seed=cfg.get("seed", 0),
-                                  frame_size=cfg["frame_size"])
+        req = pb.PredictorRequest(settings=master_settings(config_mod.from_dict(cfg), trainer=True))
         return pb_grpc.TrainerStub(chan).GetPredictors(req, timeout=60)
 
 

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from .helpers import REPO, base_config, env, write_config
+from .helpers import REPO, base_config, env, master_settings, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +80,19 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
     cfg, stubs, _ = cluster
     info = stubs[0].Info(pb.Empty(), timeout=30)
     assert len(info.cuts) == 24 and info.model == "alexnet"
-    costs = stubs[1].Costs(pb.CostRequest(), timeout=60)
+    costs = stubs[1].Costs(pb.CostRequest(settings=master_settings(cfg)), timeout=60)
     assert list(costs.seconds.shape) == [23]
     assert list(costs.encode.shape) == [24] and list(costs.decode.shape) == [24] and costs.wall_per_cpu > 0
     assert costs.cfs_quota_s >= 0 and (costs.cfs_quota_s == 0 or costs.cfs_period_s > 0)
-    now = stubs[1].Costs(pb.CostRequest(iters=1, rescale=True), timeout=60)  # rescaled: one factor for all
+    # rescaled: one factor for all
+    now = stubs[1].Costs(pb.CostRequest(iters=1, rescale=True, settings=master_settings(cfg)), timeout=60)
     from cnnvideo.rpc import convert
 
     ratio = convert.from_array(now.seconds) / convert.from_array(costs.seconds)
     assert np.all(np.isfinite(ratio)) and np.ptp(ratio) < 1e-9 * ratio.max() and ratio[0] > 0
     run_id = "plans"
     for s in stubs:
-        s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2), timeout=30)
+        s.StartRun(pb.RunSetup(run_id=run_id, mode="delta", n_workers=2, settings=master_settings(cfg)), timeout=30)
     results, stages, calls = [[], []], [[], []], []
     threads = [threading.Thread(target=_collect, args=(stubs[w], run_id, k, sink[w], calls), daemon=True)
                for w in range(2) for k, sink in (("Results", results), ("Stages", stages))]
@@ -140,7 +141,7 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     from cnnvideo.rpc import net
 
     cfg, stubs, addrs = cluster
-    stubs[0].StartRun(pb.RunSetup(run_id="bad", mode="delta", n_workers=2), timeout=30)
+    stubs[0].StartRun(pb.RunSetup(run_id="bad", mode="delta", n_workers=2, settings=master_settings(cfg)), timeout=30)
     cases = [
         (pb.FrameTask(run_id="nope", cuts=[0, 5, 23], hop=0), grpc.StatusCode.FAILED_PRECONDITION),
         (pb.FrameTask(run_id="bad", cuts=[0, 5], hop=0), grpc.StatusCode.INVALID_ARGUMENT),
@@ -154,7 +155,8 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
             stubs[0].Process(task, timeout=10)
         assert err.value.code() == code, err.value.details()
     with pytest.raises(grpc.RpcError) as err:
-        stubs[0].StartRun(pb.RunSetup(run_id="x", mode="sideways", n_workers=2), timeout=10)
+        stubs[0].StartRun(pb.RunSetup(run_id="x", mode="sideways", n_workers=2, settings=master_settings(cfg)),
+                          timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # garbage payload: refused at once from its headers (nothing queued)
     with pytest.raises(grpc.RpcError) as err:

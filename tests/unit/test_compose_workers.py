@@ -43,3 +43,28 @@ def test_written_compose_file_validates(tmp_path):
     finally:
         os.remove(path)
         os.remove(os.path.join(ROOT, "configs", "compose-w3.yml"))
+
+
+def test_committed_env_and_compose_config_are_in_sync():
+    """configs/compose.yml holds the frames, bandwidth and cpus .env sets (it is generated from .env)."""
+    assert compose_workers.env_drift() == ""
+    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_an_edited_env_is_caught_and_regenerating_fixes_it(tmp_path):
+    """A rate changed in .env alone is reported with the key; --from-env's writer brings the config in line and
+    keeps every other key."""
+    env = tmp_path / ".env"
+    env.write_text(open(os.path.join(ROOT, ".env")).read().replace("HOP1_RATE=3", "HOP1_RATE=1.5"))
+    cfg = tmp_path / "compose.yml"
+    shutil.copy(os.path.join(ROOT, "configs", "compose.yml"), str(cfg))
+    drift = compose_workers.env_drift(str(env), str(cfg))
+    assert drift.startswith("bandwidth:") and "1.5" in drift
+    compose_workers.write_from_env(str(env), str(cfg))
+    assert compose_workers.env_drift(str(env), str(cfg)) == ""
+    before = yaml.safe_load(open(os.path.join(ROOT, "configs", "compose.yml")))
+    after = yaml.safe_load(cfg.read_text())
+    assert after["bandwidth"] == [3.0, 1.5] and {k: v for k, v in after.items() if k != "bandwidth"} == \
+        {k: v for k, v in before.items() if k != "bandwidth"}

@@ -43,6 +43,9 @@ def test_yaml_round_trip(tmp_path, synthetic_video):
         ({"bandwidth": [1, 2, 3]}, "bandwidth"),
         ({"in_flight": -1}, "in_flight"),
         ({"delta": {"input_threshold": 300}}, "delta.input_threshold"),
+        ({"scheduler": "lbs", "scheduler_options": {"zz": 1}}, "scheduler_options.zz"),
+        ({"scheduler": "das", "scheduler_options": {"prev": 1}}, "scheduler_options.prev"),  # run-time state only
+        ({"scheduler": "optimal", "scheduler_options": {"alpha": 0.5}}, "scheduler_options.alpha"),  # adaptive's
     ],
 )
 def test_bad_values_name_the_key(data, key):
@@ -67,3 +70,12 @@ def test_unreadable_or_invalid_yaml(tmp_path):
         config.load(_write(tmp_path, "model: [unclosed\n"))
     with pytest.raises(ConfigError, match="mapping"):
         config.load(_write(tmp_path, "- a list\n"))
+
+
+def test_scheduler_options_each_scheduler_takes_pass():
+    """The options schedulers.OPTIONS lists for a scheduler are accepted (the one list config checks against)."""
+    from cnnvideo.schedulers import OPTIONS
+
+    for name, keys in OPTIONS.items():
+        cfg = config.from_dict({"scheduler": name, "scheduler_options": {k: 1 for k in keys}}, check_files=False)
+        assert set(cfg.scheduler_options) == set(keys)

@@ -166,3 +166,44 @@ def test_record_video_learns_compression_of_a_compressible_clip():
     assert preds.ratio[0] < 0.9
     raw = record_video(g, frames, compress="none")
     assert np.all(np.abs(raw.ratios(len(g.cuts))[0][1:] - 1.0) < 0.2)  # the size model is near-exact uncompressed
+
+
+def _recorded_clip(n=12):
+    import torch
+
+    from cnnvideo.graph import LayerGraph
+    from cnnvideo.predict import record_video
+    from cnnvideo.video import synthetic_frames
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten()).eval()
+    g = LayerGraph.from_model(model, (32, 48))
+    return g, record_video(g, list(synthetic_frames(n, (32, 48), seed=3)))
+
+
+def test_split_keeps_the_keyframe_with_the_head_and_every_delta_frame_once():
+    """Recorder.split(n): the head holds the keyframe's raw rate plus n delta frames, the tail the rest."""
+    _, rec = _recorded_clip(12)
+    head, tail = rec.split(8)
+    assert (head.frames, tail.frames) == (8, 3)
+    for k, v in rec.arrays().items():
+        np.testing.assert_array_equal(np.concatenate([head.arrays()[k], tail.arrays()[k]]), v)
+        assert len(head.sizes()[k]) == 8 and len(tail.sizes()[k]) == 3
+    assert len(head._raw[0]) == 9 and head._key == rec._key
+
+
+def test_trainer_fit_fraction_holds_frames_out_for_validation():
+    """trainer.fit_fraction: the predictors are fitted on the first fraction of the frames only (identical to a fit
+    of that part) and validated on the rest; at 1.0 nothing is held out."""
+    from cnnvideo.predict import fit_recorder, validate
+    from cnnvideo.trainer.role import fit_holding_out
+
+    g, rec = _recorded_clip(12)
+    preds, check = fit_holding_out(rec, g, 0.75)
+    head, held = rec.split(8)  # 12 frames x 0.75 = 9 frames fitted: the keyframe + 8 deltas
+    np.testing.assert_array_equal(preds.predict_bytes(preds.input_nz), fit_recorder(head, g).predict_bytes(
+        preds.input_nz))
+    assert check == validate(preds, held) and check["frames"] == 3 and 0 <= check["mape"] < 10
+    everything, none = fit_holding_out(rec, g, 1.0)
+    assert none == {}
+    np.testing.assert_array_equal(everything.input_nz, fit_recorder(rec, g).input_nz)

@@ -3,7 +3,6 @@ das re-deciding per group from the pipeline's state, adaptive switching plans on
 import numpy as np
 import pytest
 
-from cnnvideo import config
 from cnnvideo.costmodel import CostInputs, random_inputs
 from cnnvideo.schedulers import (
     SCHEDULERS,
@@ -19,7 +18,7 @@ from cnnvideo.schedulers import (
 )
 
 
-@pytest.mark.parametrize("name", sorted(config.SCHEDULERS))
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_every_scheduler_has_an_object_whose_first_plan_is_the_function_s(name):
     """For every configured name, create(name).initial_plan() equals what schedule(name) decides (das: one group
     with no state), and the first decision is logged at frame 0."""

@@ -111,11 +111,10 @@ def run(args) -> int:
     done.set()
     for t in threads:
         t.join(5)
-    report = {}
+    from cnnvideo import report as rpt
+
     path = os.path.join(work, "out", "report.json")
-    if os.path.isfile(path):
-        with open(path) as fh:
-            report = json.load(fh)
+    report = rpt.read(path) if os.path.isfile(path) else {}
     roles = {}
     first_key = "peak_rss_kB_after_warmup" if realtime else "peak_rss_kB_at_frame_%d" % args.at
     for name in sorted(last):

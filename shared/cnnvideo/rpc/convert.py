@@ -58,3 +58,15 @@ def from_arrays(msgs) -> Dict[str, np.ndarray]:
             raise WireError("array name %r repeated" % m.name)
         out[m.name] = from_array(m)
     return out
+
+
+def settings_to_pb(settings) -> pb.Settings:
+    """cnnvideo.settings.Settings -> proto Settings (fields, their digest, who holds them)."""
+    return pb.Settings(digest=settings.digest, fields=dict(settings.fields), role=settings.role)
+
+
+def settings_from_pb(msg: pb.Settings):
+    """(cnnvideo.settings.Settings, the digest it was sent with) from a proto Settings."""
+    from cnnvideo.settings import Settings
+
+    return Settings(dict(msg.fields), msg.role), msg.digest

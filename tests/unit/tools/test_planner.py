@@ -1,5 +1,6 @@
 """`cnnvideo plan` on a tiny config prints every scheduler without any network."""
 import json
+import os
 
 import yaml
 
@@ -52,3 +53,25 @@ def test_plan_rejects_unknown_scheduler_option(tmp_path, synthetic_video, capsys
     path.write_text(yaml.safe_dump({"video": synthetic_video, "scheduler": "lbs", "scheduler_options": {"zz": 1}}))
     assert cli.main(["plan", "-c", str(path)]) == 2
     assert "zz" in capsys.readouterr().err
+
+
+def test_plan_uses_the_predictors_the_trainer_cached(tmp_path, synthetic_video, capsys):
+    """The trainer fits and caches its predictors; `cnnvideo plan` on the same config finds that file (one name,
+    cnnvideo.artifacts) and plans with exactly those predictors instead of fitting its own."""
+    import numpy as np
+
+    from cnnvideo import artifacts, config
+    from cnnvideo.trainer.role import TrainerRole
+
+    path = _config(tmp_path, synthetic_video)
+    with open(path, "a") as fh:
+        fh.write("trainer: {frames: 6}\n")
+    trainer = TrainerRole(config.load(path))
+    fitted = trainer.fit()
+    cache = artifacts.predictor_path(config.load(path))
+    assert os.path.isfile(cache) and not trainer.cached
+    assert cli.main(["plan", "-c", path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["predictors"] == "trainer cache %s" % cache
+    expected = fitted.predict_bytes(fitted.input_nz)
+    assert np.allclose([c["bytes_delta"] for c in data["cuts"]], expected)

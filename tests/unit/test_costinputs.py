@@ -1,8 +1,10 @@
-"""Master planning: how worker profiles, codec times and the network CPU charge become CostInputs."""
+"""cnnvideo.costinputs: how worker profiles, codec times and the network CPU charge become CostInputs (one builder
+for the master and `cnnvideo plan`)."""
 import numpy as np
 
+from cnnvideo.costinputs import build as cost_inputs
+from cnnvideo.costinputs import cpu_model, share_cpu
 from cnnvideo.costmodel import Plan, compute_costs
-from cnnvideo.master.planning import cost_inputs
 
 
 def test_net_cpu_charge_follows_the_hop_bytes():
@@ -28,8 +30,6 @@ def test_cpu_model_bursts_with_one_frame_in_flight_and_charges_network_cpu_other
     more in flight: ns/byte x the worker's wall/CPU ratio, no burst."""
     from types import SimpleNamespace
 
-    from cnnvideo.master.planning import cpu_model
-
     costs = [SimpleNamespace(cfs_quota_s=0.04, cfs_period_s=0.1, wall_per_cpu=2.5),
              SimpleNamespace(cfs_quota_s=0.0, cfs_period_s=0.0, wall_per_cpu=0.0)]
     one = cpu_model(costs, 1, 25.0)
@@ -38,3 +38,23 @@ def test_cpu_model_bursts_with_one_frame_in_flight_and_charges_network_cpu_other
     many = cpu_model(costs, 6, 25.0)
     np.testing.assert_allclose(many["net_s_per_byte"], [62.5e-9, 25e-9])
     assert "burst" not in many
+
+
+def test_share_cpu_matches_what_a_capped_worker_reports():
+    """`plan`'s workers (a CPU share) give cpu_model the figures a worker capped at that share reports: quota =
+    share x the 100 ms period (0 when uncapped), wall/CPU divided by the share."""
+    capped, free = share_cpu(0.4, 1.1), share_cpu(1.5, 1.1)
+    assert abs(capped.cfs_quota_s - 0.04) < 1e-12 and capped.cfs_period_s == 0.1
+    assert abs(capped.wall_per_cpu - 1.1 / 0.4) < 1e-12
+    assert free.cfs_quota_s == 0.0 and abs(free.wall_per_cpu - 1.1) < 1e-12
+    np.testing.assert_allclose(cpu_model([capped, free], 1, 25.0)["burst"], [[0.04, 0.1], [0.0, 0.1]])
+
+
+def test_master_and_plan_use_the_same_builder():
+    """The master plans with the core builder (no second copy), as `cnnvideo plan` does."""
+    from cnnvideo import costinputs
+    from cnnvideo.master import role
+    from cnnvideo.tools import planner
+
+    assert role.cost_inputs is costinputs.build and role.cpu_model is costinputs.cpu_model
+    assert planner.costinputs is costinputs

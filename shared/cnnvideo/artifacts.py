@@ -1,0 +1,70 @@
+"""Where cached artifacts live: the trainer's fitted predictors and each worker's profile.
+
+One owner for both names: the trainer writes `predictor_path(cfg)` and `cnnvideo plan` reads it; a worker
+writes and reads `profile_path(cfg, host)`. Names are under `cache_dir`; writes are atomic (tmp + rename).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict
+
+PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
+PROFILE_FORMAT = 2
+
+
+def file_id(path: str) -> str:
+    """Identity of a file for cache keys: absolute path, size and mtime (a stream, device or pipeline: its name)."""
+    from .sources import kind_of
+
+    if kind_of(path) != "file":
+        return path
+    st = os.stat(path)
+    return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
+
+
+def training_video(cfg: Any) -> str:
+    """The video the trainer plays: `trainer.video`, else the run's video."""
+    return cfg.trainer.video or cfg.video
+
+
+def predictor_key(cfg: Any) -> Dict[str, Any]:
+    """Everything the fitted predictors depend on."""
+    weights = cfg.weights if cfg.weights in ("imagenet", "random") else file_id(cfg.weights)
+    key = {
+        "model": cfg.model, "weights": weights, "seed": cfg.seed, "video": file_id(training_video(cfg)),
+        "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "fit_fraction": cfg.trainer.fit_fraction,
+        "input_threshold": cfg.delta.input_threshold, "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16,
+        "format": PREDICTOR_FORMAT,
+    }
+    if getattr(cfg, "precision", "fp32") == "int8":  # inner cuts travel as uint8 values of the calibrated model
+        key.update(precision="int8", calibration=[cfg.calibration_video and file_id(cfg.calibration_video),
+                                                  cfg.calibration_start, cfg.int8.calibration_stride,
+                                                  cfg.int8.calibration_frames])
+    return key
+
+
+def predictor_path(cfg: Any) -> str:
+    """predictors/<model>-<sha16 of predictor_key>.npz under the cache folder."""
+    digest = hashlib.sha1(json.dumps(predictor_key(cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return cfg.cache_path("predictors", "%s-%s.npz" % (cfg.model, digest))
+
+
+def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") -> str:
+    """costs/<...>.npz: one worker profile per model, frame size, host (its CPU cap is in the compose host name),
+    torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
+    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host, threads,
+                                           cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
+                                           "-fp16" if cfg.delta.fp16 else "")
+    key += "-p%d" % PROFILE_FORMAT
+    if engine != "torch-fp32":
+        key += "-" + engine
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    return cfg.cache_path("costs", safe + ".npz")
+
+
+def atomic_tmp(path: str) -> str:
+    """A temporary name next to `path` (same folder, same extension) to write before os.replace."""
+    root, ext = os.path.splitext(path)
+    return "%s.%d.tmp%s" % (root, os.getpid(), ext)

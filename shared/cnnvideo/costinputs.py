@@ -1,0 +1,68 @@
+"""The one builder of the cost model's inputs, used by the master (from its workers' Costs answers) and by
+`cnnvideo plan` (from a local profile scaled by each worker's CPU share)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from .costmodel import CostInputs, with_network_cpu
+
+log = logging.getLogger(__name__)
+
+CFS_PERIOD_S = 0.1  # the kernel's default CFS period (docker --cpus keeps it)
+
+
+@dataclass
+class WorkerCpu:
+    """How a worker's CPU is capped: what a Costs answer says (SegmentCosts has the same fields)."""
+
+    wall_per_cpu: float = 1.0  # wall/CPU ratio its CPU-clock timings were scaled by (~1/cap)
+    cfs_quota_s: float = 0.0  # CFS quota per period (0 = uncapped)
+    cfs_period_s: float = CFS_PERIOD_S
+
+
+def share_cpu(share: float, wall_per_cpu: float = 1.0) -> WorkerCpu:
+    """A worker given `share` of one core (`cpus:` in the config), profiled locally at `wall_per_cpu`."""
+    share = min(float(share), 1.0)
+    return WorkerCpu(wall_per_cpu / share, share * CFS_PERIOD_S if share < 1 else 0.0, CFS_PERIOD_S)
+
+
+def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Dict[str, Any]:
+    """How the workers' CPU caps shape their stages (WorkerCpu-like objects, one per worker): with one frame in
+    flight a worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its network CPU
+    is spent while it waits for the transfer (no charge); with more, its network CPU competes with its compute
+    (`net_s_per_byte` = ns/byte x its wall/CPU ratio) and it rarely idles (the fluid time)."""
+    if in_flight == 1:
+        return {"burst": np.array([[c.cfs_quota_s, c.cfs_period_s] for c in cpus], dtype=np.float64)}
+    ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)
+    return {"net_s_per_byte": ratio * net_ns_per_byte * 1e-9}
+
+
+def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
+          input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
+          decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
+          delta_mode: bool = True, burst: Optional[np.ndarray] = None) -> CostInputs:
+    """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
+    input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
+    worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
+    the network path takes from it), or [W, 2] CFS bursts (see cpu_model)."""
+    dense = np.asarray(dense, dtype=np.float64)
+    if predictors is not None and predictors.n_cuts == dense.size:
+        full = np.asarray(predictors.full_bytes(), dtype=np.float64)
+        if input_nz is not None:
+            delta = np.asarray(predictors.predict_bytes(np.asarray(input_nz, dtype=np.float64)), dtype=np.float64)
+        else:
+            delta = full
+    else:
+        if predictors is not None:
+            log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
+        full = delta = dense
+    inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
+                        bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
+                        encode_time=encode_time, decode_time=decode_time, burst=burst)
+    if net_s_per_byte is not None:
+        inputs = with_network_cpu(inputs, net_s_per_byte, delta_mode)
+    return inputs

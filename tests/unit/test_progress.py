@@ -1,0 +1,50 @@
+"""cnnvideo.progress: the master's progress.json, rewritten atomically, read back by tools."""
+import json
+import os
+import threading
+
+from cnnvideo import progress
+
+
+def test_update_rewrites_the_file_and_read_gets_it_back(tmp_path):
+    """Every update() leaves a complete JSON file (no tmp left over); read() returns the same counters."""
+    folder = str(tmp_path / "out")
+    pf = progress.ProgressFile(folder, 40, "run1")
+    assert progress.read(folder) is None
+    pf.update(state="running", sent=11, completed=7)
+    p = progress.read(folder)
+    assert (p.frames, p.run_id, p.state, p.sent, p.completed, p.dropped) == (40, "run1", "running", 11, 7, 0)
+    assert p.version == progress.VERSION and p.updated_at > 0
+    assert os.listdir(folder) == [progress.FILENAME]
+
+
+def test_concurrent_updates_never_leave_a_partial_file(tmp_path):
+    """Result and send threads update at once: a reader always sees valid JSON with a count one of them wrote."""
+    folder = str(tmp_path)
+    pf = progress.ProgressFile(folder, 1000)
+    pf.update()
+    seen, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            with open(os.path.join(folder, progress.FILENAME)) as fh:
+                seen.append(json.load(fh)["sent"])  # raises on a torn write
+
+    t = threading.Thread(target=reader)
+    t.start()
+    writers = [threading.Thread(target=lambda k=k: [pf.update(sent=i) for i in range(k, 300, 3)]) for k in range(3)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    stop.set()
+    t.join()
+    assert seen and all(0 <= s < 300 for s in seen)
+
+
+def test_read_ignores_what_is_not_a_progress_file(tmp_path):
+    """Garbage or a foreign JSON shape reads as no progress, never an exception."""
+    (tmp_path / progress.FILENAME).write_text("{not json")
+    assert progress.read(str(tmp_path)) is None
+    (tmp_path / progress.FILENAME).write_text('{"unrelated": 1}')
+    assert progress.read(str(tmp_path)) is None

@@ -1,0 +1,57 @@
+"""cnnvideo.report.RunReport: the typed report.json every consumer writes and reads (schema version, contract
+field names kept)."""
+import json
+
+import pytest
+
+from cnnvideo import report as rpt
+
+# README "Reading the report": these names are contracts
+CONTRACT = ("frames", "completed", "lost", "model", "mode", "scheduler", "workers", "throughput_fps", "latency_s",
+            "hops", "plan", "max_abs_err", "wall_s", "stages")
+
+
+def _built():
+    recs = [rpt.FrameRecord(f, [0, 3, 5], sent_at=f * 0.1, done_at=f * 0.1 + 0.05, status="completed")
+            for f in range(4)]
+    hop = rpt.HopStats("m->w0")
+    hop.add(100, 1000, 0.01, True)
+    return rpt.build(frames_total=5, records=recs, hops=[hop], spans=[], model="alexnet", mode="delta",
+                     scheduler="das", workers=["a:1", "b:2"], plan_layers=[["conv1"], ["fc"]], wall_s=1.0,
+                     max_abs_err=0.0, extra={"retried": 0, "cut_names": ["input", "x", "out"], "outputs_frames": "all"})
+
+
+def test_write_then_read_gives_the_same_report_with_every_contract_field(tmp_path):
+    """build -> write_json -> read round-trips; the JSON keeps every contract field name, plus schema_version and
+    the extra fields (outputs_frames among them)."""
+    report = _built()
+    path = str(tmp_path / "report.json")
+    rpt.write_json(report, path)
+    data = json.load(open(path))
+    assert data["schema_version"] == rpt.SCHEMA_VERSION and list(data)[1:len(CONTRACT) + 1] == list(CONTRACT)
+    assert data["outputs_frames"] == "all" and data["lost"] == 1 and data["hops"][0]["name"] == "m->w0"
+    back = rpt.read(path)
+    assert back == report and back.to_dict() == data
+    assert back["completed"] == 4 and back.get("retried") == 0 and back.get("nope", 7) == 7 and "cut_names" in back
+
+
+def test_a_report_from_before_the_schema_version_reads_as_version_1(tmp_path):
+    """Reports written before RunReport existed (no schema_version, no plans_used) still read."""
+    data = _built().to_dict()
+    del data["schema_version"], data["plans_used"]
+    back = rpt.RunReport.from_dict(data)
+    assert back.schema_version == 1 and back.plans_used == [] and back.extra["cut_names"][0] == "input"
+
+
+def test_newer_schema_missing_fields_and_garbage_are_refused(tmp_path):
+    """A newer schema, a missing contract field or a non-report file: ReportError naming what is wrong."""
+    data = _built().to_dict()
+    with pytest.raises(rpt.ReportError, match="newer"):
+        rpt.RunReport.from_dict(dict(data, schema_version=rpt.SCHEMA_VERSION + 1))
+    del data["latency_s"]
+    with pytest.raises(rpt.ReportError, match="latency_s"):
+        rpt.RunReport.from_dict(data)
+    bad = tmp_path / "report.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(rpt.ReportError, match="report.json"):
+        rpt.read(str(bad))

@@ -1,0 +1,277 @@
+"""One results row per run from its report.json, and the tables (CSV, Markdown) of an experiment."""
+from __future__ import annotations
+
+import csv
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")  # table order
+
+
+def hop_names(n: int) -> List[str]:
+    """The hops of an n-worker chain in order: m->w0, w0->w1, ..., w<n-1>->m."""
+    return ["m->w0"] + ["w%d->w%d" % (w, w + 1) for w in range(n - 1)] + ["w%d->m" % (n - 1)]
+
+
+def stage_labels(n: int) -> List[str]:
+    """The cost model's stages of an n-worker chain: t0, c0, t1, c1, ... (transfer into / work on worker i)."""
+    return [x for w in range(n) for x in ("t%d" % w, "c%d" % w)]
+
+
+def n_of(report: Dict[str, Any]) -> int:
+    """Workers of a run, from its report (2 when it does not say)."""
+    return len(report.get("workers") or []) or 2
+
+
+def hop(report: Dict[str, Any], name: str) -> Dict[str, Any]:
+    for h in report.get("hops") or []:
+        if h.get("name") == name:
+            return h
+    return {}
+
+
+def measured_stages(report: Dict[str, Any]) -> List[Optional[float]]:
+    """Mean seconds per frame of the cost model's stages: [transfer into w0, work on w0, transfer into w1, ...,
+    work on the last worker (+ result transfer)], from hop totals and the workers' decode + compute + encode
+    spans."""
+    st = report.get("stages") or {}
+    frames = max(int(report.get("completed") or 0), 1)
+
+    def comp(actor: str) -> float:
+        spans = st.get(actor) or {}
+        return sum(float((spans.get(name) or {}).get("total_s", 0.0)) for name in ("decode", "compute", "encode")) \
+            / frames
+
+    n = n_of(report)
+    names = hop_names(n)
+    res = sum(float(hop(report, "w%d->m" % w).get("transfer_s", 0.0)) for w in range(n)) / frames
+    out: List[Optional[float]] = []
+    for w in range(n):
+        out += [float(hop(report, names[w]).get("transfer_s", 0.0)) / frames, comp("w%d" % w)]
+    out[-1] += res
+    return out
+
+
+def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: int) -> Optional[float]:
+    """The cost model's pipeline recurrence fed with the run's own measured mean stage costs (so it checks the
+    timing model, not the profile): frames / simulated makespan."""
+    from cnnvideo.costmodel import simulate
+
+    if frames <= 0 or any(c is None for c in stage_s):
+        return None
+    costs = [[float(c) for c in stage_s]] * frames
+    done = simulate(costs, in_flight)
+    span = float(done[-1, -1])
+    return round(frames / span, 4) if span > 0 else None
+
+
+def steady_ratio(report: Dict[str, Any], name: str, actor: str) -> Optional[float]:
+    """Bytes sent / dense float32 on a hop over frames 1.. (frame 0 is always a keyframe), from the send spans."""
+    h = hop(report, name)
+    if not h.get("messages") or not h.get("bytes_dense"):
+        return None
+    dense = float(h["bytes_dense"]) / float(h["messages"])
+    sent = [int(b) for f, a, st, _, _, b in report.get("spans") or [] if a == actor and st == "send" and int(f) > 0]
+    if not sent or dense <= 0:
+        return None
+    return round(sum(sent) / (dense * len(sent)), 4)
+
+
+def after_change_fps(report: Dict[str, Any], frame: int) -> Optional[float]:
+    """Frames per second over the frames sent at or after `frame` (finish of frame-1 to the last finish)."""
+    times = sorted((t["frame"], t["done_s"]) for t in report.get("times") or [] if t.get("done_s") is not None)
+    before = [d for f, d in times if f < frame]
+    after = [d for f, d in times if f >= frame]
+    if not before or len(after) < 2:
+        return None
+    t0 = max(before)
+    span = max(after) - t0
+    return len(after) / span if span > 0 else None
+
+
+def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seconds: float) -> Dict[str, Any]:
+    """One results row from a run's settings and its report.json (None if the run failed)."""
+    row: Dict[str, Any] = {"id": r["id"], "scheduler": r["scheduler"], "variant": r["variant"],
+                           "in_flight": int(r["in_flight"]), "bandwidth": r["bandwidth"], "frames": int(r["frames"]),
+                           "exit": rc, "run_s": round(seconds, 1)}
+    if not report:
+        row["error"] = "no report"
+        return row
+    fps = report.get("throughput_fps")
+    pred = report.get("predicted_fps")
+    row.update({
+        "mode": report.get("mode"),
+        "completed": report.get("completed"),
+        "fps": fps,
+        "s_per_frame": round(1.0 / fps, 4) if fps else None,
+        "latency_mean_s": (report.get("latency_s") or {}).get("mean"),
+        "pred_fps": pred,
+        "model_err": round(fps / pred - 1.0, 4) if fps and pred else None,
+        "cuts": "-".join(str(c) for c in report.get("cuts") or []),
+        "cut_names": "|".join(report.get("cut_names") or []),
+        "plans": len(report.get("plan_decisions") or []),
+        "max_abs_err": report.get("max_abs_err"),
+        "error": report.get("error"),
+    })
+    n = n_of(report)
+    for name in hop_names(n):
+        h = hop(report, name)
+        key = name.replace("->", "_")
+        row["bytes_" + key] = h.get("bytes_sent")
+        row["ratio_" + key] = None if h.get("ratio") is None else round(h["ratio"], 4)
+        row["MBps_" + key] = h.get("effective_MBps")
+    for w, name in enumerate(hop_names(n)[:-1]):
+        row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, "m" if w == 0 else "w%d" % (w - 1))
+    pst = report.get("predicted_stage_s") or []
+    mst = measured_stages(report)
+    row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]))
+    row["recur_err"] = round(fps / row["recur_fps"] - 1.0, 4) if fps and row["recur_fps"] else None
+    for i, label in enumerate(stage_labels(n)):
+        p = pst[i] if i < len(pst) else None
+        m = mst[i]
+        row["pred_" + label] = p
+        row["meas_" + label] = None if m is None else round(m, 5)
+    if r.get("change"):
+        at = int(r["change"].get("after_frame", 0))
+        row["fps_after_change"] = after_change_fps(report, at + 1)
+        row["fps_before_change"] = _fps_window(report, 1, at)
+        dec = [d for d in report.get("plan_decisions") or [] if d["from_frame"] > at]
+        row["replanned_at_frame"] = dec[0]["from_frame"] if dec else None
+    return row
+
+
+def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
+    times = {t["frame"]: t["done_s"] for t in report.get("times") or [] if t.get("done_s") is not None}
+    if lo - 1 not in times or hi not in times or hi <= lo - 1:
+        return None
+    span = times[hi] - times[lo - 1]
+    return (hi - lo + 1) / span if span > 0 else None
+
+
+COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
+           "latency_mean_s", "pred_fps", "model_err", "recur_fps", "recur_err", "cuts", "cut_names", "plans",
+           "max_abs_err",
+           "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
+           "ratio_w1_m",
+           "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
+           "meas_c1", "fps_before_change", "fps_after_change", "replanned_at_frame", "exit", "run_s", "error"]
+
+
+def columns(n: int = 2) -> List[str]:
+    """CSV columns of an n-worker experiment (COLUMNS for 2)."""
+    if n == 2:
+        return list(COLUMNS)
+    hops = [h.replace("->", "_") for h in hop_names(n)]
+    per_hop = [p + h for h in hops for p in ("bytes_", "ratio_")] + ["steady_" + h for h in hops[:-1]] + \
+        ["MBps_" + h for h in hops[:-1]]
+    stages = [p + x for x in stage_labels(n) for p in ("pred_", "meas_")]
+    head = COLUMNS[:COLUMNS.index("bytes_m_w0")]
+    tail = COLUMNS[COLUMNS.index("fps_before_change"):]
+    return head + per_hop + stages + tail
+
+
+def write_csv(rows: Sequence[Dict[str, Any]], path: str, n: int = 2) -> None:
+    cols = columns(n)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _cell(row.get(k)) for k in cols})
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return "%.4g" % v
+    if isinstance(v, (list, tuple)):
+        return "-".join("%g" % x for x in v)
+    return "" if v is None else v
+
+
+def _fmt(v: Any, spec: str = "%.3g") -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, float):
+        return spec % v
+    if isinstance(v, (list, tuple)):
+        return "-".join("%g" % x for x in v)
+    return str(v)
+
+
+def md_table(rows: Sequence[Dict[str, Any]], cols: Sequence[Tuple[str, str]]) -> str:
+    out = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        out.append("| " + " | ".join(_fmt(row.get(k)) for k, _ in cols) + " |")
+    return "\n".join(out)
+
+
+def _median(values: Sequence[float]) -> float:
+    data = sorted(values)
+    n = len(data)
+    return data[n // 2] if n % 2 else 0.5 * (data[n // 2 - 1] + data[n // 2])
+
+
+def ratios_vs(rows: Sequence[Dict[str, Any]], base: str = "lbs") -> List[Dict[str, Any]]:
+    """Per (variant, bandwidth, in_flight): every scheduler's fps, the best one and its ratio to `base`."""
+    lists: Dict[tuple, Dict[str, List[float]]] = {}
+    for row in rows:
+        if row.get("fps") and not row.get("id", "").count("_chg"):
+            key = (row["variant"], _fmt(row["bandwidth"]), row["in_flight"])
+            lists.setdefault(key, {}).setdefault(row["scheduler"], []).append(float(row["fps"]))
+    # repeats of a run: the median fps
+    groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {
+        key: {name: {"scheduler": name, "fps": _median(v), "n": len(v)} for name, v in g.items()}
+        for key, g in lists.items()}
+    out = []
+    for key in sorted(groups, key=lambda k: (k[0], float(k[1].split("-")[0]), k[2])):
+        g = groups[key]
+        best = max(g.values(), key=lambda r: r["fps"])
+        entry: Dict[str, Any] = {"variant": key[0], "bandwidth": key[1], "in_flight": key[2],
+                                 "best": best["scheduler"], "best_fps": best["fps"],
+                                 "repeats": max(r["n"] for r in g.values())}
+        for name, r in g.items():
+            entry["fps_" + name] = r["fps"]
+        if base in g:
+            entry["best_vs_" + base] = round(best["fps"] / g[base]["fps"], 3)
+            if "optimal" in g:
+                entry["optimal_vs_" + base] = round(g["optimal"]["fps"] / g[base]["fps"], 3)
+            for name in ("das", "adaptive"):
+                if name in g:
+                    entry[name + "_vs_" + base] = round(g[name]["fps"] / g[base]["fps"], 3)
+        out.append(entry)
+    return out
+
+
+def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for variant in sorted({r["variant"] for r in rows}):
+        rs = [r for r in rows if r["variant"] == variant]
+        entry: Dict[str, Any] = {"variant": variant, "n": len(rs)}
+        for k in ("ratio_m_w0", "steady_m_w0", "ratio_w0_w1", "steady_w0_w1", "ratio_w1_m"):
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            entry[k] = sum(vals) / len(vals) if vals else None
+        errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
+        entry["max_abs_err"] = max(errs) if errs else None
+        out.append(entry)
+    return out
+
+
+def model_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    def stats(name: str, rs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        errs = [abs(r["model_err"]) for r in rs if r.get("model_err") is not None]
+        entry: Dict[str, Any] = {"group": name, "n": len(errs)}
+        entry["mean_abs_err"] = sum(errs) / len(errs) if errs else None
+        entry["within_15"] = sum(e <= 0.15 for e in errs) / len(errs) if errs else None
+        rec = [abs(r["recur_err"]) for r in rs if r.get("recur_err") is not None]
+        entry["recur_mean_abs_err"] = sum(rec) / len(rec) if rec else None
+        entry["recur_within_15"] = sum(e <= 0.15 for e in rec) / len(rec) if rec else None
+        for label in ("t0", "c0", "t1", "c1"):
+            pairs = [(r.get("pred_" + label), r.get("meas_" + label)) for r in rs]
+            pairs = [(p, m) for p, m in pairs if p and m is not None and p > 1e-4]
+            entry[label] = (sum(m / p - 1 for p, m in pairs) / len(pairs)) if pairs else None
+        return entry
+
+    out = [stats("all", rows)]
+    for s in [s for s in SCHEDULERS if any(r["scheduler"] == s for r in rows)]:
+        out.append(stats(s, [r for r in rows if r["scheduler"] == s]))
+    for v in sorted({r["variant"] for r in rows}):
+        out.append(stats(v, [r for r in rows if r["variant"] == v]))
+    return out
