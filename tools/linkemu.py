@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from cnnvideo import tcrules
 from cnnvideo.config import Config, ConfigError
+from cnnvideo.profiling import own_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -198,18 +199,6 @@ def role_shares(cfg: Config) -> Dict[str, float]:
     return out
 
 
-def _own_cgroup(version: int) -> str:
-    try:
-        with open("/proc/self/cgroup") as fh:
-            for line in fh:
-                _, controllers, path = line.strip().split(":", 2)
-                if (version == 2 and controllers == "") or (version == 1 and "cpu" in controllers.split(",")):
-                    return path.lstrip("/")
-    except (OSError, ValueError):
-        pass
-    return ""
-
-
 class CpuCaps:
     """One cgroup per capped role under this process's cgroup; children join theirs as they start."""
 
@@ -237,7 +226,7 @@ class CpuCaps:
         name = "cnnvideo-%d" % os.getpid()
         v2 = os.path.isfile(os.path.join(root, "cgroup.controllers"))
         if v2:
-            own = os.path.join(root, _own_cgroup(2))
+            own = os.path.join(root, own_cgroup(2))
             with open(os.path.join(own, "cgroup.subtree_control"), "w") as fh:
                 fh.write("+cpu")
             self.base = os.path.join(own, name)
@@ -249,7 +238,7 @@ class CpuCaps:
                        None)
             if cpu is None:
                 raise OSError("no cpu controller under %s" % root)
-            self.base = os.path.join(cpu, _own_cgroup(1), name)
+            self.base = os.path.join(cpu, own_cgroup(1), name)
             os.mkdir(self.base)
         for role, share in self.shares.items():
             path = os.path.join(self.base, role)

@@ -56,7 +56,7 @@ class WorkerProfile:
         return out
 
 
-def _own_cgroup(version: int) -> str:
+def own_cgroup(version: int) -> str:
     """This process's cgroup path (v2 unified, or v1 cpu hierarchy) from /proc/self/cgroup; '' if unknown."""
     try:
         with open("/proc/self/cgroup") as fh:
@@ -74,12 +74,12 @@ def cfs_quota(root: str = "/sys/fs/cgroup") -> Tuple[float, float]:
     process's own cgroup (as `cnnvideo local` caps roles) and else at the root (a container's view); (0, 0)
     when uncapped or unreadable."""
     for v1_dir in ("cpu", "cpu,cpuacct"):
-        own = _own_cgroup(1)
+        own = own_cgroup(1)
         if own and root == "/sys/fs/cgroup":
             got = _cfs_v1(os.path.join(root, v1_dir, own))
             if got is not None:
                 return got
-    own2 = _own_cgroup(2)
+    own2 = own_cgroup(2)
     if own2 and root == "/sys/fs/cgroup" and os.path.isfile(os.path.join(root, own2, "cpu.max")):
         return _cfs_at(os.path.join(root, own2))
     return _cfs_at(root)
