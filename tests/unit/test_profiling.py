@@ -104,7 +104,8 @@ def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_secon
     g = _graph()
     prof = profile_worker(g, iters=2)
     assert prof.reference > 0 and abs(prof.reference - prof.seconds.sum()) < 1e-12  # torch fp32: the same
-    fast = WorkerProfile(prof.seconds / 1000, prof.encode, prof.decode, prof.wall_per_cpu, reference=prof.reference * 20)
+    fast = WorkerProfile(prof.seconds / 1000, prof.encode, prof.decode, prof.wall_per_cpu,
+                         reference=prof.reference * 20)
     out, factor = rescale(fast, g, passes=3)
     assert 0 < factor < 1  # against the 20x inflated torch reference, not against seconds / 1000
     np.testing.assert_allclose(out.seconds, fast.seconds * factor)
