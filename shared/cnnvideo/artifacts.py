@@ -11,7 +11,7 @@ import os
 from typing import Any, Dict
 
 PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
-PROFILE_FORMAT = 2
+PROFILE_FORMAT = 3  # 3: profiles keep the torch pass they were scaled from (`reference`, for rescale)
 
 
 def file_id(path: str) -> str:
