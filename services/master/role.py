@@ -10,7 +10,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -270,7 +270,7 @@ class MasterRole:
         try:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
-            self.links.start_run(self._setup_msg(0))
+            self.links.start_run(self._setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
             self.links.open_streams(self.run_id, 0, self._read_results, self._read_stages)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
@@ -285,10 +285,14 @@ class MasterRole:
         self._close_run()
         return self._finish(wall)
 
-    def _setup_msg(self, gen: int) -> pb.RunSetup:
+    def _setup_msg(self, gen: int, warm_cuts: Sequence[int] = ()) -> pb.RunSetup:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=self.cfg.delta.input_threshold,
                            threshold=self.cfg.delta.threshold, fp16=self.cfg.delta.fp16, n_workers=self.W,
-                           generation=gen, settings=self._settings(settings.WORKER_KEYS))
+                           generation=gen, settings=self._settings(settings.WORKER_KEYS), warm_cuts=list(warm_cuts))
+
+    def _first_plan(self) -> List[int]:
+        """The cuts of the scheduler's first plan (the workers build those stages before the run), [] if none."""
+        return list(self.scheduler.initial_plan().cuts) if self.scheduler is not None else []
 
     def _settings(self, keys) -> pb.Settings:
         """The master's settings that change results, for a request (a role whose own differ refuses it)."""
