@@ -53,7 +53,9 @@ from .spec import ExperimentError, expand, grouped, load_spec, n_workers, run_co
 from .summary import (
     SCHEDULERS,
     bytes_summary,
+    criteria,
     cut_summary,
+    engine_table,
     md_table,
     model_summary,
     ratios_vs,
@@ -146,6 +148,29 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                           ("recur_within_15", "recurrence within 15%"), ("t0", "t0 err"),
                                           ("c0", "c0 err"),
                                           ("t1", "t1 err"), ("c1", "c1 err")]) + "\n\n")
+    crit = criteria(ok)
+    if crit:
+        md.write("## Cost model criteria (issue 12)\n\n")
+        md.write("Per group: runs whose predicted fps is within 10%% of the measured one (`pred err` = predicted / "
+                 "measured - 1; worst shown), and `optimal`'s fps over the best scheduler's (at least 0.95 "
+                 "asked). %d of %d groups meet the first, %d of %d the second.\n\n"
+                 % (sum(c["model_ok"] for c in crit), len(crit), sum(c["optimal_ok"] for c in crit), len(crit)))
+        md.write(md_table(crit, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                 ("runs", "runs"), ("within", "within 10%"), ("worst_err", "worst |pred err|"),
+                                 ("best", "best"), ("best_fps", "best fps"), ("optimal_vs_best", "optimal/best"),
+                                 ("model_ok", "model ok"), ("optimal_ok", "optimal ok")]) + "\n\n")
+    engines = engine_table(ok)
+    if len({e["variant"] for e in engines}) > 1 and any("vs_torch" in e for e in engines):
+        md.write("## Engines against torch (best scheduler of each)\n\n")
+        md.write("`vs torch` = the variant's best fps / torch's best fps in the same (MB/s, in flight); kB per frame "
+                 "and bytes / dense float32 on each hop of that best run; max abs error of the outputs and top-1 "
+                 "agreement with the unsplit torch fp32 model over all the variant's runs of the group.\n\n")
+        md.write(md_table(engines, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                    ("best", "best"), ("best_fps", "fps"), ("vs_torch", "vs torch"),
+                                    ("cuts", "cuts"), ("engines", "engines ran"), ("kB_m_w0", "m->w0 kB"),
+                                    ("kB_w0_w1", "w0->w1 kB"), ("ratio_w0_w1", "w0->w1 ratio"),
+                                    ("kB_w1_m", "w1->m kB"), ("max_abs_err", "max abs err"),
+                                    ("top1_agreement", "top-1 agreement")]) + "\n\n")
     chg = [r for r in rows if "_chg" in r["id"]]
     if chg:
         md.write("## Mid-run rate change\n\n")
@@ -154,6 +179,7 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                 ("cuts", "main plan"), ("plans", "plans used")]) + "\n\n")
     md.write("## All runs\n\n")
     md.write(md_table(rows, [("id", "run"), ("fps", "fps"), ("pred_fps", "pred fps"), ("model_err", "model err"),
+                             ("pred_err", "pred err"),
                              ("recur_err", "recur err"),
                              ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
                              ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"),
