@@ -54,6 +54,7 @@ from .summary import (
     SCHEDULERS,
     bytes_summary,
     criteria,
+    cut_summary,
     engine_table,
     md_table,
     model_summary,
@@ -122,7 +123,20 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write(md_table(bytes_summary(ok), [("variant", "variant"), ("ratio_m_w0", "m->w0 all"),
                                           ("steady_m_w0", "m->w0 steady"), ("ratio_w0_w1", "w0->w1 all"),
                                           ("steady_w0_w1", "w0->w1 steady"), ("ratio_w1_m", "w1->m"),
-                                          ("max_abs_err", "max abs output error"), ("n", "runs")]) + "\n\n")
+                                          ("max_abs_err", "max abs output error"),
+                                          ("top1_min", "lowest top-1 agreement"), ("n", "runs")]) + "\n\n")
+    cuts = cut_summary(ok)
+    if cuts:
+        md.write("## Bytes per hop at each cut chosen\n\n")
+        md.write("Per variant and the tensor w0->w1 carries (the main plan's cut): dense = float32 bytes per frame; "
+                 "steady ratio and bytes per frame over frames 1.. (mean over the runs that chose the cut); "
+                 "top-1 agreement = share of frames whose top-1 equals the unsplit full-precision model's (lowest "
+                 "among those runs; `check: true`).\n\n")
+        md.write(md_table(cuts, [("variant", "variant"), ("cut", "w0->w1 cut"), ("runs", "runs"),
+                                 ("dense_w0_w1", "w0->w1 dense B"), ("steady_w0_w1", "w0->w1 ratio"),
+                                 ("bytes_frame_w0_w1", "w0->w1 B/frame"), ("steady_m_w0", "m->w0 ratio"),
+                                 ("bytes_frame_m_w0", "m->w0 B/frame"), ("ratio_w1_m", "w1->m ratio"),
+                                 ("max_abs_err", "max abs err"), ("top1_min", "top-1 agreement")]) + "\n\n")
     md.write("## Cost model accuracy\n\n")
     md.write("`fps err` = measured / predicted - 1 with the profiled compute and configured bandwidth (what the "
              "schedulers see); `recurrence` = the same pipeline recurrence fed with the run's measured mean stage "
@@ -168,7 +182,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                              ("pred_err", "pred err"),
                              ("recur_err", "recur err"),
                              ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
-                             ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"), ("pred_t0", "t0 p"),
+                             ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"),
+                             ("top1_agreement", "top-1 agr"), ("pred_t0", "t0 p"),
                              ("meas_t0", "t0 m"), ("pred_c0", "c0 p"), ("meas_c0", "c0 m"), ("pred_t1", "t1 p"),
                              ("meas_t1", "t1 m"), ("pred_c1", "c1 p"), ("meas_c1", "c1 m"), ("exit", "exit")]))
     md.write("\n\nPlots: [results.html](results.html) (throughput, latency, bytes, model accuracy, Gantt chart).\n")

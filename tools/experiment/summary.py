@@ -112,6 +112,7 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         "plans": len(report.get("plan_decisions") or []),
         "max_abs_err": report.get("max_abs_err"),
         "top1_agreement": report.get("top1_agreement"),
+        "top5_overlap": report.get("top5_overlap"),
         "engines_ran": "|".join(sorted({e for w in report.get("engines") or [] for e in w.get("ran") or []})),
         "error": report.get("error"),
     })
@@ -124,6 +125,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         row["MBps_" + key] = h.get("effective_MBps")
     for w, name in enumerate(hop_names(n)[:-1]):
         row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, "m" if w == 0 else "w%d" % (w - 1))
+        h = hop(report, name)
+        if h.get("messages") and h.get("bytes_dense"):
+            row["dense_" + name.replace("->", "_")] = int(h["bytes_dense"]) // int(h["messages"])
     pst = report.get("predicted_stage_s") or []
     mst = measured_stages(report)
     row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]))
@@ -152,7 +156,7 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
            "latency_mean_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "cuts", "cut_names",
-           "plans", "max_abs_err", "top1_agreement", "engines_ran",
+           "plans", "max_abs_err", "top1_agreement", "top5_overlap", "engines_ran",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
@@ -251,6 +255,42 @@ def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         for k in ("ratio_m_w0", "steady_m_w0", "ratio_w0_w1", "steady_w0_w1", "ratio_w1_m"):
             vals = [r[k] for r in rs if r.get(k) is not None]
             entry[k] = sum(vals) / len(vals) if vals else None
+        errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
+        entry["max_abs_err"] = max(errs) if errs else None
+        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
+        entry["top1_min"] = min(agree) if agree else None
+        out.append(entry)
+    return out
+
+
+def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per (variant, the tensor w0->w1 carries): which runs chose that cut, its dense float32 bytes per frame,
+    the steady-state ratio and bytes per frame of m->w0 and w0->w1 (mean over those runs), the w1->m ratio and
+    the lowest top-1 agreement among them. For 2-worker runs (the w0->w1 hop); runs without a cut name are
+    left out."""
+    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for r in rows:
+        names = (r.get("cut_names") or "").split("|")
+        if len(names) >= 2 and r.get("fps"):
+            groups.setdefault((r["variant"], names[1]), []).append(r)
+
+    def mean(rs: Sequence[Dict[str, Any]], k: str) -> Optional[float]:
+        vals = [float(r[k]) for r in rs if r.get(k) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    out = []
+    for (variant, cut), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -(mean(kv[1], "dense_w0_w1") or 0))):
+        entry: Dict[str, Any] = {"variant": variant, "cut": cut, "n": len(rs),
+                                 "runs": ", ".join("%s m%d" % (r["scheduler"], r["in_flight"]) for r in rs)}
+        for hop_key in ("m_w0", "w0_w1"):
+            dense = mean(rs, "dense_" + hop_key)
+            steady = mean(rs, "steady_" + hop_key)
+            entry["dense_" + hop_key] = None if dense is None else int(round(dense))
+            entry["steady_" + hop_key] = steady
+            entry["bytes_frame_" + hop_key] = round(dense * steady) if dense and steady is not None else None
+        entry["ratio_w1_m"] = mean(rs, "ratio_w1_m")
+        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
+        entry["top1_min"] = min(agree) if agree else None
         errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
         entry["max_abs_err"] = max(errs) if errs else None
         out.append(entry)
