@@ -160,12 +160,15 @@ class MasterRole:
                  len(dense), self.cfg.scheduler)
 
     def _all_costs(self, request) -> list:
-        """Every worker's Costs answer, asked of all at once: each worker profiles (or rescales, timing whole
-        passes under its own CPU cap) on its own, so asking in turn only added their times up (2 x 10 s per run
-        at caps 0.4 on trained MobileNetV2)."""
+        """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the
+        concurrency the run will have: with more than one frame in flight all workers compute at once (asked
+        all at once: on a shared host each sees the others' load), with one they take turns (asked in turn).
+        On this 2-core host at caps 0.4 a worker computed 2-3.5x slower while the other computed too."""
+        if self.cfg.in_flight <= 1 or self.W <= 1:
+            return [self._setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=max(self.W, 1)) as pool:
+        with ThreadPoolExecutor(max_workers=self.W) as pool:
             futures = [pool.submit(self._setup_call, w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
             return [f.result() for f in futures]
 
