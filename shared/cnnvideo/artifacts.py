@@ -14,7 +14,7 @@ import os
 from typing import Any, Dict
 
 PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
-PROFILE_FORMAT = 3  # 3: profiles keep the torch pass they were scaled from (`reference`, for rescale)
+PROFILE_FORMAT = 4  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s
 
 
 def file_id(path: str) -> str:

@@ -264,11 +264,17 @@ def engine_chunks(seconds: np.ndarray, n: int = ENGINE_CHUNKS) -> List[Tuple[int
     return list(zip(bounds, bounds[1:]))
 
 
-def _engine_time(fn, x, iters: int) -> float:
-    """Wall seconds of fn(x) under this process's CPU share: median CPU time times the runs' wall/CPU ratio."""
+ENGINE_MIN_WALL_S = 1.0  # an engine stage is timed back to back for at least this long (10 CFS periods)
+
+
+def _engine_time(fn, x, iters: int, min_wall: float = ENGINE_MIN_WALL_S, max_runs: int = 100) -> float:
+    """Wall seconds of fn(x) under this process's CPU share: median CPU time times the wall/CPU ratio of runs
+    back to back for at least `iters` runs and `min_wall` seconds (up to `max_runs`). Under a CFS cap a short run
+    either fits in one quota slice (wall = CPU) or waits out a throttle (wall several times CPU): three runs of
+    an ONNX Runtime stage (~20 ms) gave ratios anywhere in between; over ten periods the ratio is the cap's."""
     fn(x)  # warm-up (and, on ORT, the first-run allocations)
     cpu, walls = [], 0.0
-    for _ in range(max(int(iters), 1)):
+    while len(cpu) < max(int(iters), 1) or (walls < min_wall and len(cpu) < max_runs):
         w, c = time.perf_counter(), time.process_time()
         fn(x)
         cpu.append(time.process_time() - c)

@@ -1,4 +1,6 @@
 """Worker profile: CPU-clock segment times scaled to wall, codec times per cut, and the cache array format."""
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -115,3 +117,26 @@ def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_secon
     del bad["reference"]
     with pytest.raises(ValueError):  # a cache from before `reference`: the worker profiles again
         WorkerProfile.from_arrays(bad, len(g.cuts) - 1)
+
+
+def test_engine_time_runs_long_enough_to_see_the_cap():
+    """A short engine stage is timed back to back for at least min_wall seconds (so a CFS cap's throttling is
+    averaged over several periods), at least `iters` times, at most max_runs; the result is a positive time."""
+    from cnnvideo.profiling import _engine_time
+
+    calls = []
+
+    def stage(x):
+        calls.append(x)
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.005:  # ~5 ms of CPU
+            pass
+
+    got = _engine_time(stage, 1, iters=3, min_wall=0.1)
+    assert len(calls) - 1 >= 8 and got > 0.004  # warm-up + runs filling 0.1 s (~5 ms each), not just 3
+    calls.clear()
+    _engine_time(stage, 1, iters=3, min_wall=10.0, max_runs=7)
+    assert len(calls) == 1 + 7
+    calls.clear()
+    _engine_time(stage, 1, iters=5, min_wall=0.0)
+    assert len(calls) == 1 + 5
