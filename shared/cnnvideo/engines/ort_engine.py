@@ -245,10 +245,19 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     inputs = factory.calibration.inputs(start)
     g = factory.graph
     h, w = g.frame_size
+    chain = _chain_inputs(factory, start, q_in) if start > 0 and q_in is not None else None
     q = quantize_stage(data, inputs, q_in, q_out, os.path.join(factory.cache_dir, "tmp"),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
-                       stem_area=(h // 2) * (w // 2))
+                       stem_area=(h // 2) * (w // 2), chain_inputs=chain)
     return _with_key(q, stage_key(factory, start, end, "int8"))
+
+
+def _chain_inputs(factory, start: int, q_in: QParams) -> List[np.ndarray]:
+    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised: the prefix
+    0..start built as one int8 stage (the file a first worker ending there uses; cached), so the stage's bias
+    correction also removes the mean error of the stages before it."""
+    prefix = build_ort_stage(factory, 0, start, None, q_in)
+    return [q_in.dequantize(prefix.run(x)) for x in factory.calibration.inputs(0)]
 
 
 def _first_conv_cut(graph) -> int:

@@ -21,7 +21,7 @@ from . import EngineError, QParams
 log = logging.getLogger(__name__)
 
 RECIPE = ("qdq u8 act, per-channel s8 weights, minmax, pre-processed, fp32: first conv, classifier, half-resolution "
-          "stem; output bias correction per channel")
+          "stem; output bias correction per channel against the fp32 model, on the int8 prefix's output")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -105,11 +105,14 @@ def _run_all(sess, inputs: List[np.ndarray]) -> List[np.ndarray]:
     return [sess.run(None, {name: x})[0] for x in inputs]
 
 
-def bias_correction(fp32_sess, int8_sess, inputs: List[np.ndarray]) -> np.ndarray:
-    """Mean over the calibration inputs of (int8 output - fp32 output), per channel (axis 1), shaped to broadcast
-    over the output (1, C, 1, ...)."""
+def bias_correction(fp32_sess, int8_sess, inputs: List[np.ndarray],
+                    int8_inputs: Optional[List[np.ndarray]] = None) -> np.ndarray:
+    """Mean over the calibration frames of (int8 output - fp32 output), per channel (axis 1), shaped to broadcast
+    over the output (1, C, 1, ...); the fp32 stage runs on `inputs` (fp32 activations), the int8 one on
+    `int8_inputs` (what the int8 stages before it deliver; default `inputs`), so the error of the whole chain up to
+    this stage's output is corrected, not only this stage's own."""
     total = None
-    for a, b in zip(_run_all(int8_sess, inputs), _run_all(fp32_sess, inputs)):
+    for a, b in zip(_run_all(int8_sess, inputs if int8_inputs is None else int8_inputs), _run_all(fp32_sess, inputs)):
         d = (a.astype(np.float64) - b.astype(np.float64))
         axes = tuple(i for i in range(d.ndim) if i != 1)
         d = d.mean(axis=axes, keepdims=True) if d.ndim > 1 else d
@@ -118,6 +121,7 @@ def bias_correction(fp32_sess, int8_sess, inputs: List[np.ndarray]) -> np.ndarra
 
 
 CORRECTION = "y_bias_correction"
+_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 
 
 def with_correction_node(model) -> List[str]:
@@ -151,11 +155,14 @@ def set_correction(model, correction: np.ndarray) -> None:
 
 def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams], q_out: Optional[QParams],
                    workdir: str, first_conv: bool = False, classifier: bool = False, stem_area: int = 0,
-                   correct_bias: bool = True) -> bytes:
+                   correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
+                   method: str = "minmax") -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
-    per channel on the calibration inputs. EngineError when there are no calibration inputs."""
+    per channel on the calibration inputs (with `chain_inputs`, the stage's input as the int8 stages before it
+    deliver it, dequantised: the correction then covers their error too). EngineError when there are no calibration
+    inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies)."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -193,12 +200,12 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                 onnx.save(model, pre)
             quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=keep,
+                            calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
                             extra_options={"TensorQuantOverrides": overrides} if overrides else None)
         model = onnx.load(dst)
         if correct_bias:
             corr = bias_correction(session(fp32, 1, "fp32 stage"), session(model.SerializeToString(), 1, "int8 stage"),
-                                   inputs)
+                                   inputs, chain_inputs)
             log.debug("int8 output bias correction: max |mean error| %.4g", float(np.abs(corr).max()))
             set_correction(model, corr)
         return name_io(model, q_in, q_out).SerializeToString()
