@@ -19,7 +19,7 @@ from cnnvideo import labels, schedulers, settings
 from cnnvideo import report as rpt
 from cnnvideo.config import Config
 from cnnvideo.costinputs import build as cost_inputs
-from cnnvideo.costinputs import cpu_model
+from cnnvideo.costinputs import cpu_model, payload_share
 from cnnvideo.hop import HopReceiver
 from cnnvideo.pacing import pacer_for
 from cnnvideo.progress import ProgressFile
@@ -150,7 +150,8 @@ class MasterRole:
         delta = self.cfg.mode == "delta"
         mean_nz = self.feed.mean_change()
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
-                             delta_mode=delta, **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte))
+                             delta_mode=delta, share=payload_share(self.cfg.local.links),
+                             **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte))
         self.scheduler = schedulers.create(self.cfg.scheduler, inputs, self.cfg.in_flight, delta,
                                            self.cfg.scheduler_options, self.cfg.group_size, self.predictors, frame_nz)
         self.scheduler.initial_plan()

@@ -1,7 +1,10 @@
-"""Where cached artifacts live: the trainer's fitted predictors and each worker's profile.
+"""Where cached artifacts live: the trainer's fitted predictors, each worker's profile, the ONNX stage files and
+int8 calibrations.
 
-One owner for both names: the trainer writes `predictor_path(cfg)` and `cnnvideo plan` reads it; a worker
-writes and reads `profile_path(cfg, host)`. Names are under `cache_dir`; writes are atomic (tmp + rename).
+One owner for every name: the trainer writes `predictor_path(cfg)` and `cnnvideo plan` reads it; a worker
+writes and reads `profile_path(cfg, host)`; the ONNX engine keeps each stage in `onnx_stage_path(onnx_dir(...),
+...)` and its calibration in `calibration_path(...)`. Names are under `cache_dir`; writes are atomic (tmp +
+rename).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import os
 from typing import Any, Dict
 
 PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
-PROFILE_FORMAT = 2
+PROFILE_FORMAT = 3  # 3: profiles keep the torch pass they were scaled from (`reference`, for rescale)
 
 
 def file_id(path: str) -> str:
@@ -62,6 +65,29 @@ def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") 
         key += "-" + engine
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return cfg.cache_path("costs", safe + ".npz")
+
+
+def onnx_dir(cache_root: str) -> str:
+    """Folder of the ONNX engine's stage files under a cache root (`cfg.cache_dir` or a bench's scratch folder)."""
+    return os.path.join(os.path.expanduser(cache_root), "onnx")
+
+
+def onnx_stage_path(folder: str, start: int, end: int, precision: str, key: str) -> str:
+    """<start>-<end>-<precision>-<sha16 of the stage key>.onnx in `folder` (see ort_engine.stage_key)."""
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    return os.path.join(folder, "%d-%d-%s-%s.onnx" % (start, end, precision, digest))
+
+
+def onnx_work_dir(folder: str) -> str:
+    """Scratch folder for the intermediate files of int8 quantisation, next to the stage files."""
+    return os.path.join(folder, "tmp")
+
+
+def calibration_path(cache_root: str, model: str, frame_size) -> str:
+    """calibration/<model>-<H>x<W>: the int8 calibration statistics of a model at a frame size (the file holds
+    the full key and is checked on load)."""
+    return os.path.join(os.path.expanduser(cache_root), "calibration",
+                        "%s-%dx%d" % (model, frame_size[0], frame_size[1]))
 
 
 def atomic_tmp(path: str) -> str:

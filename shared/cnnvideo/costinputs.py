@@ -13,6 +13,11 @@ from .costmodel import CostInputs, with_network_cpu
 log = logging.getLogger(__name__)
 
 CFS_PERIOD_S = 0.1  # the kernel's default CFS period (docker --cpus keeps it)
+# Payload bytes per byte a shaped link carries: a rate limit (tc htb, a Wi-Fi link) counts whole frames, and at a
+# 1500-byte MTU a TCP segment carries 1448 payload bytes (20 IP + 20 TCP + 12 timestamp option) in a 1514-byte
+# Ethernet frame (htb counts the 14-byte header too; the netem helper turns GSO off so every frame is one MSS).
+# Measured: 1-in-flight transfers of 1 MB at 3 MB/s took 0.356-0.362 s against 0.338 s of payload / rate.
+TCP_PAYLOAD_SHARE = 1448.0 / 1514.0
 
 
 @dataclass
@@ -30,6 +35,12 @@ def share_cpu(share: float, wall_per_cpu: float = 1.0) -> WorkerCpu:
     return WorkerCpu(wall_per_cpu / share, share * CFS_PERIOD_S if share < 1 else 0.0, CFS_PERIOD_S)
 
 
+def payload_share(links: str) -> float:
+    """Share of a link's configured rate that carries payload: 1 when senders pace their own payload bytes
+    (`local.links: paced`), else TCP_PAYLOAD_SHARE (tc or a real link shapes frames on the wire)."""
+    return 1.0 if links == "paced" else TCP_PAYLOAD_SHARE
+
+
 def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Dict[str, Any]:
     """How the workers' CPU caps shape their stages (WorkerCpu-like objects, one per worker): with one frame in
     flight a worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its network CPU
@@ -44,11 +55,12 @@ def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Di
 def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
           input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
           decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
-          delta_mode: bool = True, burst: Optional[np.ndarray] = None) -> CostInputs:
+          delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
-    the network path takes from it), or [W, 2] CFS bursts (see cpu_model)."""
+    the network path takes from it), or [W, 2] CFS bursts (see cpu_model); `share` of each hop's rate carries
+    payload (payload_share)."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -61,7 +73,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
             log.warning("predictors cover %d cuts, the model has %d: using dense sizes", predictors.n_cuts, dense.size)
         full = delta = dense
     inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
-                        bandwidth=np.asarray(bandwidth, dtype=np.float64), result_bytes=float(dense[-1]),
+                        bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
                         encode_time=encode_time, decode_time=decode_time, burst=burst)
     if net_s_per_byte is not None:
         inputs = with_network_cpu(inputs, net_s_per_byte, delta_mode)

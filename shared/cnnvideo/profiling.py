@@ -28,30 +28,35 @@ CHANGED_SHARE = 0.1  # share of the frame's area redrawn for the codec profile's
 @dataclass
 class WorkerProfile:
     """Seconds (wall, under this process's CPU share) per segment [K], and per cut [K+1] to encode / decode
-    one delta update; wall_per_cpu is the measured wall/CPU ratio used to scale CPU times."""
+    one delta update; wall_per_cpu is the measured wall/CPU ratio used to scale CPU times; reference is the
+    wall seconds of one torch fp32 pass when profiled, what `rescale` times a pass now against (0: the sum of
+    `seconds`, right only for a torch fp32 profile: another engine's seconds are not a torch pass)."""
 
     seconds: np.ndarray
     encode: np.ndarray
     decode: np.ndarray
     wall_per_cpu: float
+    reference: float = 0.0
 
     def to_arrays(self) -> dict:
         """Plain float arrays (np.savez without pickle)."""
         return {"seconds": self.seconds, "encode": self.encode, "decode": self.decode,
-                "wall_per_cpu": np.array([self.wall_per_cpu])}
+                "wall_per_cpu": np.array([self.wall_per_cpu]), "reference": np.array([self.reference])}
 
     @classmethod
     def from_arrays(cls, d, k: int) -> "WorkerProfile":
-        """Inverse of to_arrays; ValueError unless the shapes fit K segments and every value is finite."""
+        """Inverse of to_arrays; ValueError unless the shapes fit K segments and every value is finite (a cache
+        written before `reference` existed is malformed: the worker profiles again)."""
         try:
             out = cls(np.asarray(d["seconds"], dtype=np.float64), np.asarray(d["encode"], dtype=np.float64),
-                      np.asarray(d["decode"], dtype=np.float64), float(np.asarray(d["wall_per_cpu"]).reshape(-1)[0]))
+                      np.asarray(d["decode"], dtype=np.float64), float(np.asarray(d["wall_per_cpu"]).reshape(-1)[0]),
+                      float(np.asarray(d["reference"]).reshape(-1)[0]))
         except (KeyError, IndexError, TypeError) as exc:
             raise ValueError("malformed worker profile: %s" % exc) from None
         shapes = (out.seconds.shape, out.encode.shape, out.decode.shape)
         if shapes != ((k,), (k + 1,), (k + 1,)):
             raise ValueError("worker profile shapes %s do not fit %d segments" % (shapes, k))
-        if not all(np.all(np.isfinite(a)) for a in (out.seconds, out.encode, out.decode)):
+        if not all(np.all(np.isfinite(a)) for a in (out.seconds, out.encode, out.decode, [out.reference])):
             raise ValueError("worker profile has non-finite values")
         return out
 
@@ -174,11 +179,14 @@ def profile_compute(graph, iters: int = 3) -> Tuple[np.ndarray, float, List[np.n
 
 
 def rescale(prof: WorkerProfile, graph, passes: int = 3) -> Tuple[WorkerProfile, float]:
-    """(prof scaled to this machine's speed now, the factor): wall seconds of `passes` back-to-back whole passes
-    of the random frame (after a warm-up) against the profile's total. Much cheaper than a new profile; tracks a
+    """(prof scaled to this machine's speed now, the factor): wall seconds of `passes` back-to-back whole torch
+    passes of the random frame (after a warm-up) against the torch pass the profile was taken with (its
+    `reference`; for an old torch profile the sum of its seconds). Much cheaper than a new profile; tracks a
     host that got slower or faster since the profile was cached, including CPU taken from this container's cap
-    by anything else in it. (Timing by CPU clock instead was steadier but, in the 480x720 runs, further from
-    the stage times measured afterwards: 17% vs 9% mean error.)"""
+    by anything else in it. The factor scales every engine alike: the passes run on torch, so an ONNX Runtime
+    profile (about 3x faster than torch) must not be compared against them directly (it was, and came back
+    ~3x too slow). (Timing by CPU clock instead was steadier but, in the 480x720 runs, further from the stage
+    times measured afterwards: 17% vs 9% mean error.)"""
     import torch
 
     modules = _segment_modules(graph)
@@ -188,12 +196,18 @@ def rescale(prof: WorkerProfile, graph, passes: int = 3) -> Tuple[WorkerProfile,
         runs = [_pass(modules, frame) for _ in range(max(int(passes), 1))]
     now = sum(r[1] for r in runs) / len(runs)
     cpu = sum(r[2] for r in runs) / len(runs)
-    total = float(prof.seconds.sum())
+    total = rescale_reference(prof)
     factor = now / total if total > 0 and now > 0 else 1.0
-    log.info("profile rescaled by %.3f (whole pass %.3f s now, %.3f s profiled; wall/CPU %.2f)", factor, now, total,
-             now / cpu if cpu > 0 else float("nan"))
+    log.info("profile rescaled by %.3f (whole torch pass %.3f s now, %.3f s profiled; wall/CPU %.2f)", factor, now,
+             total, now / cpu if cpu > 0 else float("nan"))
     return WorkerProfile(seconds=prof.seconds * factor, encode=prof.encode * factor, decode=prof.decode * factor,
-                         wall_per_cpu=prof.wall_per_cpu * factor), factor
+                         wall_per_cpu=prof.wall_per_cpu * factor, reference=now), factor
+
+
+def rescale_reference(prof: WorkerProfile) -> float:
+    """Wall seconds of the torch fp32 pass a profile was taken with: its `reference`, else the sum of its
+    segment seconds (a torch fp32 profile made before `reference` existed)."""
+    return float(prof.reference) if prof.reference > 0 else float(prof.seconds.sum())
 
 
 def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
@@ -301,6 +315,7 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
     from .hop import HopSender
 
     seconds, ratio, tensors = profile_compute(graph, iters)
+    reference = float(seconds.sum())  # the torch fp32 pass, before any engine scaling (what rescale compares)
     if stages is not None and (stages.spec.engine != "torch" or stages.precision != "fp32"):
         seconds = seconds * engine_scale(stages, seconds, tensors, iters)
     if sender_for is None:
@@ -308,4 +323,4 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
             return HopSender()
     enc, dec = profile_codec(graph, tensors, ratio, sender_for, max_bytes,
                              convert=(lambda ts: _quantised(ts, stages)) if stages is not None else None)
-    return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio))
+    return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio), reference=reference)

@@ -58,3 +58,24 @@ def test_master_and_plan_use_the_same_builder():
 
     assert role.cost_inputs is costinputs.build and role.cpu_model is costinputs.cpu_model
     assert planner.costinputs is costinputs
+
+
+def test_payload_share_scales_the_transfers_not_the_work():
+    """A shaped link counts whole frames: with TCP_PAYLOAD_SHARE a transfer takes bytes / (rate x 1448/1514)
+    (a 1 MB hop at 3 MB/s: 0.349 s, as measured, not 0.333 s); paced local links pace payload bytes (share 1)."""
+    from cnnvideo import costinputs
+
+    seg = np.full((2, 3), 0.1)
+    dense = np.array([1e6, 4e5, 2e5, 4e3])
+    plain = cost_inputs(seg, [3e6, 3e6], dense)
+    wire = cost_inputs(seg, [3e6, 3e6], dense, share=costinputs.payload_share("tc"))
+    plan = Plan((0, 1, 3))
+    from cnnvideo.costmodel import stage_costs
+
+    a, b = stage_costs(plan, plain), stage_costs(plan, wire)
+    np.testing.assert_allclose(b[0::2], a[0::2] * 1514.0 / 1448.0)
+    result = np.array([0.0, 1.0])  # only the last worker's stage carries the result transfer
+    np.testing.assert_allclose(b[1::2] - result * wire.result_time(), a[1::2] - result * plain.result_time())
+    assert abs(b[0] - 1e6 / 3e6 * 1514 / 1448) < 1e-12
+    assert costinputs.payload_share("paced") == 1.0
+    assert costinputs.payload_share("auto") == costinputs.payload_share("tc") == costinputs.TCP_PAYLOAD_SHARE

@@ -92,3 +92,26 @@ def test_cfs_quota_reads_cgroup_v2_and_v1(tmp_path):
     (v1 / "cpu.cfs_quota_us").write_text("-1\n")
     assert cfs_quota(str(tmp_path / "v1")) == (0.0, 0.0)
     assert cfs_quota(str(tmp_path / "nothing")) == (0.0, 0.0)
+
+
+def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_seconds():
+    """A profile on another engine keeps the torch pass it was scaled from (`reference`): rescale compares its
+    torch passes now with that, so a profile whose seconds are 1000x smaller than torch's (a fast engine) but
+    whose reference is torch's is scaled by about the same factor as the torch profile, not ~1000x up; an old
+    profile without a reference falls back to the sum of its seconds."""
+    from cnnvideo.profiling import rescale, rescale_reference
+
+    g = _graph()
+    prof = profile_worker(g, iters=2)
+    assert prof.reference > 0 and abs(prof.reference - prof.seconds.sum()) < 1e-12  # torch fp32: the same
+    fast = WorkerProfile(prof.seconds / 1000, prof.encode, prof.decode, prof.wall_per_cpu,
+                         reference=prof.reference * 20)
+    out, factor = rescale(fast, g, passes=3)
+    assert 0 < factor < 1  # against the 20x inflated torch reference, not against seconds / 1000
+    np.testing.assert_allclose(out.seconds, fast.seconds * factor)
+    old = WorkerProfile(prof.seconds, prof.encode, prof.decode, prof.wall_per_cpu)
+    assert rescale_reference(old) == float(prof.seconds.sum())
+    bad = prof.to_arrays()
+    del bad["reference"]
+    with pytest.raises(ValueError):  # a cache from before `reference`: the worker profiles again
+        WorkerProfile.from_arrays(bad, len(g.cuts) - 1)

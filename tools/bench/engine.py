@@ -97,6 +97,7 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
     import torch
 
+    from cnnvideo.artifacts import calibration_path, onnx_dir
     from cnnvideo.engines import EngineSpec, StageFactory, weights_digest
     from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
     from cnnvideo.graph import LayerGraph
@@ -110,7 +111,7 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     key = "%s %dx%d weights %s" % (model, frame_size[0], frame_size[1], weights_digest(graph))
     cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
-    cal_path = os.path.join(cache_dir, "calibration", model)
+    cal_path = calibration_path(cache_dir, model, frame_size)
 
     def calibration():
         return load_or_measure(graph, cal_spec, cal_path, key)
@@ -119,7 +120,7 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     for label in variants:
         engine, precision = label.split("-")
         factory = StageFactory(graph, EngineSpec(engine, precision, threads=1, on_error="stop"),
-                               os.path.join(cache_dir, "onnx"), key, calibration)
+                               onnx_dir(cache_dir), key, calibration)
         t0 = time.perf_counter()
         stages[label] = [factory.stage(0, k), factory.stage(0, cut), factory.stage(cut, k)]
         build_s[label] = time.perf_counter() - t0

@@ -53,6 +53,9 @@ from .spec import ExperimentError, expand, grouped, load_spec, n_workers, run_co
 from .summary import (
     SCHEDULERS,
     bytes_summary,
+    criteria,
+    cut_summary,
+    engine_table,
     md_table,
     model_summary,
     ratios_vs,
@@ -120,7 +123,20 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write(md_table(bytes_summary(ok), [("variant", "variant"), ("ratio_m_w0", "m->w0 all"),
                                           ("steady_m_w0", "m->w0 steady"), ("ratio_w0_w1", "w0->w1 all"),
                                           ("steady_w0_w1", "w0->w1 steady"), ("ratio_w1_m", "w1->m"),
-                                          ("max_abs_err", "max abs output error"), ("n", "runs")]) + "\n\n")
+                                          ("max_abs_err", "max abs output error"),
+                                          ("top1_min", "lowest top-1 agreement"), ("n", "runs")]) + "\n\n")
+    cuts = cut_summary(ok)
+    if cuts:
+        md.write("## Bytes per hop at each cut chosen\n\n")
+        md.write("Per variant and the tensor w0->w1 carries (the main plan's cut): dense = float32 bytes per frame; "
+                 "steady ratio and bytes per frame over frames 1.. (mean over the runs that chose the cut); "
+                 "top-1 agreement = share of frames whose top-1 equals the unsplit full-precision model's (lowest "
+                 "among those runs; `check: true`).\n\n")
+        md.write(md_table(cuts, [("variant", "variant"), ("cut", "w0->w1 cut"), ("runs", "runs"),
+                                 ("dense_w0_w1", "w0->w1 dense B"), ("steady_w0_w1", "w0->w1 ratio"),
+                                 ("bytes_frame_w0_w1", "w0->w1 B/frame"), ("steady_m_w0", "m->w0 ratio"),
+                                 ("bytes_frame_m_w0", "m->w0 B/frame"), ("ratio_w1_m", "w1->m ratio"),
+                                 ("max_abs_err", "max abs err"), ("top1_min", "top-1 agreement")]) + "\n\n")
     md.write("## Cost model accuracy\n\n")
     md.write("`fps err` = measured / predicted - 1 with the profiled compute and configured bandwidth (what the "
              "schedulers see); `recurrence` = the same pipeline recurrence fed with the run's measured mean stage "
@@ -132,6 +148,29 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                           ("recur_within_15", "recurrence within 15%"), ("t0", "t0 err"),
                                           ("c0", "c0 err"),
                                           ("t1", "t1 err"), ("c1", "c1 err")]) + "\n\n")
+    crit = criteria(ok)
+    if crit:
+        md.write("## Cost model criteria (issue 12)\n\n")
+        md.write("Per group: runs whose predicted fps is within 10%% of the measured one (`pred err` = predicted / "
+                 "measured - 1; worst shown), and `optimal`'s fps over the best scheduler's (at least 0.95 "
+                 "asked). %d of %d groups meet the first, %d of %d the second.\n\n"
+                 % (sum(c["model_ok"] for c in crit), len(crit), sum(c["optimal_ok"] for c in crit), len(crit)))
+        md.write(md_table(crit, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                 ("runs", "runs"), ("within", "within 10%"), ("worst_err", "worst |pred err|"),
+                                 ("best", "best"), ("best_fps", "best fps"), ("optimal_vs_best", "optimal/best"),
+                                 ("model_ok", "model ok"), ("optimal_ok", "optimal ok")]) + "\n\n")
+    engines = engine_table(ok)
+    if len({e["variant"] for e in engines}) > 1 and any("vs_torch" in e for e in engines):
+        md.write("## Engines against torch (best scheduler of each)\n\n")
+        md.write("`vs torch` = the variant's best fps / torch's best fps in the same (MB/s, in flight); kB per frame "
+                 "and bytes / dense float32 on each hop of that best run; max abs error of the outputs and top-1 "
+                 "agreement with the unsplit torch fp32 model over all the variant's runs of the group.\n\n")
+        md.write(md_table(engines, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                    ("best", "best"), ("best_fps", "fps"), ("vs_torch", "vs torch"),
+                                    ("cuts", "cuts"), ("engines", "engines ran"), ("kB_m_w0", "m->w0 kB"),
+                                    ("kB_w0_w1", "w0->w1 kB"), ("ratio_w0_w1", "w0->w1 ratio"),
+                                    ("kB_w1_m", "w1->m kB"), ("max_abs_err", "max abs err"),
+                                    ("top1_agreement", "top-1 agreement")]) + "\n\n")
     chg = [r for r in rows if "_chg" in r["id"]]
     if chg:
         md.write("## Mid-run rate change\n\n")
@@ -140,9 +179,11 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                 ("cuts", "main plan"), ("plans", "plans used")]) + "\n\n")
     md.write("## All runs\n\n")
     md.write(md_table(rows, [("id", "run"), ("fps", "fps"), ("pred_fps", "pred fps"), ("model_err", "model err"),
+                             ("pred_err", "pred err"),
                              ("recur_err", "recur err"),
                              ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
-                             ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"), ("pred_t0", "t0 p"),
+                             ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"),
+                             ("top1_agreement", "top-1 agr"), ("pred_t0", "t0 p"),
                              ("meas_t0", "t0 m"), ("pred_c0", "c0 p"), ("meas_c0", "c0 m"), ("pred_t1", "t1 p"),
                              ("meas_t1", "t1 m"), ("pred_c1", "c1 p"), ("meas_c1", "c1 m"), ("exit", "exit")]))
     md.write("\n\nPlots: [results.html](results.html) (throughput, latency, bytes, model accuracy, Gantt chart).\n")

@@ -106,10 +106,14 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         "latency_mean_s": (report.get("latency_s") or {}).get("mean"),
         "pred_fps": pred,
         "model_err": round(fps / pred - 1.0, 4) if fps and pred else None,
+        "pred_err": round(pred / fps - 1.0, 4) if fps and pred else None,
         "cuts": "-".join(str(c) for c in report.get("cuts") or []),
         "cut_names": "|".join(report.get("cut_names") or []),
         "plans": len(report.get("plan_decisions") or []),
         "max_abs_err": report.get("max_abs_err"),
+        "top1_agreement": report.get("top1_agreement"),
+        "top5_overlap": report.get("top5_overlap"),
+        "engines_ran": "|".join(sorted({e for w in report.get("engines") or [] for e in w.get("ran") or []})),
         "error": report.get("error"),
     })
     n = n_of(report)
@@ -121,6 +125,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         row["MBps_" + key] = h.get("effective_MBps")
     for w, name in enumerate(hop_names(n)[:-1]):
         row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, "m" if w == 0 else "w%d" % (w - 1))
+        h = hop(report, name)
+        if h.get("messages") and h.get("bytes_dense"):
+            row["dense_" + name.replace("->", "_")] = int(h["bytes_dense"]) // int(h["messages"])
     pst = report.get("predicted_stage_s") or []
     mst = measured_stages(report)
     row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]))
@@ -148,8 +155,8 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
-           "latency_mean_s", "pred_fps", "model_err", "recur_fps", "recur_err", "cuts", "cut_names", "plans",
-           "max_abs_err",
+           "latency_mean_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "cuts", "cut_names",
+           "plans", "max_abs_err", "top1_agreement", "top5_overlap", "engines_ran",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
@@ -250,6 +257,42 @@ def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             entry[k] = sum(vals) / len(vals) if vals else None
         errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
         entry["max_abs_err"] = max(errs) if errs else None
+        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
+        entry["top1_min"] = min(agree) if agree else None
+        out.append(entry)
+    return out
+
+
+def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per (variant, the tensor w0->w1 carries): which runs chose that cut, its dense float32 bytes per frame,
+    the steady-state ratio and bytes per frame of m->w0 and w0->w1 (mean over those runs), the w1->m ratio and
+    the lowest top-1 agreement among them. For 2-worker runs (the w0->w1 hop); runs without a cut name are
+    left out."""
+    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for r in rows:
+        names = (r.get("cut_names") or "").split("|")
+        if len(names) >= 2 and r.get("fps"):
+            groups.setdefault((r["variant"], names[1]), []).append(r)
+
+    def mean(rs: Sequence[Dict[str, Any]], k: str) -> Optional[float]:
+        vals = [float(r[k]) for r in rs if r.get(k) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    out = []
+    for (variant, cut), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -(mean(kv[1], "dense_w0_w1") or 0))):
+        entry: Dict[str, Any] = {"variant": variant, "cut": cut, "n": len(rs),
+                                 "runs": ", ".join("%s m%d" % (r["scheduler"], r["in_flight"]) for r in rs)}
+        for hop_key in ("m_w0", "w0_w1"):
+            dense = mean(rs, "dense_" + hop_key)
+            steady = mean(rs, "steady_" + hop_key)
+            entry["dense_" + hop_key] = None if dense is None else int(round(dense))
+            entry["steady_" + hop_key] = steady
+            entry["bytes_frame_" + hop_key] = round(dense * steady) if dense and steady is not None else None
+        entry["ratio_w1_m"] = mean(rs, "ratio_w1_m")
+        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
+        entry["top1_min"] = min(agree) if agree else None
+        errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
+        entry["max_abs_err"] = max(errs) if errs else None
         out.append(entry)
     return out
 
@@ -275,3 +318,67 @@ def model_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for v in sorted({r["variant"] for r in rows}):
         out.append(stats(v, [r for r in rows if r["variant"] == v]))
     return out
+
+
+def _groups(rows: Sequence[Dict[str, Any]]) -> Dict[tuple, List[Dict[str, Any]]]:
+    """Runs with an fps (no mid-run change) by (variant, MB/s, in flight), in first-seen order."""
+    out: Dict[tuple, List[Dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("fps") and "_chg" not in row.get("id", ""):
+            out.setdefault((row["variant"], _fmt(row["bandwidth"]), row["in_flight"]), []).append(row)
+    return out
+
+
+def pred_err(row: Dict[str, Any]) -> Optional[float]:
+    """Predicted fps / measured fps - 1 (how far the cost model's prediction is from the run)."""
+    fps, pred = row.get("fps"), row.get("pred_fps")
+    return float(pred) / float(fps) - 1.0 if fps and pred else None
+
+
+def criteria(rows: Sequence[Dict[str, Any]], tol: float = 0.10, gap: float = 0.05) -> List[Dict[str, Any]]:
+    """Issue 12's two checks per (variant, MB/s, in flight): how many runs have a predicted fps within `tol` of
+    the measured one (and the worst), and whether `optimal` is at most `gap` below the best scheduler's fps
+    (median over repeats); `ok` when both hold for the whole group."""
+    out = []
+    for (variant, bw, m), rs in _groups(rows).items():
+        errs = [abs(e) for e in (pred_err(r) for r in rs) if e is not None]
+        fps: Dict[str, List[float]] = {}
+        for r in rs:
+            fps.setdefault(r["scheduler"], []).append(float(r["fps"]))
+        med = {k: _median(v) for k, v in fps.items()}
+        best = max(med, key=lambda k: med[k])
+        entry: Dict[str, Any] = {"variant": variant, "bandwidth": bw, "in_flight": m, "runs": len(rs),
+                                 "within": sum(e <= tol for e in errs), "worst_err": max(errs) if errs else None,
+                                 "best": best, "best_fps": med[best]}
+        if "optimal" in med:
+            entry["optimal_vs_best"] = round(med["optimal"] / med[best], 3)
+        entry["model_ok"] = bool(errs) and entry["within"] == len(rs)
+        entry["optimal_ok"] = entry.get("optimal_vs_best") is not None and entry["optimal_vs_best"] >= 1.0 - gap
+        out.append(entry)
+    return out
+
+
+def engine_table(rows: Sequence[Dict[str, Any]], base: str = "torch") -> List[Dict[str, Any]]:
+    """Per (MB/s, in flight) and variant (an engine): its best scheduler's run, that fps over the `base` variant's
+    best, bytes per frame on each hop of that run, and over all the variant's runs of the group the largest
+    max_abs_err and the mean top-1 agreement with the unsplit torch model."""
+    groups = _groups(rows)
+    out = []
+    for (variant, bw, m), rs in groups.items():
+        best = max(rs, key=lambda r: float(r["fps"]))
+        ref = groups.get((base, bw, m))
+        entry: Dict[str, Any] = {"variant": variant, "bandwidth": bw, "in_flight": m, "best": best["scheduler"],
+                                 "best_fps": best["fps"], "cuts": best.get("cuts"), "engines": best.get("engines_ran")}
+        if ref:
+            entry["vs_" + base] = round(float(best["fps"]) / max(float(r["fps"]) for r in ref), 3)
+        frames = float(best.get("completed") or best.get("frames") or 1)
+        for key in ("m_w0", "w0_w1", "w1_m"):
+            b = best.get("bytes_" + key)
+            entry["kB_" + key] = None if b is None else round(float(b) / frames / 1e3, 1)
+            entry["ratio_" + key] = best.get("ratio_" + key)
+        errs = [float(r["max_abs_err"]) for r in rs if r.get("max_abs_err") is not None]
+        agree = [float(r["top1_agreement"]) for r in rs if r.get("top1_agreement") is not None]
+        entry["max_abs_err"] = max(errs) if errs else None
+        entry["top1_agreement"] = sum(agree) / len(agree) if agree else None
+        out.append(entry)
+    return sorted(out, key=lambda e: (float(e["bandwidth"].split("-")[0]), e["in_flight"]))

@@ -233,15 +233,16 @@ def weights_digest(graph) -> str:
 def factory_for(cfg, graph) -> StageFactory:
     """The StageFactory of a Config: its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
     frames of the trainer's video that the run does not evaluate (cached in cache_dir/calibration)."""
+    from ..artifacts import calibration_path, onnx_dir
     from .quant import CalibrationSpec, load_or_measure
 
     spec = EngineSpec(cfg.engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
     key = "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))
     cal = CalibrationSpec(cfg.calibration_video, cfg.int8.calibration_frames, cfg.calibration_start,
                           cfg.int8.calibration_stride)
-    cal_path = cfg.cache_path("calibration", "%s-%dx%d" % (cfg.model, graph.frame_size[0], graph.frame_size[1]))
+    cal_path = calibration_path(cfg.cache_dir, cfg.model, graph.frame_size)
 
     def calibration():
         return load_or_measure(graph, cal, cal_path, key)
 
-    return StageFactory(graph, spec, os.path.dirname(cfg.cache_path("onnx", "x")), key, calibration)
+    return StageFactory(graph, spec, onnx_dir(cfg.cache_dir), key, calibration)

@@ -10,7 +10,6 @@ runs that stage in torch (or stops)."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import io
 import logging
 import os
@@ -19,6 +18,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ..artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
 from . import EngineError, QParams, Stage, check_input, cpu_threads
 
 log = logging.getLogger(__name__)
@@ -207,14 +207,9 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
     return " | ".join(parts)
 
 
-def cache_file(factory, start: int, end: int, precision: str, key: str) -> str:
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return os.path.join(factory.cache_dir, "%d-%d-%s-%s.onnx" % (start, end, precision, digest))
-
-
 def _store(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = atomic_tmp(path)
     with open(tmp, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)
@@ -223,7 +218,7 @@ def _store(path: str, data: bytes) -> None:
 def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> bytes:
     """Export (and for int8 quantise) a stage, going through the fp32 cache file for int8."""
     fp32_key = stage_key(factory, start, end, "fp32")
-    fp32_path = cache_file(factory, start, end, "fp32", fp32_key)
+    fp32_path = onnx_stage_path(factory.cache_dir, start, end, "fp32", fp32_key)
     data = None
     if os.path.isfile(fp32_path):
         try:
@@ -246,7 +241,7 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     g = factory.graph
     h, w = g.frame_size
     chain = _chain_inputs(factory, start, q_in) if start > 0 and q_in is not None else None
-    q = quantize_stage(data, inputs, q_in, q_out, os.path.join(factory.cache_dir, "tmp"),
+    q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=(h // 2) * (w // 2), chain_inputs=chain)
     return _with_key(q, stage_key(factory, start, end, "int8"))
@@ -295,7 +290,7 @@ def build_ort_stage(factory, start: int, end: int, q_in: Optional[QParams], q_ou
     precision = factory.precision
     threads = cpu_threads(factory.spec.threads)
     key = stage_key(factory, start, end, precision)
-    path = cache_file(factory, start, end, precision, key)
+    path = onnx_stage_path(factory.cache_dir, start, end, precision, key)
     if os.path.isfile(path):
         try:
             sess = load_cached(path, key, threads)

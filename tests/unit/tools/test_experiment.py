@@ -38,3 +38,57 @@ def test_workers_come_from_the_spec(tmp_path):
     assert cfg["bandwidth"] == [2.0, 2.0, 2.0] and len(cfg["cluster"]["workers"]) == 3
     with pytest.raises(ExperimentError, match="2 workers"):
         ComposeBackend(spec, str(tmp_path)).start()
+
+
+def _report(cut: str, dense: int, sent_per_frame: int, agreement: float) -> dict:
+    """A two-worker report.json as the master writes it (3 frames, frame 0 a keyframe on w0->w1)."""
+    spans = [[0, "m", "send", 0.0, 0.1, 1000], [0, "w0", "send", 0.1, 0.2, dense]]
+    for f in (1, 2):
+        spans += [[f, "m", "send", 0.0, 0.1, 100], [f, "w0", "send", 0.1, 0.2, sent_per_frame]]
+    return {"completed": 3, "throughput_fps": 2.0, "predicted_fps": 2.0, "workers": ["w0", "w1"],
+            "cuts": [0, 5, 9], "cut_names": ["input", cut, "classifier.1"], "max_abs_err": 0.0,
+            "top1_agreement": agreement, "top5_overlap": 1.0, "spans": spans,
+            "hops": [{"name": "m->w0", "bytes_sent": 1200, "bytes_dense": 12000, "messages": 3, "ratio": 0.1},
+                     {"name": "w0->w1", "bytes_sent": dense + 2 * sent_per_frame, "bytes_dense": 3 * dense,
+                      "messages": 3, "ratio": (dense + 2.0 * sent_per_frame) / (3 * dense)},
+                     {"name": "w1->m", "bytes_sent": 12000, "bytes_dense": 12000, "messages": 3, "ratio": 1.0}]}
+
+
+def test_rows_and_cut_table_carry_agreement_and_bytes_per_cut():
+    """Each run's row keeps the report's top-1 agreement and the dense size of each hop; cut_summary groups
+    runs by variant and the tensor w0->w1 carries, with steady bytes per frame (frames 1.., the keyframe left
+    out) and the lowest agreement of the group, so a lossy variant's cost in bytes and answers shows per cut."""
+    from cnnvideo.tools.experiment.summary import bytes_summary, cut_summary, summarise
+
+    def run(sched, variant, m):
+        return {"id": "%s_%s_m%d_bw3" % (sched, variant, m), "scheduler": sched, "variant": variant,
+                "in_flight": m, "bandwidth": 3, "frames": 3}
+
+    rows = [summarise(run("lbs", "delta", 1), _report("features.2", 4000, 3000, 1.0), 0, 1.0),
+            summarise(run("das", "delta", 6), _report("features.2", 4000, 2000, 1.0), 0, 1.0),
+            summarise(run("das", "t003", 6), _report("features.2", 4000, 400, 0.9), 0, 1.0),
+            summarise(run("optimal", "t003", 6), _report("features.14", 800, 100, 1.0), 0, 1.0)]
+    assert rows[2]["top1_agreement"] == 0.9 and rows[0]["dense_w0_w1"] == 4000
+    cuts = {(c["variant"], c["cut"]): c for c in cut_summary(rows)}
+    assert set(cuts) == {("delta", "features.2"), ("t003", "features.2"), ("t003", "features.14")}
+    lossless = cuts[("delta", "features.2")]
+    assert lossless["n"] == 2 and lossless["runs"] == "lbs m1, das m6"
+    assert abs(lossless["steady_w0_w1"] - 0.625) < 1e-9 and lossless["bytes_frame_w0_w1"] == 2500
+    assert lossless["bytes_frame_m_w0"] == 100 and lossless["top1_min"] == 1.0
+    assert cuts[("t003", "features.2")]["bytes_frame_w0_w1"] == 400
+    assert cuts[("t003", "features.2")]["top1_min"] == 0.9
+    assert {b["variant"]: b["top1_min"] for b in bytes_summary(rows)} == {"delta": 1.0, "t003": 0.9}
+
+
+def test_results_md_shows_agreement_per_run_and_the_cut_table(tmp_path):
+    """results.md gets the per-cut bytes table and a top-1 agreement column in the all-runs table."""
+    from cnnvideo.tools.experiment import summarise, write_results
+
+    r = {"id": "das_delta_m6_bw3", "scheduler": "das", "variant": "delta", "in_flight": 6, "bandwidth": 3,
+         "frames": 3}
+    rows = [summarise(r, _report("features.4.conv.2", 4000, 2000, 0.967), 0, 1.0)]
+    md_path = write_results({"name": "t"}, rows, {}, str(tmp_path), "cnnvideo experiment -c x.yml", {})[0]
+    text = open(md_path).read()
+    assert "## Bytes per hop at each cut chosen" in text
+    assert "| delta | features.4.conv.2 | das m6 | 4000 | 0.5 | 2000 |" in text
+    assert "top-1 agr" in text and "| 0.967 |" in text
