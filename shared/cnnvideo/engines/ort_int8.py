@@ -9,8 +9,10 @@ correction). The layers that add most of the rest (the first convolution and the
 resolution, few channels each) and the classifier stay fp32."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import warnings
 from typing import List, Optional
 
@@ -189,7 +191,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     quiet = _DropRootRecords()
     logging.getLogger().addFilter(quiet)
     try:
-        with warnings.catch_warnings():
+        # the histogram calibrators print progress: keep stdout for the caller's output (bench JSON)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
             # constant folding and shape inference first: conv biases become initialisers, so convs quantise
             quant_pre_process(src, pre, skip_symbolic_shape=True)
