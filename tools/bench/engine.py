@@ -18,7 +18,8 @@ REFERENCE = "torch-fp32"
 
 
 class HeldoutError(ValueError):
-    """--heldout names frames the video lacks, or frames that evaluation or calibration already use."""
+    """A bad bench flag: --heldout names frames the video lacks or that evaluation or calibration already use, or
+    --split-cut is no inner cut."""
 
 
 def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
@@ -93,7 +94,7 @@ def _margins(ref: np.ndarray) -> Dict[str, Any]:
 
 def measure(model: str, weights: str, frame_size, video: str, frames: int, repeat: int, calibration_start: int,
             calibration_frames: int, variants=VARIANTS, cache_dir: str = "",
-            heldout: Optional[Tuple[int, int, int]] = None) -> Dict[str, Any]:
+            heldout: Optional[Tuple[int, int, int]] = None, split_at: int = 0) -> Dict[str, Any]:
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
     import torch
 
@@ -107,7 +108,9 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, weights, 0), tuple(frame_size))
     k = graph.num_segments
-    cut = split_cut(graph)
+    if split_at and not 0 < split_at < k:
+        raise HeldoutError("--split-cut must be 1..%d for %s, got %d" % (k - 1, model, split_at))
+    cut = split_at or split_cut(graph)
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     key = "%s %dx%d weights %s" % (model, frame_size[0], frame_size[1], weights_digest(graph))
     cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
@@ -200,7 +203,8 @@ def run(args) -> int:
         return 2
     try:
         out = measure(args.model, args.weights, tuple(args.frame_size), video, args.frames, args.repeat,
-                      args.calibration_start, args.calibration_frames, variants, args.cache_dir or "", heldout)
+                      args.calibration_start, args.calibration_frames, variants, args.cache_dir or "", heldout,
+                      args.split_cut)
     except (EngineError, HeldoutError) as exc:
         print("cnnvideo bench engine: error: %s" % exc, file=sys.stderr)
         return 2
