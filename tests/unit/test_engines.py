@@ -263,6 +263,43 @@ def test_calibration_without_frames_named(tmp_path):
     assert f.stage(0, 3).q_out is None and f.precision == "fp32" and "calibration without frames" in f.notes[0]
 
 
+def test_calibration_video_missing_named(tmp_path):
+    """No calibration video at all: `stop` raises naming the file; `fallback` runs fp32 and notes why."""
+    g = _graph("mobilenet_v2")
+    spec = CalibrationSpec(str(tmp_path / "gone.avi"), count=4, start=0, stride=1)
+    cal = lambda: load_or_measure(g, spec, str(tmp_path / "cal"), "test")  # noqa: E731
+    with pytest.raises(EngineError, match="int8 calibration without frames: video file not found: .*gone.avi"):
+        _factory(g, tmp_path, engine="torch", precision="int8", on_error="stop", calibration=cal).stage(0, 3)
+    f = _factory(g, tmp_path, engine="torch", precision="int8", calibration=cal)
+    assert f.stage(0, 3).q_out is None and f.precision == "fp32" and "gone.avi" in f.notes[0]
+
+
+def test_calibration_cache_truncated_or_foreign_is_named_and_measured_again(tmp_path, caplog):
+    """A cached calibration that is truncated (a bad zip), or that another model's run stored (its digest differs),
+    is named in a warning and measured again; the result equals a fresh measurement."""
+    g = _graph("mobilenet_v2")
+    spec = CalibrationSpec(_video(tmp_path), count=3, start=6, stride=1)
+    base = str(tmp_path / "cal" / "m")
+    first = load_or_measure(g, spec, base, "test")
+    path = [os.path.join(tmp_path, "cal", n) for n in os.listdir(tmp_path / "cal")][0]
+    good = open(path, "rb").read()
+    with open(path, "wb") as fh:
+        fh.write(good[: len(good) // 2])
+    with caplog.at_level(logging.WARNING):
+        again = load_or_measure(g, spec, base, "test")
+    assert "ignoring int8 calibration file %s" % path in caplog.text and again.qparams == first.qparams
+    other = load_or_measure(g, spec, base, "other weights")  # another model key: another file
+    other_path = [os.path.join(tmp_path, "cal", n) for n in os.listdir(tmp_path / "cal")
+                  if os.path.join(tmp_path, "cal", n) != path][0]
+    with open(other_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_or_measure(g, spec, base, "test")
+    assert "belongs to another model or calibration (digest %s, expected %s)" % (other.digest, first.digest) \
+        in caplog.text
+
+
 def test_no_runtime_falls_back_to_torch(tmp_path, monkeypatch):
     """Where onnxruntime does not import (armv7, the 32-bit Pi image) a stage runs on torch and says why; with
     `stop` the worker stops with that reason."""

@@ -240,7 +240,12 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     inputs = factory.calibration.inputs(start)
     g = factory.graph
     h, w = g.frame_size
-    chain = _chain_inputs(factory, start, q_in) if start > 0 and q_in is not None else None
+    chain = None
+    if start > 0 and q_in is not None:
+        try:
+            chain = _chain_inputs(factory, start, q_in)
+        except EngineError as exc:  # the stage itself can still be built; its correction then covers only itself
+            log.warning("stage %d..%d: int8 bias correction without the stages before it (%s)", start, end, exc)
     q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=(h // 2) * (w // 2), chain_inputs=chain)
