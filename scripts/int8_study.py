@@ -4,6 +4,8 @@ int8 top-5, top-5 overlap and max logit error on three disjoint sets of vtest.av
 10th (16) unless a row says otherwise. One JSON line per recipe (docs/results/engine/int8-study.jsonl).
 
     .venv/bin/python scripts/int8_study.py [--only NAME ...] > docs/results/engine/int8-study.jsonl
+    flock /tmp/cnnvideo-cpu.lock .venv/bin/python scripts/int8_study.py --timing 25   # one JSON line: speed
+    .venv/bin/python scripts/int8_study.py --sensitivity   # one line per block: only that block int8
 
 Times are single-thread medians of 7 runs of one frame, ORT int8 against ORT fp32 in the same process (not under
 the cpu lock: ratios only, noisy); `cnnvideo bench engine` gives the speed figures."""
@@ -13,6 +15,7 @@ import argparse
 import copy
 import functools
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -41,6 +44,13 @@ def _run(sess, x):
     return sess.run(None, {"x": x})
 
 
+def _torch_run(model, x):
+    import torch
+
+    with torch.no_grad():
+        return model(torch.from_numpy(x))
+
+
 def _median_s(fn, x, n=7):
     fn(x)
     t = []
@@ -63,16 +73,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--video", default="media/vtest.avi")
     ap.add_argument("--only", nargs="*", default=None, help="recipe names to run (default: all)")
+    ap.add_argument("--timing", type=int, default=0, metavar="ROUNDS",
+                    help="instead: time torch fp32, ORT fp32 and the previous and engine int8 recipes in turn")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="instead: per features.* block, only that block int8 (bias-corrected on 8 calibration "
+                         "frames), RMS logit error on the eval and dev frames")
     args = ap.parse_args()
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model("mobilenet_v2", "imagenet", 0), (480, 720))
     k = graph.num_segments
-    wanted = sorted(set(sum(SETS.values(), [])) | set(CALIB) | set(range(100, 580, 10)))
+    wanted = sorted(set(CALIB) if args.timing else set(sum(SETS.values(), [])) | set(CALIB) | set(range(400, 544, 3)))
     frames = {i: f[np.newaxis] for i, f in enumerate(read_frames(args.video, (480, 720), wanted[-1] + 1, loop=False))
               if i in set(wanted)}
     model = graph.stage_module(0, k)
-    with torch.no_grad():
-        ref = {i: model(torch.from_numpy(frames[i])).numpy()[0] for i in sorted(set(sum(SETS.values(), [])))}
     fp32, _ = export_stage(graph, 0, k)
     fp32_sess = session(fp32, 1)
     area = 240 * 360
@@ -95,13 +108,38 @@ def main() -> int:
         ("previous + half-resolution stem fp32", dict(base, stem_area=area), None),
         ("previous + stem fp32 + bias correction (engine recipe)", dict(base, stem_area=area, correct_bias=True),
          None),
-        ("engine recipe, 48 calibration frames 100-570", dict(base, stem_area=area, correct_bias=True),
-         list(range(100, 580, 10))),
+        ("engine recipe, 48 calibration frames 400-541 (every 3rd)", dict(base, stem_area=area, correct_bias=True),
+         list(range(400, 544, 3))),
         ("engine recipe, percentile", dict(base, stem_area=area, correct_bias=True, method="percentile"), None),
         ("engine recipe + quarter-resolution blocks fp32", dict(base, stem_area=120 * 180, correct_bias=True), None),
     ]
     workdir = tempfile.mkdtemp(prefix="cnnvideo-int8-study-")
-    x0 = frames[0]
+    x0 = frames[CALIB[0]] if args.timing else frames[0]
+    if args.timing:
+        calib = [frames[i] for i in CALIB]
+        runs = {"torch-fp32": functools.partial(_torch_run, model),
+                "onnxruntime-fp32": functools.partial(_run, fp32_sess)}
+        for label, kw in (("onnxruntime-int8 previous recipe", base),
+                          ("onnxruntime-int8 engine recipe", dict(base, stem_area=area, correct_bias=True))):
+            runs[label] = functools.partial(_run, session(ort_int8.quantize_stage(fp32, calib, None, None, workdir,
+                                                                                   **kw), 1))
+        times = {label: [] for label in runs}
+        for _ in range(args.timing + 1):
+            for label, fn in runs.items():
+                t0 = time.perf_counter()
+                fn(x0)
+                times[label].append(time.perf_counter() - t0)
+        med = {label: float(np.median(t[1:])) for label, t in times.items()}
+        print(json.dumps({"frame_size": [480, 720], "threads": 1, "rounds": args.timing, "median_s": med,
+                          "speedup_vs_torch_fp32": {k: med["torch-fp32"] / v for k, v in med.items()}}))
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    with torch.no_grad():
+        ref = {i: model(torch.from_numpy(frames[i])).numpy()[0] for i in sorted(set(sum(SETS.values(), [])))}
+    if args.sensitivity:
+        _sensitivity(fp32, frames, ref, workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
     for name, kw, extra in recipes:
         if args.only and name not in args.only:
             continue
@@ -123,6 +161,41 @@ def main() -> int:
         print(json.dumps(_fx_row(frames, ref)), flush=True)
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def _sensitivity(fp32: bytes, frames, ref, workdir: str) -> None:
+    """mobilenet_v2's features.* blocks one at a time: every other node fp32 (the first conv and classifier always),
+    bias-corrected on frames 400-540 every 20th; RMS / max logit error and agreement on the eval + dev frames."""
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from cnnvideo.engines import ort_int8
+    from cnnvideo.engines.ort_engine import session
+
+    src, pre = os.path.join(workdir, "s.onnx"), os.path.join(workdir, "s.pre.onnx")
+    with open(src, "wb") as fh:
+        fh.write(fp32)
+    quant_pre_process(src, pre, skip_symbolic_shape=True)
+    nodes = list(onnx.load(pre).graph.node)
+    # convolutions in graph order: features.0 has 1, features.1 2, features.2-17 3 each, features.18 1
+    conv_block = [0, 1, 1] + [b for b in range(2, 18) for _ in range(3)] + [18]
+    block, ci = {}, -1
+    for n in nodes:
+        ci += n.op_type == "Conv"
+        block[n.name] = conv_block[ci] if ci >= 0 else -1
+    stock = ort_int8.fp32_nodes
+    calib = [frames[i] for i in range(400, 560, 20)]
+    ids = SETS["eval"] + SETS["dev"]
+    for b in range(1, 19):
+        ort_int8.fp32_nodes = lambda m, fc, cl, area=0, b=b: stock(m, fc, cl, area) + [
+            n.name for n in m.graph.node if block.get(n.name, -1) != b]
+        q = session(ort_int8.quantize_stage(fp32, calib, None, None, workdir, first_conv=True, classifier=True), 1)
+        ort_int8.fp32_nodes = stock
+        err = np.stack([q.run(None, {"x": frames[i]})[0][0] - ref[i] for i in ids])
+        agree = np.mean([int(np.argmax(err[j] + ref[i])) == int(np.argmax(ref[i])) for j, i in enumerate(ids)])
+        print(json.dumps({"only_int8": "features.%d" % b, "rms_logit_err": round(float(np.sqrt((err ** 2).mean())), 4),
+                          "max_abs_err": round(float(np.abs(err).max()), 3), "top1_agreement": round(float(agree), 3)}),
+              flush=True)
 
 
 def _fx_row(frames, ref) -> dict:
