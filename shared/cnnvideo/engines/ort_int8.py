@@ -19,16 +19,12 @@ from typing import List, Optional
 import numpy as np
 
 from . import EngineError, QParams
+from .ort_engine import _first_line, session
 
 log = logging.getLogger(__name__)
 
 RECIPE = ("qdq u8 act, per-channel s8 weights, minmax, pre-processed, fp32: first conv, classifier, half-resolution "
           "stem; output bias correction per channel against the fp32 model, on the int8 prefix's output")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
 
 
 def name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
@@ -185,8 +181,6 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
         raise EngineError("int8 quantisation is not available here: %s" % _first_line(exc)) from None
-    from .ort_engine import session
-
     ort.set_default_logger_severity(3)
     quiet = _DropRootRecords()
     logging.getLogger().addFilter(quiet)
