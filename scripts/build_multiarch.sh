@@ -210,6 +210,12 @@ print(" ".join(sorted("/".join(filter(None, (m["platform"]["os"], m["platform"][
   done
 }
 
+wheel_stop() {
+  # the Dockerfile.arm32v7 wheel check's line in a build log, if the build stopped there. The classic
+  # builder colours a step's stderr (ESC[91m ... ESC[0m), so strip SGR escapes before matching.
+  sed $'s/\e\\[[0-9;]*m//g' <<<"$1" | grep -m1 '^error: no .*armv7l\.whl'
+}
+
 armhf() {
   # Dockerfile.arm32v7 under armhf emulation, as far as it goes: the base stage (apt) always, started
   # under qemu; the role image only with the armv7l torch wheels (docker/wheels-armv7l/ or
@@ -228,8 +234,8 @@ armhf() {
     "$REPO" 2>&1) || rc=$?
   if [ "$rc" = 0 ]; then
     log "armhf: cnnvideo/worker:armhf built in $((SECONDS - start)) s"
-  elif grep -q "^error: no .*armv7l.whl" <<<"$out"; then
-    log "armhf: stopped at the torch wheels, as expected without them: $(grep -m1 '^error: no' <<<"$out")"
+  elif wheel_stop "$out" >/dev/null; then
+    log "armhf: stopped at the torch wheels, as expected without them: $(wheel_stop "$out")"
   else
     tail -20 <<<"$out" >&2
     die "Dockerfile.arm32v7 failed under armhf emulation (see above)"
@@ -279,4 +285,4 @@ main() {
   log "total: $((SECONDS - total)) s"
 }
 
-main "$@"
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi

@@ -93,9 +93,13 @@ class WorkerLinks:
         return restarted
 
     # ------------------------------------------------------------------ runs and streams
-    def start_run(self, setup: pb.RunSetup) -> None:
-        for w in range(self.n):
-            self.call(w, "StartRun", setup)
+    def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None) -> None:
+        """StartRun on every worker at once (with warm_cuts each builds its stage meanwhile)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(self.n, 1)) as pool:
+            for f in [pool.submit(self.call, w, "StartRun", setup, timeout) for w in range(self.n)]:
+                f.result()
 
     def open_streams(self, run_id: str, gen: int, read_results: Callable, read_stages: Callable) -> None:
         """Results and Stages streams of generation `gen` on every worker, each read by its own thread as

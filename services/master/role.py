@@ -1,7 +1,8 @@
 """The master's lifecycle: set up (workers, costs, video, predictors, scheduler), run the frames through the
 chain, resync after faults, report. The parts it glues live beside it: `tracking` (frame records, in flight,
 re-sends, generations), `links` (channels, setup calls, streams, resync), `outputs` (the output store), `results`
-(results.jsonl, a line per finished frame with its top-5)."""
+(results.jsonl, a line per finished frame with its top-5), `checks` (the workers' setup answers), `telemetry`
+(spans, hop totals, engines), `thumbs` (report.html's strip) and `reporting` (report.json's per-frame parts)."""
 from __future__ import annotations
 
 import array
@@ -10,7 +11,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -28,10 +29,14 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.schedulers import Compute, PipelineState, Transfer
 
+from . import reporting
+from .checks import check_infos, codec_times
 from .feed import Feed, SourceError
 from .links import MasterError, WorkerLinks
 from .outputs import OutputError, OutputStore
 from .results import ResultsLog
+from .telemetry import Telemetry
+from .thumbs import Thumbnails
 from .tracking import FrameTracker
 from .view import ViewState, describe
 
@@ -39,7 +44,6 @@ log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 600.0  # servers may still be loading models / profiling
 SETUP_TIMEOUT_S = 1800.0  # trainer fitting on a slow machine
-SPAN_LIMIT = 20000  # stage spans kept for the report's Gantt chart/spans (totals count all): bounded memory
 
 __all__ = ["MasterError", "MasterRole", "OutputStore"]
 
@@ -66,10 +70,7 @@ class MasterRole:
         self.outputs.add_sink(self._label)
         self.results: Optional[ResultsLog] = None  # opened at the start of the run
         self.weights_used: Optional[str] = None  # which weights the master's check model has
-        self.spans: List[rpt.StageSpan] = []
-        self.hops: Dict[str, rpt.HopStats] = {}
-        self.stage_totals = rpt.StageTotals()
-        self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
+        self.telemetry = Telemetry()  # spans, hop totals, engines (under cond)
         self.last_event = time.time()
         self.feed = Feed(cfg)  # frames as they arrive; pixels held only while in flight
         self.live = cfg.source.mode == "live"  # schedulers see only the past (else offline look-ahead)
@@ -80,8 +81,7 @@ class MasterRole:
         self.checker = None  # OnlineChecker with check: true
         self.view: Optional[ViewState] = None
         self.live_view = None
-        self.thumbs: Dict[int, str] = {}  # report.html's strip of labelled frames (see _thumb)
-        self.thumb_every = 1
+        self.thumbs = Thumbnails()  # report.html's strip of labelled frames
         self.pacer = pacer_for(cfg, 0)  # `local.links: paced`: the input hop waits bytes / rate like a shaped link
         self.scheduler: Optional[schedulers.Scheduler] = None
         self.predictors = None
@@ -114,9 +114,9 @@ class MasterRole:
         self.cut0_shape = tuple(self.infos[0].cuts[0].shape)
         request = pb.CostRequest(iters=self.cfg.profile_iters, rescale=self.cfg.profile_rescale,
                                  settings=self._settings(settings.WORKER_KEYS))
-        costs = [self._setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
+        costs = self._all_costs(request)
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
-        codec_time = self._codec_times(costs, seg_time.shape[1] + 1)
+        codec_time = codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             from cnnvideo.executor import StageExecutor
@@ -159,40 +159,27 @@ class MasterRole:
                  self.feed.source.kind, self.feed.source.stats()["video"], "live" if self.live else "offline",
                  len(dense), self.cfg.scheduler)
 
+    def _all_costs(self, request) -> list:
+        """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the
+        concurrency the run will have: with more than one frame in flight all workers compute at once (asked
+        all at once: on a shared host each sees the others' load), with one they take turns (asked in turn).
+        On this 2-core host at caps 0.4 a worker computed 2-3.5x slower while the other computed too."""
+        if self.cfg.in_flight <= 1 or self.W <= 1:
+            return [self._setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=self.W) as pool:
+            futures = [pool.submit(self._setup_call, w, "Costs", request, SETUP_TIMEOUT_S) for w in range(self.W)]
+            return [f.result() for f in futures]
+
     def _setup_call(self, w: int, method: str, request, timeout: float):
         """A setup call to worker w that waits out a restart of it (reliability.restart)."""
         if self.wait_s > 0:
             return self.links.call_waiting(w, method, request, timeout, self.wait_s)
         return self.links.call(w, method, request, timeout)
 
-    def _codec_times(self, costs, n_cuts: int):
-        """([W, K+1] encode, [W, K+1] decode) seconds from the workers' profiles; (None, None) if any worker
-        did not send them (the cost model then charges compute only)."""
-        enc, dec = [], []
-        for c in costs:
-            try:
-                e, d = convert.from_array(c.encode), convert.from_array(c.decode)
-            except ValueError:
-                e = d = np.zeros(0)
-            if e.shape != (n_cuts,) or d.shape != (n_cuts,) or not (np.all(np.isfinite(e)) and np.all(np.isfinite(d))):
-                log.warning("worker %d sent no usable codec profile: the cost model charges compute only", c.worker_id)
-                return None, None
-            enc.append(e)
-            dec.append(d)
-        return np.stack(enc), np.stack(dec)
-
     def _check_infos(self) -> None:
-        first = self.infos[0]
-        for w, info in enumerate(self.infos):
-            if info.worker_id != w:
-                raise MasterError("worker at %s says it is w%d, the config puts it at w%d" % (self.addresses[w],
-                                                                                             info.worker_id, w))
-            same = (info.model == self.cfg.model and list(info.frame_size) == list(self.cfg.frame_size)
-                    and [tuple(c.shape) for c in info.cuts] == [tuple(c.shape) for c in first.cuts])
-            if not same:
-                raise MasterError("worker w%d at %s runs %s at %s with %d cuts; the master expects %s at %s"
-                                  % (w, self.addresses[w], info.model, list(info.frame_size), len(info.cuts),
-                                     self.cfg.model, list(self.cfg.frame_size)))
+        check_infos(self.infos, self.cfg.model, self.cfg.frame_size, self.addresses)
 
     def _get_predictors(self):
         from cnnvideo.predict import Predictors
@@ -234,6 +221,7 @@ class MasterRole:
         from cnnvideo.liveview import LiveView
 
         self.view = ViewState(["m"] + ["w%d" % w for w in range(self.W)])
+        self.telemetry.on_span = self.view.note_span
         self.live_view = LiveView(lv.port, self._view_state, lv.host)
         self.live_view.start()
 
@@ -251,7 +239,7 @@ class MasterRole:
             chk = self.checker.summary() if self.checker is not None else {}
             counters["checked"] = chk.get("checked")
             counters["max_abs_err"] = chk.get("max_abs_err")
-            hops = [self.hops[n] for n in sorted(self.hops)]
+            hops = [self.telemetry.hops[n] for n in sorted(self.telemetry.hops)]
             return self.view.state(self.t_run or time.time(), counters, hops, dict)
 
     def serve(self) -> int:
@@ -260,7 +248,7 @@ class MasterRole:
         try:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
-            self.links.start_run(self._setup_msg(0))
+            self.links.start_run(self._setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
             self.links.open_streams(self.run_id, 0, self._read_results, self._read_stages)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
@@ -275,10 +263,14 @@ class MasterRole:
         self._close_run()
         return self._finish(wall)
 
-    def _setup_msg(self, gen: int) -> pb.RunSetup:
+    def _setup_msg(self, gen: int, warm_cuts: Sequence[int] = ()) -> pb.RunSetup:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=self.cfg.delta.input_threshold,
                            threshold=self.cfg.delta.threshold, fp16=self.cfg.delta.fp16, n_workers=self.W,
-                           generation=gen, settings=self._settings(settings.WORKER_KEYS))
+                           generation=gen, settings=self._settings(settings.WORKER_KEYS), warm_cuts=list(warm_cuts))
+
+    def _first_plan(self) -> List[int]:
+        """The cuts of the scheduler's first plan (the workers build those stages before the run), [] if none."""
+        return list(self.scheduler.initial_plan().cuts) if self.scheduler is not None else []
 
     def _settings(self, keys) -> pb.Settings:
         """The master's settings that change results, for a request (a role whose own differ refuses it)."""
@@ -288,20 +280,6 @@ class MasterRole:
         for w in restarted:
             self.restarts += 1
             self.worker_restarts[w] += 1
-
-    def _hop(self, name: str) -> rpt.HopStats:
-        h = self.hops.get(name)
-        if h is None:
-            h = self.hops[name] = rpt.HopStats(name)
-        return h
-
-    def _span(self, span: rpt.StageSpan) -> None:
-        """Count a stage span (holding cond); keep the span itself only up to SPAN_LIMIT (bounded memory)."""
-        self.stage_totals.add(span)
-        if len(self.spans) < SPAN_LIMIT:
-            self.spans.append(span)
-        if self.view is not None:
-            self.view.note_span(span)
 
     def _read_results(self, w: int, call, gen: int) -> None:
         receiver = HopReceiver(self.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
@@ -336,16 +314,17 @@ class MasterRole:
                         if self.live_view is not None:
                             self.live_view.set_frame(self.feed.pixels.get(f))
                     rgb = self.feed.pixels.get(f)
-                    self._thumb(f, rgb)
+                    self.thumbs.add(f, rgb)
                     self.feed.release(f)
                     self.last_event = now
-                    self._hop("w%d->m" % w).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
-                                                res.output.keyframe)
+                    self.telemetry.hop("w%d->m" % w).add(len(res.output.data), res.output.bytes_dense,
+                                                         now - res.sent_at, res.output.keyframe)
                     if self.results is not None:
                         self.results.result(res.frame_id, t_dec, self.tracker.records[res.frame_id].top5 or [],
                                             "w%d->m" % w, len(res.output.data))
-                    self._span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now, len(res.output.data)))
-                    self._span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
+                    self.telemetry.span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now,
+                                                      len(res.output.data)))
+                    self.telemetry.span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
                     self.cond.notify_all()
                 if self.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
                     self.checker.offer(f, rgb, y)
@@ -371,16 +350,16 @@ class MasterRole:
                         return
                     self.last_event = time.time()
                     if rep.engine:
-                        self.engines_ran.setdefault(w, {}).setdefault(rep.engine, rep.engine_note)
+                        self.telemetry.engine(w, rep.engine, rep.engine_note)
                     for st in rep.stages:
-                        self._span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
+                        self.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
                         if st.stage == "compute":
                             self.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
                     if rep.hop_out < self.W:
                         send = [st for st in rep.stages if st.stage == "send"]
                         wire = (send[0].end - send[0].start) if send else 0.0
-                        self._hop("w%d->w%d" % (w, rep.hop_out)).add(rep.bytes_out, rep.dense_out, wire,
-                                                                     rep.keyframe_out)
+                        self.telemetry.hop("w%d->w%d" % (w, rep.hop_out)).add(rep.bytes_out, rep.dense_out, wire,
+                                                                              rep.keyframe_out)
                         if self.results is not None:
                             self.results.hop(rep.frame_id, "w%d->w%d" % (w, rep.hop_out), rep.bytes_out)
                         self.scheduler.observe(Transfer(rep.hop_out, rep.bytes_out, wire))
@@ -520,9 +499,9 @@ class MasterRole:
             return
         t2 = time.time()
         with self.cond:
-            self._span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
-            self._span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
-            self._hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
+            self.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
+            self.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
+            self.telemetry.hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
             self.scheduler.observe(Transfer(0, len(data), t2 - t1))
         if self.view is not None:
             self.view.plan = list(cuts)
@@ -613,54 +592,8 @@ class MasterRole:
         if rec is not None:
             rec.top5 = [list(t) for t in labels.topk(output, 5)]
 
-    def _thumbs(self, records, n: int = 24) -> List[tuple]:
-        """Up to n evenly spread labelled frames as (frame, thumbnail URI, top-1 name, score)."""
-        done = [r for r in records if r.top5]
-        done = [r for r in done if r.frame in self.thumbs]  # frames are not kept: thumbnails taken as they ended
-        picked = [done[i] for i in sorted({int(round(i)) for i in np.linspace(0, len(done) - 1, min(n, len(done)))})]
-        out = []
-        for r in picked:
-            uri = self.thumbs.get(r.frame)
-            if uri:
-                out.append((r.frame, uri, r.top5[0][1], r.top5[0][2]))
-        return out
-
-    def _thumb(self, f: int, rgb) -> None:
-        """Keep a thumbnail of every `thumb_every`-th frame, at most 2 x 24 (the stride doubles): bounded memory."""
-        if rgb is None or f % self.thumb_every:
-            return
-        uri = rpt.thumbnail_uri(rgb)
-        if uri:
-            self.thumbs[f] = uri
-        if len(self.thumbs) > 48:
-            self.thumb_every *= 2
-            self.thumbs = {k: v for k, v in self.thumbs.items() if k % self.thumb_every == 0}
-
-    def _engines_report(self) -> List[Dict[str, object]]:
-        """Per worker: the engine asked for, whether it can run there, the engines its stages really ran on (with
-        the reason where that is not the one asked for)."""
-        out = []
-        for w in range(self.W):
-            info = self.infos[w] if self.infos and w < len(self.infos) else None
-            ran = self.engines_ran.get(w, {})
-            out.append({"worker": "w%d" % w, "asked": info.engine if info is not None else "",
-                        "available": bool(info.engine_available) if info is not None else None,
-                        "ran": sorted(ran), "notes": sorted({n for n in ran.values() if n})})
-        return out
-
     def _plan_layers(self, cuts: List[int]) -> List[List[str]]:
-        info = self.infos[0]
-        counts = list(info.segment_layers)
-        ids = list(info.segment_layer_ids)
-        starts = [0]
-        for c in counts:
-            starts.append(starts[-1] + c)
-        names = list(info.layer_names)
-        out = []
-        for w in range(self.W):
-            layer_ids = ids[starts[cuts[w]]:starts[cuts[w + 1]]]
-            out.append([names[i] if 0 <= i < len(names) else str(i) for i in layer_ids])
-        return out
+        return reporting.plan_layers(self.infos[0], cuts, self.W)
 
     def _finish(self, wall: float) -> int:
         self.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + skipped)
@@ -669,11 +602,8 @@ class MasterRole:
         self.agreement = self.checker.agreement() if self.checker is not None else (None, None)
         tr = self.tracker
         main_plan = tr.main_plan(self.W)
-        hop_order = ["m->w0"] + ["w%d->w%d" % (w, w + 1) for w in range(self.W - 1)] + ["w%d->m" % w
-                                                                                       for w in range(self.W)]
-        hops = [self.hops[n] for n in hop_order if n in self.hops]
-        if "w%d->m" % (self.W - 1) not in self.hops:  # always list the chain's own end hop
-            hops.append(rpt.HopStats("w%d->m" % (self.W - 1)))
+        tel = self.telemetry
+        hops = tel.chain_hops(self.W)
         records = tr.ordered()
         extra = {
             "run_id": self.run_id,
@@ -686,14 +616,14 @@ class MasterRole:
             "cut_names": [self.infos[0].cuts[c].name for c in main_plan],
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
             "engine": self.cfg.engine, "precision": self.cfg.precision,
-            "engines": self._engines_report(),
+            "engines": tel.engines_report(self.infos, self.W),
             "predicted_period_s": self.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
             "error": self.failure or self.source_error,
             "weights_used": self.weights_used,
             "top1_agreement": self.agreement[0],
             "top5_overlap": self.agreement[1],
-            "top1_labels": _label_counts(records),
+            "top1_labels": reporting.label_counts(records),
             "thresholds": {"input": self.cfg.delta.input_threshold, "later": self.cfg.delta.threshold},
             "retried": tr.retried,
             "dropped": tr.dropped,
@@ -702,19 +632,10 @@ class MasterRole:
                             "worker_restarts": {"w%d" % w: n for w, n in enumerate(self.worker_restarts)},
                             "ignored_results": tr.ignored, "retries": self.cfg.reliability.retries,
                             "restart": self.cfg.reliability.restart},
-            "per_frame": [{"frame": r.frame, "status": r.status, "sends": r.attempts,
-                           "latency_s": None if r.latency is None else round(r.latency, 6),
-                           "worker": r.worker, "cuts": r.cuts,
-                           "abs_err": None if r.error != r.error else r.error, "top5": r.top5}
-                          if not r.reason else
-                          {"frame": r.frame, "status": r.status, "sends": r.attempts, "reason": r.reason,
-                           "cuts": r.cuts} for r in records],
+            "per_frame": reporting.per_frame(records),
+            "times": reporting.frame_times(records, self.t_run),
+            "spans": reporting.span_rows(tel.spans, self.t_run),
         }
-        t_run = self.t_run
-        extra["times"] = [{"frame": r.frame, "sent_s": round(r.sent_at - t_run, 6),
-                           "done_s": None if r.done_at is None else round(r.done_at - t_run, 6)} for r in records]
-        extra["spans"] = [[s.frame, s.actor, s.stage, round(s.start - t_run, 6), round(s.end - t_run, 6), s.nbytes]
-                          for s in self.spans]
         extra.update(self.scheduler.report(n_frames, main_plan))
         extra.update(self._live_extra(wall))
         os.makedirs(self.out, exist_ok=True)
@@ -722,15 +643,15 @@ class MasterRole:
             order = self.outputs.frames()
             self.outputs.save_npy(os.path.join(self.out, "outputs.npy"))
             extra["outputs_frames"] = order if len(order) != n_frames else "all"
-        report = rpt.build(frames_total=n_frames, records=records, hops=hops, spans=self.spans,
+        report = rpt.build(frames_total=n_frames, records=records, hops=hops, spans=tel.spans,
                            model=self.cfg.model, mode=self.cfg.mode, scheduler=self.cfg.scheduler,
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
-                           max_abs_err=max_err, extra=extra, stages=self.stage_totals.summary())
+                           max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary())
         if self.results is not None:
             report["results"] = self.results.close()  # after build: set on the report, not on extra
         rpt.write_json(report, os.path.join(self.out, "report.json"))
-        rpt.write_html(report, records, self.spans, os.path.join(self.out, "report.html"),
-                       ["m"] + ["w%d" % w for w in range(self.W)], thumbs=self._thumbs(records))
+        rpt.write_html(report, records, tel.spans, os.path.join(self.out, "report.html"),
+                       ["m"] + ["w%d" % w for w in range(self.W)], thumbs=self.thumbs.pick(records))
         self._publish("failed" if self.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, self.out)
@@ -786,11 +707,3 @@ class MasterRole:
         if self.links is not None:
             self.links.close()
 
-
-def _label_counts(records) -> Dict[str, int]:
-    """How many frames had each top-1 label, most frequent first."""
-    counts: Dict[str, int] = {}
-    for r in records:
-        if r.top5:
-            counts[r.top5[0][1]] = counts.get(r.top5[0][1], 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -49,6 +49,7 @@ class RunSettings:
     n_workers: int
     hops: HopSettings = field(default_factory=HopSettings)
     generation: int = 0
+    warm_cuts: Tuple[int, ...] = ()  # the plan of the first frames: the role builds its stage before it answers
 
 
 @dataclass

@@ -18,6 +18,7 @@ from cnnvideo.engines import EngineError, factory_for, ort_available
 from cnnvideo.pacing import pacer_for
 from cnnvideo.pipeline import load_graph
 from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
+from cnnvideo.protocol import check_plan
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 
@@ -182,6 +183,11 @@ class WorkerRole:
         if setup.n_workers != self.cfg.n_workers:
             raise ValueError("master has %d workers, this worker's config has %d" % (setup.n_workers,
                                                                                      self.cfg.n_workers))
+        if setup.warm_cuts:
+            try:
+                check_plan(list(setup.warm_cuts), self.cfg.n_workers, len(self.graph.cuts) - 1)
+            except ValueError as exc:
+                raise ValueError("warm_cuts: %s" % exc) from None
         with self.lock:
             if self.run is not None:
                 self.run.close()
@@ -195,6 +201,23 @@ class WorkerRole:
                            self.cfg.max_message_bytes, quant=self.stages.qparams, describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
+        if setup.warm_cuts:
+            self._warm(setup.warm_cuts)
+
+    def _warm(self, cuts) -> None:
+        """Build this worker's stage of plan `cuts` now (engines cache it), not when its first frame arrives; a
+        stage that cannot be built is left to fail (or fall back) there, as without warming."""
+        start, end = int(cuts[self.worker_id]), int(cuts[self.worker_id + 1])
+        if end <= start:
+            return
+        t0 = time.time()
+        try:
+            st = self.stages.stage(start, end)
+        except EngineError as exc:
+            log.warning("worker %d: stage %d..%d not built before the run: %s", self.worker_id, start, end, exc)
+            return
+        log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
+                 st.engine, st.precision, time.time() - t0)
 
     def current(self, run_id: str) -> Run:
         run = self.run

@@ -13,7 +13,8 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
         raise ValueError("mode must be full or delta, got %r" % msg.mode)
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
-    return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation))
+    return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
+                       warm_cuts=tuple(int(c) for c in msg.warm_cuts))
 
 
 def task_from_pb(msg: pb.FrameTask) -> Task:

@@ -184,3 +184,25 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     assert net.check_health(addrs[0])
     assert stubs[0].Info(pb.Empty(), timeout=10).worker_id == 0
     stubs[0].EndRun(pb.StreamRequest(run_id="bad"), timeout=10)
+
+
+def test_start_run_builds_the_stage_of_warm_cuts_before_it_answers(cluster):
+    """StartRun with warm_cuts: each worker builds its stage of that plan before it answers (its log says so, so
+    the first frame does not pay for an export); a warm plan that does not fit the chain is INVALID_ARGUMENT
+    naming warm_cuts."""
+    import os
+
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+    cfg, stubs, _ = cluster
+    for s in stubs:
+        s.StartRun(pb.RunSetup(run_id="warm", mode="delta", n_workers=2, settings=master_settings(cfg),
+                               warm_cuts=[0, 7, 23]), timeout=60)
+    folder = os.path.dirname(os.path.expanduser(cfg.cache_dir))
+    logs = [open(os.path.join(folder, "w%d.log" % w)).read() for w in range(2)]
+    assert "worker 0: stage 0..7 ready on torch-fp32 before the run" in logs[0]
+    assert "worker 1: stage 7..23 ready on torch-fp32 before the run" in logs[1]
+    with pytest.raises(grpc.RpcError) as err:
+        stubs[0].StartRun(pb.RunSetup(run_id="warm2", mode="delta", n_workers=2, settings=master_settings(cfg),
+                                      warm_cuts=[0, 30, 23]), timeout=60)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "warm_cuts" in err.value.details()

@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from cnnvideo import config
@@ -25,6 +26,34 @@ def test_four_worker_chain():
     assert set(services["master"]["depends_on"]) == {"trainer", "netem", "worker0", "worker1", "worker2", "worker3"}
     loaded = config.from_dict(cfg, check_files=False)
     assert loaded.cluster.workers == ["worker%d:50060" % i for i in range(4)] and loaded.bandwidth == [2.0] * 4
+
+
+def test_per_hop_rates_and_per_worker_caps():
+    """Lists give each hop its rate and each worker its cap; a list of the wrong length is refused."""
+    compose, cfg = compose_workers.build(3, rate=[1, 2, 4, 8], cpus=[0.5, 0.25, 0.125])
+    services = compose["services"]
+    rates = [c.split(",")[1] for c in services["netem"]["command"] if c != "--link"]
+    assert rates == ["rate=1", "rate=2", "rate=4", "rate=8"] and cfg["bandwidth"] == [1.0, 2.0, 4.0]
+    assert [services["worker%d" % i]["cpus"] for i in range(3)] == [0.5, 0.25, 0.125]
+    assert services["worker1"]["environment"]["CNNVIDEO_HOST"] == "worker1-cpus0.25"
+    with pytest.raises(ValueError, match="3 hop rates for 4"):
+        compose_workers.build(3, rate=[1, 2, 4], cpus=0.5)
+
+
+def test_env_templated_two_workers_are_docker_compose_yml_s():
+    """The experiment runner's env-templated build: for 2 workers the worker and trainer services are exactly
+    docker-compose.yml's, and the hop rates use its variable names; for 4, the names run on (HOP3_RATE,
+    WORKER3_CPUS)."""
+    with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
+        committed = yaml.safe_load(fh)["services"]
+    two = compose_workers.env_templated(2)["services"]
+    for name in ("trainer", "worker0", "worker1"):
+        assert two[name] == committed[name], name
+    assert [c.split(",")[1] for c in two["netem"]["command"] if c != "--link"] == \
+        ["rate=${HOP0_RATE:-3}", "rate=${HOP1_RATE:-3}", "rate=${RET_RATE:-3}"]
+    four = compose_workers.env_templated(4)["services"]
+    assert four["worker3"]["cpus"] == "${WORKER3_CPUS:-0.5}" and "rate=${HOP3_RATE:-3}" in four["netem"]["command"][7]
+    assert compose_workers.hop_rate_vars(4) == ["HOP0_RATE", "HOP1_RATE", "HOP2_RATE", "HOP3_RATE", "RET_RATE"]
 
 
 def test_written_compose_file_validates(tmp_path):

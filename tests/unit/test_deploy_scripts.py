@@ -89,3 +89,21 @@ def test_registry_that_is_down_is_named(tmp_path):
     proc = build_multiarch("--arch", "amd64", "--registry", "127.0.0.2:5999", CNNVIDEO_BINFMT_DIR=str(tmp_path))
     assert proc.returncode == 1
     assert "registry 127.0.0.2:5999 does not answer" in proc.stderr
+
+
+def wheel_stop(log: str) -> subprocess.CompletedProcess:
+    script = f'. "{ROOT}/scripts/build_multiarch.sh"; set +e; wheel_stop "$1"'
+    return subprocess.run(["bash", "-c", script, "wheel_stop", log], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def test_armhf_wheel_stop_is_found_in_a_coloured_build_log():
+    """The classic builder wraps a step's stderr in colour escapes: the expected stop at the armv7l torch
+    wheels must still be recognised (it was not, and the script died instead of reporting how far it got),
+    while any other failure is not taken for it."""
+    log = ("Step 16/49 : RUN for w in ...\n\x1b[91merror: no torch-1.7.0a0-cp37-cp37m-linux_armv7l.whl: put it in "
+           "docker/wheels-armv7l/ or pass --build-arg TORCH_WHEELS_URL=URL\n\x1b[0mThe command returned 1")
+    found = wheel_stop(log)
+    assert found.returncode == 0
+    assert found.stdout.strip().startswith("error: no torch-1.7.0a0-cp37-cp37m-linux_armv7l.whl")
+    assert wheel_stop("E: Unable to locate package python3-scipy\nThe command returned 100").returncode == 1

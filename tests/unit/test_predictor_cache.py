@@ -2,30 +2,15 @@
 ValueError naming the file, and the trainer logs it and fits again instead of crashing."""
 import logging
 import os
+import sys
 
-import numpy as np
 import pytest
 
-from cnnvideo import config
-from cnnvideo.predict import Predictors
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from damage import DAMAGES  # noqa: E402
 
-
-def _truncate(path):
-    with open(path, "r+b") as fh:
-        fh.truncate(os.path.getsize(path) // 2)
-
-
-def _flip(path):
-    with open(path, "r+b") as fh:
-        fh.seek(os.path.getsize(path) // 3)
-        b = fh.read(1)
-        fh.seek(-1, os.SEEK_CUR)
-        fh.write(bytes([b[0] ^ 0xFF]))
-
-
-def _garbage(path):
-    with open(path, "wb") as fh:
-        fh.write(np.random.default_rng(0).bytes(300))
+from cnnvideo import config  # noqa: E402
+from cnnvideo.predict import Predictors  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +19,7 @@ def trainer_cfg(tmp_path_factory, synthetic_video):
                              "trainer": {"frames": 4}, "cache_dir": str(tmp_path_factory.mktemp("cache"))})
 
 
-@pytest.mark.parametrize("damage", [_truncate, _flip, _garbage], ids=["truncated", "bit-flip", "garbage"])
+@DAMAGES
 def test_damaged_predictor_cache_is_refitted(trainer_cfg, damage, caplog):
     from cnnvideo.trainer.role import TrainerRole
 

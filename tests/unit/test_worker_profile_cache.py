@@ -2,13 +2,17 @@
 crash); the rebuilt file is used from then on."""
 import logging
 import os
+import sys
 
 import numpy as np
 import pytest
 
-from cnnvideo import config
-from cnnvideo.pipeline import load_graph
-from cnnvideo.worker.role import costs_cache_path, profile_cached
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from damage import DAMAGES  # noqa: E402
+
+from cnnvideo import config  # noqa: E402
+from cnnvideo.pipeline import load_graph  # noqa: E402
+from cnnvideo.worker.role import costs_cache_path, profile_cached  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -18,25 +22,7 @@ def setup(tmp_path_factory):
     return cfg, load_graph(cfg)
 
 
-def _truncate(path):
-    with open(path, "r+b") as fh:
-        fh.truncate(os.path.getsize(path) // 2)
-
-
-def _flip(path):
-    with open(path, "r+b") as fh:
-        fh.seek(os.path.getsize(path) // 3)
-        b = fh.read(1)
-        fh.seek(-1, os.SEEK_CUR)
-        fh.write(bytes([b[0] ^ 0xFF]))
-
-
-def _garbage(path):
-    with open(path, "wb") as fh:
-        fh.write(np.random.default_rng(0).bytes(300))
-
-
-@pytest.mark.parametrize("damage", [_truncate, _flip, _garbage], ids=["truncated", "bit-flip", "garbage"])
+@DAMAGES
 def test_damaged_profile_cache_is_rebuilt(setup, damage, caplog):
     cfg, graph = setup
     path = costs_cache_path(cfg, "testhost")

@@ -1,7 +1,9 @@
 """Where the runs of an experiment run: `cnnvideo local` per run, or a compose project with long-lived trainer,
-workers and tc helper and a fresh master container per run."""
+workers and tc helper and a fresh master container per run (as many workers as the spec says: the compose file
+is scripts/compose_workers.py's, hop rates and CPU caps set through its environment variables)."""
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -20,9 +22,32 @@ from .spec import ExperimentError, _merge, bandwidth_list, n_workers
 log = logging.getLogger(__name__)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ROLE_ADDRESSES = {"cluster": {"trainer": "trainer:50051", "workers": ["worker0:50060", "worker1:50060"]},
-                  "video": "/usr/share/cnnvideo/vtest.avi", "cache_dir": "/var/cache/cnnvideo"}
+COMPOSE_FILE = "docker-compose.exp.yml"  # written into the exported tree by ComposeBackend
 POLL_S = 0.1  # how often a watched run's progress.json is read
+
+
+def role_addresses(n: int) -> Dict[str, Any]:
+    """What a run config gets in the compose project: service names as addresses, the image's video and cache."""
+    return {"cluster": {"trainer": "trainer:50051", "workers": ["worker%d:50060" % i for i in range(n)]},
+            "video": "/usr/share/cnnvideo/vtest.avi", "cache_dir": "/var/cache/cnnvideo"}
+
+
+def compose_workers(src: str):
+    """scripts/compose_workers.py of the tree at `src` (the one owner of N-worker compose files), as a module."""
+    spec = importlib.util.spec_from_file_location("compose_workers", os.path.join(src, "scripts", "compose_workers.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def hop_links(n: int, rates: Sequence[float]) -> Dict[str, float]:
+    """{link name: MB/s} of the n+1 hops of an n-worker chain: hop i into worker i at rates[i], the return hop
+    (last worker -> master) at rates[-1]."""
+    if len(rates) != n:
+        raise ExperimentError("%d workers need %d bandwidths (one per hop into a worker), got %r"
+                              % (n, n, list(rates)))
+    chain = ["master"] + ["worker%d" % i for i in range(n)] + ["master"]
+    return {"%s<>%s" % (a, b): float(rates[min(i, n - 1)]) for i, (a, b) in enumerate(zip(chain[:-1], chain[1:]))}
 
 
 class LocalBackend:
@@ -67,6 +92,10 @@ class ComposeBackend:
         self.spec = spec
         self.work = os.path.abspath(work)
         self.project = project
+        self.n = n_workers(spec)
+        self.workers = ["worker%d" % i for i in range(self.n)]
+        self.addresses = role_addresses(self.n)
+        self.cw = None  # scripts/compose_workers.py of the exported tree (set by _write_gen)
         self.gen = os.path.join(self.work, "gen")
         self.roles_key = ""  # settings digest the trainer and workers run with
         self.rates: Optional[List[float]] = None
@@ -74,21 +103,23 @@ class ComposeBackend:
 
     # ---------------------------------------------------------------- compose plumbing
     def _env(self, rates: Sequence[float]) -> Dict[str, str]:
+        """The compose file's variables: CPU caps the spec sets (else .env's or the file's defaults), hop rates."""
+        cw = self.cw or compose_workers(REPO)
         cpus = self.spec.get("cpus") or {}
         env = dict(os.environ, COMPOSE_PROJECT_NAME=self.project, OUT_DIR=self.work, CONFIG="../gen/cluster.yml",
                    FRAMES=str(self.spec.get("frames", 8)))
-        for role, var in (("worker0", "WORKER0_CPUS"), ("worker1", "WORKER1_CPUS"), ("master", "MASTER_CPUS"),
-                          ("trainer", "TRAINER_CPUS")):
+        roles = list(zip(self.workers, cw.cpu_vars(self.n))) + [("master", "MASTER_CPUS"), ("trainer", "TRAINER_CPUS")]
+        for role, var in roles:
             if role in cpus:
                 env[var] = "%g" % float(cpus[role])
-        env["HOP0_RATE"], env["HOP1_RATE"] = "%g" % rates[0], "%g" % rates[1]
-        env["RET_RATE"] = "%g" % rates[-1]
+        for var, rate in zip(cw.hop_rate_vars(self.n), hop_links(self.n, rates).values()):
+            env[var] = "%g" % rate
         return env
 
     def compose(self, *args: str, rates: Optional[Sequence[float]] = None, timeout: float = 1800,
                 check: bool = True) -> str:
         cmd = self._compose_cmd() + list(args)
-        proc = subprocess.run(cmd, cwd=REPO, env=self._env(rates or self.rates or [3.0, 3.0]),
+        proc = subprocess.run(cmd, cwd=REPO, env=self._env(rates or self.rates or [3.0] * self.n),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=timeout)
         if check and proc.returncode != 0:
@@ -98,7 +129,7 @@ class ComposeBackend:
     def _compose_cmd(self) -> List[str]:
         src = os.path.join(self.gen, "src")
         return ["docker", "compose", "-p", self.project, "--project-directory", src, "-f",
-                os.path.join(src, "docker-compose.yml"), "-f", os.path.join(self.gen, "override.yml")]
+                os.path.join(src, COMPOSE_FILE), "-f", os.path.join(self.gen, "override.yml")]
 
     def _write_gen(self) -> None:
         """Export the committed tree (git HEAD) as the build context and compose project: a run never picks up
@@ -114,15 +145,7 @@ class ComposeBackend:
                                      universal_newlines=True, check=True).stdout.strip()
         for sub in ("wheels", "weights"):  # not in git: filled by scripts/docker_setup.sh
             shutil.copytree(os.path.join(REPO, "build", sub), os.path.join(src, "build", sub))
-        self._write_cluster(self.spec.get("base") or {})
-        gen_mount = "%s:/app/gen:ro" % self.gen
-        node = {"image": "cnnvideo-exp/node", "volumes": [gen_mount]}
-        override = {"services": {
-            "trainer": dict(node), "worker0": dict(node), "worker1": dict(node), "master": dict(node),
-            "netem": {"image": "cnnvideo-exp/netem"},
-        }}
-        with open(os.path.join(self.gen, "override.yml"), "w") as fh:
-            yaml.safe_dump(override, fh, sort_keys=False)
+        self.write_project(src)
         base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
         for target, tag in (("runtime", "cnnvideo-exp/node"), ("netem", "cnnvideo-exp/netem")):
             proc = subprocess.run(["docker", "build", "-q", "--build-arg", "BASE_IMAGE=" + base, "--target", target,
@@ -131,9 +154,26 @@ class ComposeBackend:
             if proc.returncode != 0:
                 raise ExperimentError("docker build %s failed: %s" % (target, proc.stdout[-3000:]))
 
+    def write_project(self, src: str) -> None:
+        """The compose project in the exported tree `src`: its compose file for this spec's N workers (from
+        src's scripts/compose_workers.py; rates and caps are variables _env sets), gen/override.yml (the
+        experiment's images, gen/ mounted) and gen/cluster.yml."""
+        os.makedirs(self.gen, exist_ok=True)
+        self.cw = compose_workers(src)
+        with open(os.path.join(src, COMPOSE_FILE), "w") as fh:
+            fh.write("# generated by the experiment runner with scripts/compose_workers.py (%d workers)\n" % self.n)
+            self.cw.dump_compose(self.cw.env_templated(self.n), fh)
+        self._write_cluster(self.spec.get("base") or {})
+        node = {"image": "cnnvideo-exp/node", "volumes": ["%s:/app/gen:ro" % self.gen]}
+        override = {"services": dict({role: dict(node) for role in ["trainer"] + self.workers + ["master"]},
+                                     netem={"image": "cnnvideo-exp/netem"})}
+        with open(os.path.join(self.gen, "override.yml"), "w") as fh:
+            yaml.safe_dump(override, fh, sort_keys=False)
+
     def _write_cluster(self, cfg: Dict[str, Any]) -> None:
         """gen/cluster.yml, the config of the long-lived trainer and workers: `cfg` at the compose addresses."""
-        cluster = _merge(cfg, dict(ROLE_ADDRESSES, out="/app/out"))
+        cluster = _merge(cfg, dict(self.addresses, out="/app/out"))
+        cluster.setdefault("bandwidth", [3.0] * self.n)  # the roles' config must list one per worker (or one)
         for k in ("tls", "scheduler_options"):
             cluster.pop(k, None)
         with open(os.path.join(self.gen, "cluster.yml"), "w") as fh:
@@ -145,13 +185,12 @@ class ComposeBackend:
         would refuse the master's requests otherwise). True if they were re-created."""
         from cnnvideo import config, settings
 
-        key = settings.of(config.from_dict(_merge(cfg, ROLE_ADDRESSES), check_files=False),
+        key = settings.of(config.from_dict(_merge(cfg, self.addresses), check_files=False),
                           settings.TRAINER_KEYS).digest
         if key == self.roles_key:
             return False
         self._write_cluster(cfg)
-        self.compose("up", "-d", "--wait", "--force-recreate", "--no-deps", "trainer", "worker0", "worker1",
-                     timeout=3600)
+        self.compose("up", "-d", "--wait", "--force-recreate", "--no-deps", "trainer", *self.workers, timeout=3600)
         self.roles_key = key
         self.dirty = True  # new containers: the tc helper re-creates its rules
         return True
@@ -185,23 +224,19 @@ class ComposeBackend:
             self._lock_fh = None
 
     def start(self) -> None:
-        if n_workers(self.spec) != 2:
-            raise ExperimentError("the compose backend runs the 2 workers of docker-compose.yml, the spec asks for "
-                                  "%d: use backend local, or scripts/compose_workers.py for a compose file of N"
-                                  % n_workers(self.spec))
         self.lock()
         os.makedirs(os.path.join(self.work, "runs"), exist_ok=True)
         os.chmod(self.work, 0o777)
         os.chmod(os.path.join(self.work, "runs"), 0o777)
         self._write_gen()
-        self.rates = [3.0, 3.0]
+        self.rates = [3.0] * self.n
         self.compose("down", "--timeout", "5", check=False, timeout=600)
         # the netem helper turns GSO off on every shaped container's eth0 (one MSS per packet) so htb paces small
         # messages too; sockets cache that when they connect, hence the master's 3 s start delay below
-        self.compose("up", "-d", "--wait", "trainer", "worker0", "worker1", "netem", timeout=3600)
+        self.compose("up", "-d", "--wait", "trainer", *self.workers, "netem", timeout=3600)
         from cnnvideo import config, settings
 
-        self.roles_key = settings.of(config.from_dict(_merge(self.spec.get("base") or {}, ROLE_ADDRESSES),
+        self.roles_key = settings.of(config.from_dict(_merge(self.spec.get("base") or {}, self.addresses),
                                                       check_files=False), settings.TRAINER_KEYS).digest
 
     def stop(self) -> None:
@@ -219,9 +254,8 @@ class ComposeBackend:
         self.dirty = False
 
     def change_link(self, link: str, rate: float) -> str:
-        """Change one link's rate in place (all three links re-applied by a one-shot helper in the netem container)."""
-        rates = list(self.rates or [3.0, 3.0])
-        links = {"master<>worker0": rates[0], "worker0<>worker1": rates[1], "worker1<>master": rates[-1]}
+        """Change one link's rate in place (every link re-applied by a one-shot helper in the netem container)."""
+        links = hop_links(self.n, list(self.rates or [3.0] * self.n))
         if link not in links:
             raise ExperimentError("change.link must be one of %s, got %r" % (", ".join(links), link))
         links[link] = float(rate)
@@ -239,12 +273,12 @@ class ComposeBackend:
                 % getattr(self, "commit", "?")}
 
     def run(self, r: Dict[str, Any], cfg: Dict[str, Any], run_dir: str) -> Tuple[int, str]:
-        cfg = _merge(cfg, ROLE_ADDRESSES)
+        cfg = _merge(cfg, self.addresses)
         cfg.pop("tls", None)
         lines: List[str] = []
         if self.configure_roles(cfg):
             lines.append("[experiment] %.3f trainer and workers re-created with this run's settings\n" % time.time())
-        self.set_rates(bandwidth_list(r["bandwidth"]))
+        self.set_rates(bandwidth_list(r["bandwidth"], self.n))
         cfg_dir = os.path.join(self.gen, "runs")
         os.makedirs(cfg_dir, exist_ok=True)
         with open(os.path.join(cfg_dir, r["id"] + ".yml"), "w") as fh:

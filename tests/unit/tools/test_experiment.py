@@ -1,7 +1,19 @@
-"""Experiment runner pieces that need no Docker: the compose project lock."""
-import pytest
+"""Experiment runner pieces that need no Docker engine: the compose project lock, the number of workers from the
+spec, and the compose backend's project for N workers (checked with `docker compose config` when the plugin is
+there), and the rows and tables of the summary."""
+import json
+import os
+import shutil
+import subprocess
 
+import pytest
+import yaml
+
+from cnnvideo import config
 from cnnvideo.tools.experiment import ComposeBackend, ExperimentError
+from cnnvideo.tools.experiment import backends as backends_mod
+
+ROOT = backends_mod.REPO
 
 
 def test_second_experiment_on_one_compose_project_is_refused(tmp_path):
@@ -22,8 +34,7 @@ def test_second_experiment_on_one_compose_project_is_refused(tmp_path):
 
 def test_workers_come_from_the_spec(tmp_path):
     """n_workers: the spec's `workers`, else base.cluster.workers, else 2; bad values are refused; a run config
-    gets one bandwidth per hop; the compose backend (docker-compose.yml's two workers) refuses another count
-    before it touches docker."""
+    gets one bandwidth per hop."""
     from cnnvideo.tools.experiment import spec as spec_mod
 
     assert spec_mod.n_workers({}) == 2
@@ -36,8 +47,44 @@ def test_workers_come_from_the_spec(tmp_path):
     r = spec_mod.expand(spec)[-1]
     cfg = spec_mod.run_config(spec, r)
     assert cfg["bandwidth"] == [2.0, 2.0, 2.0] and len(cfg["cluster"]["workers"]) == 3
-    with pytest.raises(ExperimentError, match="2 workers"):
-        ComposeBackend(spec, str(tmp_path)).start()
+
+
+def _compose_plugin() -> bool:
+    docker = shutil.which("docker")
+    return bool(docker) and subprocess.run([docker, "compose", "version"], stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL).returncode == 0
+
+
+def test_compose_backend_project_has_the_spec_s_workers(tmp_path):
+    """A 3-worker spec: the backend writes a compose file with worker0..2 (scripts/compose_workers.py's), an
+    override and a cluster config naming all three, and sets one rate variable per hop and the caps the spec
+    gives; `docker compose config` resolves them to 4 shaped links at the run's rates and the caps."""
+    spec = {"workers": 3, "cpus": {"worker2": 0.25, "master": 1.0}}
+    b = ComposeBackend(spec, str(tmp_path / "work"), project="cnnvideo-w3test")
+    src = os.path.join(b.gen, "src")
+    for rel in ("scripts/compose_workers.py", "docker-compose.yml", "configs/compose.yml", ".env"):
+        os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, rel), os.path.join(src, rel))
+    b.write_project(src)
+    cluster = config.from_dict(yaml.safe_load(open(os.path.join(b.gen, "cluster.yml"))), check_files=False)
+    assert cluster.cluster.workers == ["worker0:50060", "worker1:50060", "worker2:50060"]
+    override = yaml.safe_load(open(os.path.join(b.gen, "override.yml")))["services"]
+    assert sorted(override) == ["master", "netem", "trainer", "worker0", "worker1", "worker2"]
+    env = b._env([1, 2, 4])
+    assert [env[v] for v in ("HOP0_RATE", "HOP1_RATE", "HOP2_RATE", "RET_RATE")] == ["1", "2", "4", "4"]
+    assert env["WORKER2_CPUS"] == "0.25" and env["MASTER_CPUS"] == "1"
+    with pytest.raises(ExperimentError, match="3 workers need 3 bandwidths"):
+        b._env([1, 2])
+    if not _compose_plugin():
+        pytest.skip("no docker compose plugin to resolve the written project")
+    resolved = json.loads(b.compose("config", "--format", "json", rates=[1, 2, 4]))["services"]
+    assert sorted(s for s in resolved if s.startswith("worker")) == ["worker0", "worker1", "worker2"]
+    assert [resolved["worker%d" % i]["cpus"] for i in range(3)] == [0.5, 0.5, 0.25]
+    assert resolved["worker2"]["command"] == ["worker", "-c", "/app/configs/../gen/cluster.yml", "-i", "2"]
+    links = [c.split(",")[:2] for c in resolved["netem"]["command"] if c != "--link"]
+    assert links == [["master<>worker0", "rate=1"], ["worker0<>worker1", "rate=2"], ["worker1<>worker2", "rate=4"],
+                     ["worker2<>master", "rate=4"]]
+    assert resolved["worker0"]["image"] == "cnnvideo-exp/node"
 
 
 def _report(cut: str, dense: int, sent_per_frame: int, agreement: float) -> dict:

@@ -1,0 +1,46 @@
+"""What the master checks and takes from the workers' setup answers: that every worker runs the configured model
+at its place in the chain, and the codec times of their profiles."""
+from __future__ import annotations
+
+import logging
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from cnnvideo.rpc import convert
+
+from .links import MasterError
+
+log = logging.getLogger(__name__)
+
+
+def check_infos(infos: Sequence, model: str, frame_size: Sequence[int], addresses: List[str]) -> None:
+    """MasterError naming the worker whose Info says another place in the chain, model, frame size or cuts."""
+    first = infos[0]
+    for w, info in enumerate(infos):
+        if info.worker_id != w:
+            raise MasterError("worker at %s says it is w%d, the config puts it at w%d" % (addresses[w],
+                                                                                         info.worker_id, w))
+        same = (info.model == model and list(info.frame_size) == list(frame_size)
+                and [tuple(c.shape) for c in info.cuts] == [tuple(c.shape) for c in first.cuts])
+        if not same:
+            raise MasterError("worker w%d at %s runs %s at %s with %d cuts; the master expects %s at %s"
+                              % (w, addresses[w], info.model, list(info.frame_size), len(info.cuts), model,
+                                 list(frame_size)))
+
+
+def codec_times(costs: Sequence, n_cuts: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """([W, K+1] encode, [W, K+1] decode) seconds from the workers' profiles; (None, None) if any worker did not
+    send them (the cost model then charges compute only)."""
+    enc, dec = [], []
+    for c in costs:
+        try:
+            e, d = convert.from_array(c.encode), convert.from_array(c.decode)
+        except ValueError:
+            e = d = np.zeros(0)
+        if e.shape != (n_cuts,) or d.shape != (n_cuts,) or not (np.all(np.isfinite(e)) and np.all(np.isfinite(d))):
+            log.warning("worker %d sent no usable codec profile: the cost model charges compute only", c.worker_id)
+            return None, None
+        enc.append(e)
+        dec.append(d)
+    return np.stack(enc), np.stack(dec)

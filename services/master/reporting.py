@@ -1,0 +1,51 @@
+"""The per-frame parts of the master's report.json: each frame's record, its times, the kept spans, the layers
+of each worker's stage and the top-1 label counts."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+
+def plan_layers(info, cuts: List[int], n_workers: int) -> List[List[str]]:
+    """Names of the layers each worker runs under `cuts`, from a worker's Info (segment layer counts and ids)."""
+    starts = [0]
+    for c in info.segment_layers:
+        starts.append(starts[-1] + c)
+    ids = list(info.segment_layer_ids)
+    names = list(info.layer_names)
+    return [[names[i] if 0 <= i < len(names) else str(i) for i in ids[starts[cuts[w]]:starts[cuts[w + 1]]]]
+            for w in range(n_workers)]
+
+
+def per_frame(records) -> List[Dict[str, Any]]:
+    """report.json `per_frame`: status, sends, latency, worker, cuts, error and top-5 of a completed frame; the
+    reason of one that was not."""
+    out = []
+    for r in records:
+        if r.reason:
+            out.append({"frame": r.frame, "status": r.status, "sends": r.attempts, "reason": r.reason,
+                        "cuts": r.cuts})
+        else:
+            out.append({"frame": r.frame, "status": r.status, "sends": r.attempts,
+                        "latency_s": None if r.latency is None else round(r.latency, 6), "worker": r.worker,
+                        "cuts": r.cuts, "abs_err": None if r.error != r.error else r.error, "top5": r.top5})
+    return out
+
+
+def frame_times(records, t_run: float) -> List[Dict[str, Any]]:
+    """report.json `times`: when each frame was sent and finished, in seconds from the run's start."""
+    return [{"frame": r.frame, "sent_s": round(r.sent_at - t_run, 6),
+             "done_s": None if r.done_at is None else round(r.done_at - t_run, 6)} for r in records]
+
+
+def span_rows(spans, t_run: float) -> List[list]:
+    """report.json `spans`: [frame, actor, stage, start, end, bytes] with times from the run's start."""
+    return [[s.frame, s.actor, s.stage, round(s.start - t_run, 6), round(s.end - t_run, 6), s.nbytes] for s in spans]
+
+
+def label_counts(records) -> Dict[str, int]:
+    """How many frames had each top-1 label, most frequent first."""
+    counts: Dict[str, int] = {}
+    for r in records:
+        if r.top5:
+            counts[r.top5[0][1]] = counts.get(r.top5[0][1], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,33 @@
+"""The master asks its workers for their costs under the concurrency the run will have (a rescale times whole
+passes on each worker: alone when frames take turns, all at once when several are in flight)."""
+import threading
+import time
+from types import SimpleNamespace
+
+from cnnvideo.master.role import MasterRole
+
+
+def _overlap(in_flight: int, workers: int = 2) -> int:
+    """Most Costs calls running at the same moment, with a fake setup call that takes 50 ms."""
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def call(w, method, request, timeout):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return "costs of w%d" % w
+
+    fake = SimpleNamespace(W=workers, cfg=SimpleNamespace(in_flight=in_flight), _setup_call=call)
+    assert MasterRole._all_costs(fake, "request") == ["costs of w%d" % w for w in range(workers)]
+    return state["most"]
+
+
+def test_costs_are_asked_in_turn_with_one_frame_in_flight_and_at_once_with_more():
+    """In flight 1: one worker at a time (as they compute in the run); 6: all at once, answers in worker order."""
+    assert _overlap(1) == 1
+    assert _overlap(6) == 2
+    assert _overlap(6, workers=3) == 3
