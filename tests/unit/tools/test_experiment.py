@@ -107,7 +107,7 @@ def test_rows_and_cut_table_carry_agreement_and_bytes_per_cut():
     """Each run's row keeps the report's top-1 agreement and the dense size of each hop; cut_summary groups
     runs by variant and the tensor w0->w1 carries, with steady bytes per frame (frames 1.., the keyframe left
     out) and the lowest agreement of the group, so a lossy variant's cost in bytes and answers shows per cut."""
-    from cnnvideo.tools.experiment.summary import bytes_summary, cut_summary, summarise
+    from cnnvideo.tools.experiment.summary import IDLE_W1, bytes_summary, cut_summary, summarise
 
     def run(sched, variant, m):
         return {"id": "%s_%s_m%d_bw3" % (sched, variant, m), "scheduler": sched, "variant": variant,
@@ -116,10 +116,14 @@ def test_rows_and_cut_table_carry_agreement_and_bytes_per_cut():
     rows = [summarise(run("lbs", "delta", 1), _report("features.2", 4000, 3000, 1.0), 0, 1.0),
             summarise(run("das", "delta", 6), _report("features.2", 4000, 2000, 1.0), 0, 1.0),
             summarise(run("das", "t003", 6), _report("features.2", 4000, 400, 0.9), 0, 1.0),
-            summarise(run("optimal", "t003", 6), _report("features.14", 800, 100, 1.0), 0, 1.0)]
+            summarise(run("optimal", "t003", 6), _report("features.14", 800, 100, 1.0), 0, 1.0),
+            summarise(run("adaptive", "delta", 1), _report("classifier.1", 4000, 400, 1.0), 0, 1.0)]
     assert rows[2]["top1_agreement"] == 0.9 and rows[0]["dense_w0_w1"] == 4000
     cuts = {(c["variant"], c["cut"]): c for c in cut_summary(rows)}
-    assert set(cuts) == {("delta", "features.2"), ("t003", "features.2"), ("t003", "features.14")}
+    assert set(cuts) == {("delta", "features.2"), ("t003", "features.2"), ("t003", "features.14"),
+                         ("delta", IDLE_W1)}
+    # worker 1 idle in the main plan: w0->w1 only carried other plans' frames, so it has no figures here
+    assert cuts[("delta", IDLE_W1)].get("bytes_frame_w0_w1") is None and cuts[("delta", IDLE_W1)]["n"] == 1
     lossless = cuts[("delta", "features.2")]
     assert lossless["n"] == 2 and lossless["runs"] == "lbs m1, das m6"
     assert abs(lossless["steady_w0_w1"] - 0.625) < 1e-9 and lossless["bytes_frame_w0_w1"] == 2500
