@@ -4,8 +4,9 @@
 # Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
 # OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
 # inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) and ONNX Runtime (no Debian
-# package; its cp311 manylinux wheel for this architecture, installed without its PyPI dependencies, which
-# Debian's numpy / onnx / packaging / flatbuffers stand in for) come from build/wheels/, filled on the host by
+# package; the cp311 manylinux wheels for this architecture of onnxruntime and of the onnx >= 1.13 and ml_dtypes
+# its quantiser needs, installed without their PyPI dependencies, which Debian's numpy / protobuf / packaging /
+# flatbuffers stand in for) come from build/wheels/, filled on the host by
 # scripts/docker_setup.sh; so does torchvision's trained MobileNetV2
 # checkpoint (build/weights/, from scripts/fetch_weights.sh), put in the images' torch hub cache (TORCH_HOME).
 # BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
@@ -73,15 +74,16 @@ COPY services/worker/ services/worker/
 COPY services/trainer/ services/trainer/
 COPY tools/ tools/
 COPY build/wheels/ /wheels/
-# ONNX Runtime: the wheel of this image's architecture (engine: onnxruntime); without one (armv7, or a context
-# that scripts/docker_setup.sh did not fill) the image has none and workers run torch, saying so
-# the wheel is a local file of a pinned version (scripts/docker_setup.sh: onnxruntime==1.32.0)
+# ONNX Runtime: the wheels of this image's architecture (engine: onnxruntime): onnxruntime, and onnx + ml_dtypes
+# for its int8 quantiser (precision: int8). Without them (armv7, or a context that scripts/docker_setup.sh did not
+# fill) the image has none and workers run torch, saying so. They are local files of pinned versions
+# (scripts/docker_setup.sh: ORT_WHEELS), installed with no dependencies over Debian's numpy and protobuf; onnx 1.17 shadows Debian's 1.12.
 # hadolint ignore=DL3013
-RUN for whl in /wheels/onnxruntime-*_"$(uname -m)".whl; do \
-      if [ -f "$whl" ]; then \
-        pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /install "$whl"; \
-      else echo "no ONNX Runtime wheel for $(uname -m) in build/wheels: the image runs torch only"; fi; \
-    done
+RUN set -- /wheels/onnxruntime-*_"$(uname -m)".whl; \
+    if [ -f "$1" ]; then \
+      pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /install \
+        "$1" /wheels/onnx-*_"$(uname -m)".whl /wheels/ml_dtypes-*_"$(uname -m)".whl; \
+    else echo "no ONNX Runtime wheel for $(uname -m) in build/wheels: the image runs torch only"; fi
 # The proto sits at cnnvideo/rpc/ in the include tree so generated code says
 # `from cnnvideo.rpc import cnnvideo_pb2`, exactly as `python -m cnnvideo.rpc.generate` does.
 RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \

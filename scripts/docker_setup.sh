@@ -27,9 +27,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$REPO/scripts/debian_mirror.sh"
 # paired with Debian bookworm's python3-grpcio 1.51 / python3-protobuf 3.21 (PyPI protobuf 4.21)
 WHEELS=(grpcio_health_checking==1.51.1)
-# ONNX Runtime for `engine: onnxruntime`, one wheel per image architecture (cp311 = Debian bookworm's Python)
-ORT_SPEC=onnxruntime==1.32.0
-ORT_PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_28_aarch64)
+# ONNX Runtime for `engine: onnxruntime`, one wheel per image architecture (cp311 = Debian bookworm's Python).
+# Its int8 quantiser also needs ml_dtypes and onnx >= 1.13 (onnx.reference; bookworm has 1.12): onnx 1.17 is the
+# last release that runs on bookworm's protobuf 4.21 (3.21), and both run on its numpy 1.24.
+ORT_WHEELS=(onnxruntime==1.32.0 onnx==1.17.0 ml_dtypes==0.5.1)
+ORT_MACHINES=(x86_64 aarch64)
 
 log() { echo "docker_setup: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -128,14 +130,18 @@ fetch_wheels() {
 
 fetch_ort_wheels() {
   # compiled wheels for the other architecture too, so one build context builds amd64 and arm64 images
-  local dest=$REPO/build/wheels platform
+  local dest=$REPO/build/wheels machine spec name
   mkdir -p "$dest"
-  for platform in "${ORT_PLATFORMS[@]}"; do
-    ls "$dest"/onnxruntime-*"-${platform}.whl" >/dev/null 2>&1 && continue
-    python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
-    log "downloading wheel $ORT_SPEC ($platform) into $dest"
-    python3 -m pip download -q --no-deps --only-binary=:all: --platform "$platform" --python-version 3.11 \
-      -d "$dest" "$ORT_SPEC"
+  for machine in "${ORT_MACHINES[@]}"; do
+    for spec in "${ORT_WHEELS[@]}"; do
+      name=${spec%%==*}
+      ls "$dest/$name-${spec##*==}-"*"_$machine.whl" >/dev/null 2>&1 && continue
+      python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+      log "downloading wheel $spec ($machine) into $dest"
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+        --platform "manylinux_2_28_$machine" --platform "manylinux_2_17_$machine" --platform "manylinux2014_$machine" \
+        -d "$dest" "$spec"
+    done
   done
 }
 

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration-frames", type=int, default=16)
     p.add_argument("--engines", default=None, help="comma list (default torch-fp32,onnxruntime-fp32,onnxruntime-int8)")
     p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
+    p.add_argument("--heldout", default="", metavar="START:STRIDE:COUNT",
+                   help="also top-1 agreement on these frames (e.g. 560:5:47: after the calibration frames)")
+    p.add_argument("--split-cut", type=int, default=0, help="cut of the 2-worker split (default: halve torch's time)")
     p = bench.add_parser("tradeoff", help="bytes per hop vs top-1 agreement: input/later thresholds and fp16")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table of the answers)")
     p.add_argument("--model", default="mobilenet_v2")

@@ -63,3 +63,16 @@ def top5_overlap(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]
         sb = {i for i, _, _ in topk(b, 5)}
         shares.append(len(sa & sb) / float(max(len(sb), 1)))
     return float(np.mean(shares))
+
+
+def top1_in_top5(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> Optional[float]:
+    """Share of frames whose reference top-1 is among the output's top-5 classes."""
+    if not len(outputs):
+        return None
+    return float(np.mean([top1(b) in {i for i, _, _ in topk(a, 5)} for a, b in zip(outputs, references)]))
+
+
+def top2_margin(logits: np.ndarray) -> float:
+    """Gap between the best and second-best logit of one frame (how easily its top-1 flips)."""
+    v = np.sort(np.asarray(logits, dtype=np.float64).reshape(-1))
+    return float(v[-1] - v[-2]) if v.size > 1 else float("inf")

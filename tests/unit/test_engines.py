@@ -173,6 +173,84 @@ def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
         assert np.abs(out - ref).max() <= 0.1 * float(np.abs(ref).max())
 
 
+@ORT
+def test_int8_bias_correction_removes_the_mean_error(tmp_path):
+    """Whole mobilenet_v2 (random weights) quantised with and without the output bias correction: with it, the mean
+    of (int8 - fp32) logits over the calibration frames is zero per class (float rounding), without it it is not
+    (on trained weights this is what lifts top-1 agreement: docs/results/engine)."""
+    from cnnvideo.engines.ort_engine import export_stage
+    from cnnvideo.engines.ort_int8 import quantize_stage
+
+    g = _graph("mobilenet_v2")
+    k = g.num_segments
+    data, _ = export_stage(g, 0, k)
+    cal = [f[None] for f in synthetic_frames(6, FRAME, seed=7)]
+    fp32 = engines.ort_engine.session(data, 1)
+
+    def run(sess, xs):
+        return np.concatenate([sess.run(None, {"x": x})[0] for x in xs])
+
+    def ref(xs):
+        return run(fp32, xs)
+
+    mean_err = {}
+    for corrected in (False, True):
+        q = engines.ort_engine.session(quantize_stage(data, cal, None, None, str(tmp_path / "tmp"), first_conv=True,
+                                                      classifier=True, correct_bias=corrected), 1)
+        mean_err[corrected] = np.abs((run(q, cal) - ref(cal)).mean(0)).max()
+    scale = float(np.abs(ref(cal)).max())
+    assert mean_err[True] <= 1e-5 * scale < 1e-2 * mean_err[False]
+
+
+@ORT
+def test_int8_inner_cut_correction_acts_before_the_uint8_rounding(tmp_path):
+    """A stage ending at an inner cut: the correction is subtracted before the cut's one QuantizeLinear (the node
+    making 'y' and the subtraction stay fp32), so the uint8 output's mean error per channel shrinks."""
+    import onnx
+
+    from cnnvideo.engines.ort_engine import export_stage
+    from cnnvideo.engines.ort_int8 import quantize_stage
+
+    g = _graph("mobilenet_v2")
+    spec = CalibrationSpec(_video(tmp_path), count=6, start=0, stride=1)
+    calib = load_or_measure(g, spec, str(tmp_path / "cal"), "test")
+    q_out = calib.qparams[20]
+    data, _ = export_stage(g, 0, 20)
+    cal = calib.inputs(0)
+    fp32 = engines.ort_engine.session(data, 1)
+    ref = np.concatenate([fp32.run(None, {"x": x})[0] for x in cal])
+    err = {}
+    for corrected in (False, True):
+        model = quantize_stage(data, cal, None, q_out, str(tmp_path / "tmp"), first_conv=True, correct_bias=corrected)
+        names = [n.op_type for n in onnx.load_from_string(model).graph.node]
+        assert names[-1] == "QuantizeLinear" and (names[-2] == "Sub") == corrected
+        q = engines.ort_engine.session(model, 1)
+        out = q_out.dequantize(np.concatenate([q.run(None, {"x": x})[0] for x in cal]))
+        err[corrected] = np.abs((out - ref).mean(axis=(0, 2, 3))).mean()
+    assert err[True] < 0.5 * err[False]
+
+
+@ORT
+def test_int8_keeps_the_half_resolution_stem_fp32():
+    """fp32_nodes keeps the first conv, the classifier and every node whose input has >= stem_area pixels, and
+    quantises the rest."""
+    import onnx
+
+    from cnnvideo.engines.ort_engine import export_stage
+    from cnnvideo.engines.ort_int8 import _spatial_sizes, fp32_nodes
+
+    g = _graph("mobilenet_v2")
+    model = onnx.shape_inference.infer_shapes(onnx.load_from_string(export_stage(g, 0, g.num_segments)[0]))
+    area = (FRAME[0] // 2) * (FRAME[1] // 2)
+    keep = set(fp32_nodes(model, True, True, area))
+    sizes = _spatial_sizes(model)
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    big = [n.name for n in convs if sizes.get(n.input[0], 0) >= area]
+    assert convs[0].name in keep and set(big) <= keep and 3 <= len(big) < len(convs) // 4
+    assert [n.name for n in model.graph.node if n.op_type == "Gemm"][0] in keep
+    assert not keep & {n.name for n in convs if sizes.get(n.input[0], 0) < area}
+
+
 def test_calibration_without_frames_named(tmp_path):
     """A calibration start past the video's end: EngineError naming the video; `fallback` runs fp32 and says so."""
     g = _graph("mobilenet_v2")
@@ -183,6 +261,43 @@ def test_calibration_without_frames_named(tmp_path):
         _factory(g, tmp_path, engine="torch", precision="int8", on_error="stop", calibration=cal).stage(0, 3)
     f = _factory(g, tmp_path, engine="torch", precision="int8", calibration=cal)
     assert f.stage(0, 3).q_out is None and f.precision == "fp32" and "calibration without frames" in f.notes[0]
+
+
+def test_calibration_video_missing_named(tmp_path):
+    """No calibration video at all: `stop` raises naming the file; `fallback` runs fp32 and notes why."""
+    g = _graph("mobilenet_v2")
+    spec = CalibrationSpec(str(tmp_path / "gone.avi"), count=4, start=0, stride=1)
+    cal = lambda: load_or_measure(g, spec, str(tmp_path / "cal"), "test")  # noqa: E731
+    with pytest.raises(EngineError, match="int8 calibration without frames: video file not found: .*gone.avi"):
+        _factory(g, tmp_path, engine="torch", precision="int8", on_error="stop", calibration=cal).stage(0, 3)
+    f = _factory(g, tmp_path, engine="torch", precision="int8", calibration=cal)
+    assert f.stage(0, 3).q_out is None and f.precision == "fp32" and "gone.avi" in f.notes[0]
+
+
+def test_calibration_cache_truncated_or_foreign_is_named_and_measured_again(tmp_path, caplog):
+    """A cached calibration that is truncated (a bad zip), or that another model's run stored (its digest differs),
+    is named in a warning and measured again; the result equals a fresh measurement."""
+    g = _graph("mobilenet_v2")
+    spec = CalibrationSpec(_video(tmp_path), count=3, start=6, stride=1)
+    base = str(tmp_path / "cal" / "m")
+    first = load_or_measure(g, spec, base, "test")
+    path = [os.path.join(tmp_path, "cal", n) for n in os.listdir(tmp_path / "cal")][0]
+    good = open(path, "rb").read()
+    with open(path, "wb") as fh:
+        fh.write(good[: len(good) // 2])
+    with caplog.at_level(logging.WARNING):
+        again = load_or_measure(g, spec, base, "test")
+    assert "ignoring int8 calibration file %s" % path in caplog.text and again.qparams == first.qparams
+    other = load_or_measure(g, spec, base, "other weights")  # another model key: another file
+    other_path = [os.path.join(tmp_path, "cal", n) for n in os.listdir(tmp_path / "cal")
+                  if os.path.join(tmp_path, "cal", n) != path][0]
+    with open(other_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_or_measure(g, spec, base, "test")
+    assert "belongs to another model or calibration (digest %s, expected %s)" % (other.digest, first.digest) \
+        in caplog.text
 
 
 def test_no_runtime_falls_back_to_torch(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""ImageNet names from torchvision's metadata; top-k with softmax scores; top-1 agreement and top-5 overlap."""
+"""ImageNet names from torchvision's metadata; top-k with softmax scores; top-1 agreement, top-5 overlap, top-1 in
+top-5 and the top-2 margin."""
 import numpy as np
 
 from cnnvideo import labels
@@ -33,3 +34,13 @@ def test_agreement_and_overlap():
     assert labels.top1_agreement(moved, ref) == 0.75
     assert abs(labels.top5_overlap(moved, ref) - (3 + 0.8) / 4) < 1e-9
     assert labels.top1_agreement([], []) is None
+
+
+def test_top1_in_top5_and_margin():
+    """top1_in_top5 counts frames whose reference top-1 is still among the top-5; top2_margin is best minus next."""
+    ref = [np.arange(1000, dtype=np.float32), np.arange(1000, dtype=np.float32)]
+    swapped = [r.copy() for r in ref]
+    swapped[0][999], swapped[0][998] = 998.0, 999.0  # top-1 flips to the runner-up: still in the top-5
+    swapped[1][999] = -1.0  # the reference's best falls out of the top-5
+    assert labels.top1_agreement(swapped, ref) == 0.0 and labels.top1_in_top5(swapped, ref) == 0.5
+    assert labels.top2_margin(np.array([0.1, 5.0, 4.75])) == 0.25 and labels.top1_in_top5([], []) is None

@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -15,6 +15,11 @@ log = logging.getLogger(__name__)
 
 VARIANTS = ("torch-fp32", "onnxruntime-fp32", "onnxruntime-int8")
 REFERENCE = "torch-fp32"
+
+
+class HeldoutError(ValueError):
+    """A bad bench flag: --heldout names frames the video lacks or that evaluation or calibration already use, or
+    --split-cut is no inner cut."""
 
 
 def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
@@ -42,8 +47,54 @@ def _time_once(fn, x) -> float:
     return time.perf_counter() - t
 
 
+def parse_heldout(text: str) -> Tuple[int, int, int]:
+    """'START:STRIDE:COUNT' -> (start, stride, count); ValueError naming the flag."""
+    try:
+        start, stride, count = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise HeldoutError("--heldout must be START:STRIDE:COUNT (e.g. 560:5:47), got %r" % text) from None
+    if start < 0 or stride < 1 or count < 1:
+        raise HeldoutError("--heldout %s: start must be >= 0, stride and count >= 1" % text)
+    return start, stride, count
+
+
+def _heldout_frames(video: str, frame_size, heldout: Tuple[int, int, int], frames: int,
+                    calibration: Tuple[int, int, int]) -> List[np.ndarray]:
+    """The held-out frames; ValueError if the video lacks them or they overlap the evaluation or calibration."""
+    from cnnvideo.video import read_frames
+
+    start, stride, count = heldout
+    wanted = [start + i * stride for i in range(count)]
+    c0, cs, cn = calibration
+    clash = sorted(set(wanted) & (set(range(frames)) | {c0 + i * cs for i in range(cn)}))
+    if clash:
+        raise HeldoutError("--heldout frames %s are evaluation or calibration frames" % clash[:5])
+    clip = list(read_frames(video, tuple(frame_size), wanted[-1] + 1, loop=False)) if os.path.isfile(video) else []
+    if len(clip) <= wanted[-1]:
+        raise HeldoutError("--heldout: %s has %d frames, frame %d is wanted" % (video, len(clip), wanted[-1]))
+    return [clip[i][np.newaxis] for i in wanted]
+
+
+def _agreement(outputs: np.ndarray, ref: np.ndarray) -> Dict[str, Any]:
+    from cnnvideo.labels import top1_agreement, top1_in_top5, top5_overlap
+
+    return {"top1_agreement": top1_agreement(list(outputs), list(ref)),
+            "top5_overlap": top5_overlap(list(outputs), list(ref)),
+            "top1_in_top5": top1_in_top5(list(outputs), list(ref))}
+
+
+def _margins(ref: np.ndarray) -> Dict[str, Any]:
+    """How close the reference's top-2 logits are: a frame whose margin is below an engine's error can flip."""
+    from cnnvideo.labels import top2_margin
+
+    m = np.array([top2_margin(r) for r in ref])
+    return {"min": float(m.min()), "median": float(np.median(m)), "share_below_0.05": float(np.mean(m < 0.05)),
+            "share_below_0.1": float(np.mean(m < 0.1))}
+
+
 def measure(model: str, weights: str, frame_size, video: str, frames: int, repeat: int, calibration_start: int,
-            calibration_frames: int, variants=VARIANTS, cache_dir: str = "") -> Dict[str, Any]:
+            calibration_frames: int, variants=VARIANTS, cache_dir: str = "",
+            heldout: Optional[Tuple[int, int, int]] = None, split_at: int = 0) -> Dict[str, Any]:
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
     import torch
 
@@ -51,13 +102,15 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     from cnnvideo.engines import EngineSpec, StageFactory, weights_digest
     from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
     from cnnvideo.graph import LayerGraph
-    from cnnvideo.labels import top1_agreement, top5_overlap
+    from cnnvideo.labels import top1_agreement
     from cnnvideo.models import build_model
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, weights, 0), tuple(frame_size))
     k = graph.num_segments
-    cut = split_cut(graph)
+    if split_at and not 0 < split_at < k:
+        raise HeldoutError("--split-cut must be 1..%d for %s, got %d" % (k - 1, model, split_at))
+    cut = split_at or split_cut(graph)
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     key = "%s %dx%d weights %s" % (model, frame_size[0], frame_size[1], weights_digest(graph))
     cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
@@ -79,6 +132,10 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     outputs = {label: np.concatenate([st[0].run(f) for f in clip]) for label, st in stages.items()}
     split = {label: np.concatenate([st[2].run(st[1].run(f)) for f in clip]) for label, st in stages.items()}
     ref = outputs[REFERENCE] if REFERENCE in outputs else None
+    held = held_ref = None
+    if heldout is not None and ref is not None:
+        held = _heldout_frames(video, frame_size, heldout, frames, (calibration_start, 10, calibration_frames))
+        held_ref = np.concatenate([stages[REFERENCE][0].run(f) for f in held])
     # timing: rounds over the variants in turn, so each ratio compares runs made under the same load
     times = {label: [[], [], []] for label in stages}
     x = clip[0]
@@ -104,7 +161,12 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
             row["split_max_abs_err"] = float(np.abs(split[label] - ref).max())
             row["top1_agreement"] = top1_agreement(list(outputs[label]), list(ref))
             row["split_top1_agreement"] = top1_agreement(list(split[label]), list(ref))
-            row["top5_overlap"] = top5_overlap(list(outputs[label]), list(ref))
+            row.update({k2: v for k2, v in _agreement(outputs[label], ref).items() if k2 != "top1_agreement"})
+            if held is not None:
+                whole_st, first, second = stages[label]
+                row["heldout"] = _agreement(np.concatenate([whole_st.run(f) for f in held]), held_ref)
+                split_held = np.concatenate([second.run(first.run(f)) for f in held])
+                row["heldout"]["split_top1_agreement"] = top1_agreement(list(split_held), list(held_ref))
             summary[label] = {k2: row[k2] for k2 in ("speedup_vs_torch_fp32", "max_abs_err", "top1_agreement")}
             if label.endswith("fp32"):
                 summary[label].pop("top1_agreement")
@@ -112,6 +174,9 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     return {"model": model, "weights": weights, "frame_size": list(frame_size), "threads": 1,
             "video": video if os.path.isfile(video or "") else "synthetic", "eval_frames": len(clip),
             "calibration": {"video": video, "start": calibration_start, "stride": 10, "frames": calibration_frames},
+            "reference_top2_margin": _margins(ref) if ref is not None else None,
+            "heldout": ({"start": heldout[0], "stride": heldout[1], "frames": len(held),
+                         "reference_top2_margin": _margins(held_ref)} if held is not None else None),
             "split_cut": cut, "split_cut_name": graph.cuts[cut].name, "num_cuts": k + 1, "repeat": repeat,
             "results": results, "summary": summary}
 
@@ -132,9 +197,15 @@ def run(args) -> int:
         variants = [v for v in variants if v.startswith("torch")]
     video = args.video or "media/vtest.avi"
     try:
+        heldout = parse_heldout(args.heldout) if args.heldout else None
+    except ValueError as exc:
+        print("cnnvideo bench engine: error: %s" % exc, file=sys.stderr)
+        return 2
+    try:
         out = measure(args.model, args.weights, tuple(args.frame_size), video, args.frames, args.repeat,
-                      args.calibration_start, args.calibration_frames, variants, args.cache_dir or "")
-    except EngineError as exc:
+                      args.calibration_start, args.calibration_frames, variants, args.cache_dir or "", heldout,
+                      args.split_cut)
+    except (EngineError, HeldoutError) as exc:
         print("cnnvideo bench engine: error: %s" % exc, file=sys.stderr)
         return 2
     if args.json:

@@ -97,7 +97,7 @@ class ComposeBackend:
         self.addresses = role_addresses(self.n)
         self.cw = None  # scripts/compose_workers.py of the exported tree (set by _write_gen)
         self.gen = os.path.join(self.work, "gen")
-        self.roles_key = ""  # settings digest the trainer and workers run with
+        self.running_key = ""  # settings digest the trainer and workers run with
         self.rates: Optional[List[float]] = None
         self.dirty = False  # tc rules changed behind the helper's back
 
@@ -170,10 +170,22 @@ class ComposeBackend:
         with open(os.path.join(self.gen, "override.yml"), "w") as fh:
             yaml.safe_dump(override, fh, sort_keys=False)
 
-    def _write_cluster(self, cfg: Dict[str, Any]) -> None:
-        """gen/cluster.yml, the config of the long-lived trainer and workers: `cfg` at the compose addresses."""
+    def roles_config(self, cfg: Dict[str, Any]) -> Dict[str, Any]:
+        """`cfg` as the long-lived trainer and workers run it: at the compose addresses, with one bandwidth per
+        worker when it sets none (the default lists two)."""
         cluster = _merge(cfg, dict(self.addresses, out="/app/out"))
-        cluster.setdefault("bandwidth", [3.0] * self.n)  # the roles' config must list one per worker (or one)
+        cluster.setdefault("bandwidth", [3.0] * self.n)
+        return cluster
+
+    def roles_key(self, cfg: Dict[str, Any]) -> str:
+        """Digest of the settings of `cfg` the trainer and workers depend on (cnnvideo.settings.TRAINER_KEYS)."""
+        from cnnvideo import config, settings
+
+        return settings.of(config.from_dict(self.roles_config(cfg), check_files=False), settings.TRAINER_KEYS).digest
+
+    def _write_cluster(self, cfg: Dict[str, Any]) -> None:
+        """gen/cluster.yml, the config of the long-lived trainer and workers."""
+        cluster = self.roles_config(cfg)
         for k in ("tls", "scheduler_options"):
             cluster.pop(k, None)
         with open(os.path.join(self.gen, "cluster.yml"), "w") as fh:
@@ -183,15 +195,12 @@ class ComposeBackend:
         """Make the trainer and workers run with the result-changing settings of run config `cfg`: when they
         differ from the running ones (a variant with another threshold), re-create them on that config (they
         would refuse the master's requests otherwise). True if they were re-created."""
-        from cnnvideo import config, settings
-
-        key = settings.of(config.from_dict(_merge(cfg, self.addresses), check_files=False),
-                          settings.TRAINER_KEYS).digest
-        if key == self.roles_key:
+        key = self.roles_key(cfg)
+        if key == self.running_key:
             return False
         self._write_cluster(cfg)
         self.compose("up", "-d", "--wait", "--force-recreate", "--no-deps", "trainer", *self.workers, timeout=3600)
-        self.roles_key = key
+        self.running_key = key
         self.dirty = True  # new containers: the tc helper re-creates its rules
         return True
 
@@ -224,24 +233,28 @@ class ComposeBackend:
             self._lock_fh = None
 
     def start(self) -> None:
+        """Lock the project, build, bring up trainer, workers and tc helper; a start that fails takes down what
+        it brought up (the runner calls stop() only after a successful start)."""
         self.lock()
-        os.makedirs(os.path.join(self.work, "runs"), exist_ok=True)
-        os.chmod(self.work, 0o777)
-        os.chmod(os.path.join(self.work, "runs"), 0o777)
-        self._write_gen()
-        self.rates = [3.0] * self.n
-        self.compose("down", "--timeout", "5", check=False, timeout=600)
-        # the netem helper turns GSO off on every shaped container's eth0 (one MSS per packet) so htb paces small
-        # messages too; sockets cache that when they connect, hence the master's 3 s start delay below
-        self.compose("up", "-d", "--wait", "trainer", *self.workers, "netem", timeout=3600)
-        from cnnvideo import config, settings
-
-        self.roles_key = settings.of(config.from_dict(_merge(self.spec.get("base") or {}, self.addresses),
-                                                      check_files=False), settings.TRAINER_KEYS).digest
+        try:
+            os.makedirs(os.path.join(self.work, "runs"), exist_ok=True)
+            os.chmod(self.work, 0o777)
+            os.chmod(os.path.join(self.work, "runs"), 0o777)
+            self._write_gen()
+            self.rates = [3.0] * self.n
+            self.compose("down", "--remove-orphans", "--timeout", "5", check=False, timeout=600)
+            # the netem helper turns GSO off on every shaped container's eth0 (one MSS per packet) so htb paces
+            # small messages too; sockets cache that when they connect, hence the master's 3 s start delay below
+            self.compose("up", "-d", "--wait", "trainer", *self.workers, "netem", timeout=3600)
+            self.running_key = self.roles_key(self.spec.get("base") or {})
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
+        """Take the project down (containers of another worker count too: --remove-orphans) and unlock it."""
         try:
-            self.compose("down", "--timeout", "5", check=False, timeout=600)
+            self.compose("down", "--remove-orphans", "--timeout", "5", check=False, timeout=600)
         finally:
             self.unlock()
 

@@ -263,16 +263,21 @@ def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+IDLE_W1 = "none (w0 runs every layer)"
+
+
 def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Per (variant, the tensor w0->w1 carries): which runs chose that cut, its dense float32 bytes per frame,
     the steady-state ratio and bytes per frame of m->w0 and w0->w1 (mean over those runs), the w1->m ratio and
-    the lowest top-1 agreement among them. For 2-worker runs (the w0->w1 hop); runs without a cut name are
-    left out."""
+    the lowest top-1 agreement among them. For 2-worker runs (the w0->w1 hop); runs without cut names are left
+    out, and a main plan with worker 1 idle is listed as IDLE_W1 without w0->w1 figures."""
     groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
     for r in rows:
         names = (r.get("cut_names") or "").split("|")
-        if len(names) >= 2 and r.get("fps"):
-            groups.setdefault((r["variant"], names[1]), []).append(r)
+        if len(names) >= 3 and r.get("fps"):
+            # a main plan that leaves worker 1 idle sends its results from w0: w0->w1 only carried other plans
+            cut = names[1] if names[1] != names[2] else IDLE_W1
+            groups.setdefault((r["variant"], cut), []).append(r)
 
     def mean(rs: Sequence[Dict[str, Any]], k: str) -> Optional[float]:
         vals = [float(r[k]) for r in rs if r.get(k) is not None]
@@ -283,6 +288,8 @@ def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         entry: Dict[str, Any] = {"variant": variant, "cut": cut, "n": len(rs),
                                  "runs": ", ".join("%s m%d" % (r["scheduler"], r["in_flight"]) for r in rs)}
         for hop_key in ("m_w0", "w0_w1"):
+            if hop_key == "w0_w1" and cut == IDLE_W1:
+                continue
             dense = mean(rs, "dense_" + hop_key)
             steady = mean(rs, "steady_" + hop_key)
             entry["dense_" + hop_key] = None if dense is None else int(round(dense))

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 OPSET = 17
 META_KEY = "cnnvideo.key"
-QUANT_RECIPE = "qdq u8 act, per-channel s8 weights, minmax, pre-processed, first conv and classifier fp32"
 
 
 # ---------------------------------------------------------------- export
@@ -151,115 +150,6 @@ def _failing_segment(graph, start: int, end: int) -> Optional[int]:
     return None
 
 
-# ---------------------------------------------------------------- int8
-
-
-def _name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
-    """Make an int8 stage take and give uint8 at inner cuts: DequantizeLinear in front of 'x' (input 'xq') and
-    QuantizeLinear after 'y' (output 'yq'), with the cut's parameters; ORT folds the Q/DQ pairs this creates."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    g = model.graph
-    if q_in is not None:
-        old = [i for i in g.input if i.name == "x"][0]
-        shape = [d.dim_value for d in old.type.tensor_type.shape.dim]
-        g.input.remove(old)
-        g.input.insert(0, helper.make_tensor_value_info("xq", TensorProto.UINT8, shape))
-        g.initializer.extend([helper.make_tensor("xq_scale", TensorProto.FLOAT, [], [q_in.scale]),
-                              helper.make_tensor("xq_zp", TensorProto.UINT8, [], [q_in.zero_point])])
-        g.node.insert(0, helper.make_node("DequantizeLinear", ["xq", "xq_scale", "xq_zp"], ["x"], name="cut_in_dq"))
-    if q_out is not None:
-        old = [o for o in g.output if o.name == "y"][0]
-        shape = [d.dim_value for d in old.type.tensor_type.shape.dim]
-        g.output.remove(old)
-        g.output.append(helper.make_tensor_value_info("yq", TensorProto.UINT8, shape))
-        g.initializer.extend([helper.make_tensor("yq_scale", TensorProto.FLOAT, [], [q_out.scale]),
-                              helper.make_tensor("yq_zp", TensorProto.UINT8, [], [q_out.zero_point])])
-        g.node.append(helper.make_node("QuantizeLinear", ["y", "yq_scale", "yq_zp"], ["yq"], name="cut_out_q"))
-    onnx.checker.check_model(model)
-    return model
-
-
-class _DropRootRecords(logging.Filter):
-    """Drops records logged straight to the root logger (the ORT quantiser's chatter), not those of named loggers."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.name != "root"
-
-
-class _Reader:
-    """Calibration data reader for the ORT quantiser: the stage input of every calibration frame."""
-
-    def __init__(self, inputs: List[np.ndarray]) -> None:
-        self._it = iter([{"x": x} for x in inputs])
-
-    def get_next(self):
-        return next(self._it, None)
-
-
-def _fp32_nodes(model, first_conv: bool, classifier: bool) -> List[str]:
-    """Nodes kept in fp32: the model's first convolution (its input is the normalised frame, whose quantisation
-    costs most agreement) and the classifier's Gemm/MatMul (cheap, and its output is what top-1 reads)."""
-    names = []
-    if first_conv:
-        names += [n.name for n in model.graph.node if n.op_type == "Conv"][:1]
-    if classifier:
-        names += [n.name for n in model.graph.node if n.op_type in ("Gemm", "MatMul")][-1:]
-    return names
-
-
-def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams], q_out: Optional[QParams],
-                   workdir: str, first_conv: bool = False, classifier: bool = False) -> bytes:
-    """Static QDQ int8 (uint8 activations, per-channel int8 weights, min/max) of an fp32 stage model, with the
-    cut tensors pinned to the cut's calibration; `first_conv` / `classifier`: the stage holds the model's first
-    convolution / its classifier, which stay fp32. EngineError when there are no calibration inputs."""
-    if not inputs:
-        raise EngineError("int8 calibration without frames: no calibration input for the stage")
-    overrides = {}
-    for name, qp in (("x", q_in), ("y", q_out)):
-        if qp is not None:
-            overrides[name] = [{"scale": np.array(qp.scale, dtype=np.float32),
-                                "zero_point": np.array(qp.zero_point, dtype=np.uint8)}]
-    os.makedirs(workdir, exist_ok=True)
-    src = os.path.join(workdir, "stage-%d.fp32.onnx" % os.getpid())
-    pre = os.path.join(workdir, "stage-%d.pre.onnx" % os.getpid())
-    dst = os.path.join(workdir, "stage-%d.int8.onnx" % os.getpid())
-    with open(src, "wb") as fh:
-        fh.write(fp32)
-    try:
-        import onnx
-        import onnxruntime as ort
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-    except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
-        raise EngineError("int8 quantisation is not available here: %s" % _first_line(exc)) from None
-    ort.set_default_logger_severity(3)
-    quiet = _DropRootRecords()
-    logging.getLogger().addFilter(quiet)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # constant folding and shape inference first: conv biases become initialisers, so convs quantise
-            quant_pre_process(src, pre, skip_symbolic_shape=True)
-            keep = _fp32_nodes(onnx.load(pre), first_conv, classifier)
-            quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=keep,
-                            extra_options={"TensorQuantOverrides": overrides} if overrides else None)
-        model = _name_io(onnx.load(dst), q_in, q_out)
-        return model.SerializeToString()
-    except EngineError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the quantiser raises many types
-        raise EngineError("int8 quantisation failed: %s" % _first_line(exc)) from None
-    finally:
-        logging.getLogger().removeFilter(quiet)
-        for p in (src, pre, dst, dst + ".data"):
-            if os.path.exists(p):
-                os.remove(p)
-
-
 # ---------------------------------------------------------------- cache and session
 
 
@@ -311,7 +201,9 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
     parts = [factory.key, "cuts %d..%d (%s..%s)" % (start, end, g.cuts[start].name, g.cuts[end].name),
              precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET]
     if precision == "int8":
-        parts += ["calibration %s" % factory.calibration.digest, "ort %s" % onnxruntime.__version__, QUANT_RECIPE]
+        from .ort_int8 import RECIPE
+
+        parts += ["calibration %s" % factory.calibration.digest, "ort %s" % onnxruntime.__version__, RECIPE]
     return " | ".join(parts)
 
 
@@ -343,11 +235,29 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
         _store(fp32_path, data)
     if precision == "fp32":
         return data
+    from .ort_int8 import quantize_stage
+
     inputs = factory.calibration.inputs(start)
     g = factory.graph
+    h, w = g.frame_size
+    chain = None
+    if start > 0 and q_in is not None:
+        try:
+            chain = _chain_inputs(factory, start, q_in)
+        except EngineError as exc:  # the stage itself can still be built; its correction then covers only itself
+            log.warning("stage %d..%d: int8 bias correction without the stages before it (%s)", start, end, exc)
     q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
-                       first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments)
+                       first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
+                       stem_area=(h // 2) * (w // 2), chain_inputs=chain)
     return _with_key(q, stage_key(factory, start, end, "int8"))
+
+
+def _chain_inputs(factory, start: int, q_in: QParams) -> List[np.ndarray]:
+    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised: the prefix
+    0..start built as one int8 stage (the file a first worker ending there uses; cached), so the stage's bias
+    correction also removes the mean error of the stages before it."""
+    prefix = build_ort_stage(factory, 0, start, None, q_in)
+    return [q_in.dequantize(prefix.run(x)) for x in factory.calibration.inputs(0)]
 
 
 def _first_conv_cut(graph) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import zipfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -93,12 +94,16 @@ class Calibration:
 
     def to_arrays(self) -> dict:
         cuts = sorted(self.qparams)
-        return {"cuts": np.array(cuts, dtype=np.int64),
+        return {"digest": np.array(self.digest), "cuts": np.array(cuts, dtype=np.int64),
                 "scale": np.array([self.qparams[c].scale for c in cuts], dtype=np.float64),
                 "zero_point": np.array([self.qparams[c].zero_point for c in cuts], dtype=np.int64)}
 
     @classmethod
     def from_arrays(cls, graph, d, digest: str) -> "Calibration":
+        """The calibration stored by to_arrays; ValueError if it is of another model or frames, or does not fit."""
+        found = str(d["digest"]) if "digest" in d else "none"
+        if found != digest:
+            raise ValueError("it belongs to another model or calibration (digest %s, expected %s)" % (found, digest))
         cuts, scale, zp = (np.asarray(d[n]) for n in ("cuts", "scale", "zero_point"))
         if sorted(cuts.tolist()) != list(range(1, graph.num_segments)) or not np.all(scale > 0):
             raise ValueError("calibration does not fit a graph of %d segments" % graph.num_segments)
@@ -143,8 +148,8 @@ def load_or_measure(graph, spec: CalibrationSpec, cache_path: str, model_key: st
                 cal = Calibration.from_arrays(graph, {n: data[n] for n in data.files}, digest)
             cal.set_frames_reader(reader)
             return cal
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("ignoring unreadable int8 calibration %s: %s", path, exc)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            log.warning("ignoring int8 calibration file %s: %s; measuring it again", path, exc)
     frames = reader()
     cal = Calibration.measure(graph, frames, digest)
     tmp = "%s.%d.tmp.npz" % (path[:-4], os.getpid())

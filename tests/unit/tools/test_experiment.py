@@ -57,8 +57,9 @@ def _compose_plugin() -> bool:
 
 def test_compose_backend_project_has_the_spec_s_workers(tmp_path):
     """A 3-worker spec: the backend writes a compose file with worker0..2 (scripts/compose_workers.py's), an
-    override and a cluster config naming all three, and sets one rate variable per hop and the caps the spec
-    gives; `docker compose config` resolves them to 4 shaped links at the run's rates and the caps."""
+    override and a cluster config naming all three (valid for the roles though the spec's base sets no
+    bandwidth), and sets one rate variable per hop and the caps the spec gives; `docker compose config` resolves
+    them to 4 shaped links at the run's rates and the caps."""
     spec = {"workers": 3, "cpus": {"worker2": 0.25, "master": 1.0}}
     b = ComposeBackend(spec, str(tmp_path / "work"), project="cnnvideo-w3test")
     src = os.path.join(b.gen, "src")
@@ -68,6 +69,7 @@ def test_compose_backend_project_has_the_spec_s_workers(tmp_path):
     b.write_project(src)
     cluster = config.from_dict(yaml.safe_load(open(os.path.join(b.gen, "cluster.yml"))), check_files=False)
     assert cluster.cluster.workers == ["worker0:50060", "worker1:50060", "worker2:50060"]
+    assert b.roles_key({}) == b.roles_key({"bandwidth": [3.0, 3.0, 3.0]})  # a base without bandwidth is valid
     override = yaml.safe_load(open(os.path.join(b.gen, "override.yml")))["services"]
     assert sorted(override) == ["master", "netem", "trainer", "worker0", "worker1", "worker2"]
     env = b._env([1, 2, 4])
@@ -105,7 +107,7 @@ def test_rows_and_cut_table_carry_agreement_and_bytes_per_cut():
     """Each run's row keeps the report's top-1 agreement and the dense size of each hop; cut_summary groups
     runs by variant and the tensor w0->w1 carries, with steady bytes per frame (frames 1.., the keyframe left
     out) and the lowest agreement of the group, so a lossy variant's cost in bytes and answers shows per cut."""
-    from cnnvideo.tools.experiment.summary import bytes_summary, cut_summary, summarise
+    from cnnvideo.tools.experiment.summary import IDLE_W1, bytes_summary, cut_summary, summarise
 
     def run(sched, variant, m):
         return {"id": "%s_%s_m%d_bw3" % (sched, variant, m), "scheduler": sched, "variant": variant,
@@ -114,10 +116,14 @@ def test_rows_and_cut_table_carry_agreement_and_bytes_per_cut():
     rows = [summarise(run("lbs", "delta", 1), _report("features.2", 4000, 3000, 1.0), 0, 1.0),
             summarise(run("das", "delta", 6), _report("features.2", 4000, 2000, 1.0), 0, 1.0),
             summarise(run("das", "t003", 6), _report("features.2", 4000, 400, 0.9), 0, 1.0),
-            summarise(run("optimal", "t003", 6), _report("features.14", 800, 100, 1.0), 0, 1.0)]
+            summarise(run("optimal", "t003", 6), _report("features.14", 800, 100, 1.0), 0, 1.0),
+            summarise(run("adaptive", "delta", 1), _report("classifier.1", 4000, 400, 1.0), 0, 1.0)]
     assert rows[2]["top1_agreement"] == 0.9 and rows[0]["dense_w0_w1"] == 4000
     cuts = {(c["variant"], c["cut"]): c for c in cut_summary(rows)}
-    assert set(cuts) == {("delta", "features.2"), ("t003", "features.2"), ("t003", "features.14")}
+    assert set(cuts) == {("delta", "features.2"), ("t003", "features.2"), ("t003", "features.14"),
+                         ("delta", IDLE_W1)}
+    # worker 1 idle in the main plan: w0->w1 only carried other plans' frames, so it has no figures here
+    assert cuts[("delta", IDLE_W1)].get("bytes_frame_w0_w1") is None and cuts[("delta", IDLE_W1)]["n"] == 1
     lossless = cuts[("delta", "features.2")]
     assert lossless["n"] == 2 and lossless["runs"] == "lbs m1, das m6"
     assert abs(lossless["steady_w0_w1"] - 0.625) < 1e-9 and lossless["bytes_frame_w0_w1"] == 2500
@@ -139,3 +145,19 @@ def test_results_md_shows_agreement_per_run_and_the_cut_table(tmp_path):
     assert "## Bytes per hop at each cut chosen" in text
     assert "| delta | features.4.conv.2 | das m6 | 4000 | 0.5 | 2000 |" in text
     assert "top-1 agr" in text and "| 0.967 |" in text
+
+
+def test_a_failed_start_releases_the_project(tmp_path):
+    """A start that fails after taking the project lock (here: its work folder is a file) takes the project down
+    and unlocks it, so the next experiment can start (the runner only calls stop() after a good start)."""
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI for the start's compose down")
+    project = "cnnvideo-failtest-%d" % id(tmp_path)
+    blocker = tmp_path / "work"
+    blocker.write_text("not a folder")
+    failed = ComposeBackend({}, str(blocker), project=project)
+    with pytest.raises(OSError):
+        failed.start()
+    other = ComposeBackend({}, str(tmp_path / "b"), project=project)
+    other.lock()  # free again, though `failed` is still alive
+    other.unlock()

@@ -1,0 +1,241 @@
+"""Schedulers that choose one Plan (cut points) from CostInputs: edge, cloud, lbs, nsc, optimal (exact, by
+dynamic programming over the cuts) and adaptive's starting plan; `objective` is their common yardstick."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..costmodel import (
+    CostInputs,
+    Plan,
+    per_frame_time,
+    stage_costs,
+    steady_period,
+)
+
+log = logging.getLogger(__name__)
+
+INF = float("inf")
+
+
+# --------------------------------------------------------------------------- simple schedulers
+def edge(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
+    """Everything on worker 0; the others forward the output."""
+    k, w = inputs.n_segments, inputs.n_workers
+    return Plan((0,) + (k,) * w)
+
+
+def cloud(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
+    """Everything on the last worker; the others forward the frame."""
+    k, w = inputs.n_segments, inputs.n_workers
+    return Plan((0,) * w + (k,))
+
+
+def capacities(inputs: CostInputs) -> np.ndarray:
+    """[W] capacity per worker = worker 0's total compute / its total (the original's definition)."""
+    totals = inputs.seg_time.sum(axis=1)
+    totals = np.where(totals > 0, totals, np.finfo(float).tiny)
+    return totals[0] / totals
+
+
+# cuts this close (share of the total compute) to the balance point count as equally balanced: a ReLU or a
+# flatten between two cuts costs well under this, a convolution well over it
+LBS_TIE = 0.005
+
+
+def lbs(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
+    """Load balance (the original's LBS): worker w gets a share of worker 0's compute proportional to its
+    capacity, at the cut nearest the balance point. Cuts within LBS_TIE of it tie and the smallest tensor wins
+    (a ReLU sits between two cuts of nearly equal compute; profile noise alone would otherwise pick the side,
+    and the pre-ReLU side is dense)."""
+    cap = capacities(inputs)
+    share = np.cumsum(cap / cap.sum())[:-1]
+    prefix = inputs.prefix_time()[0]
+    targets = share * prefix[-1]
+    dist = np.abs(prefix[None, :] - targets[:, None])  # [W-1, K+1]
+    near = dist <= dist.min(axis=1, keepdims=True) + LBS_TIE * prefix[-1]
+    size = np.where(near, inputs.hop_bytes(delta)[None, :], np.inf)
+    pick = np.lexsort((dist, size), axis=-1)[:, 0] if size.size else np.zeros(0, dtype=int)
+    pick = np.maximum.accumulate(pick) if pick.size else pick  # non-decreasing cuts
+    return Plan((0,) + tuple(int(c) for c in pick) + (inputs.n_segments,))
+
+
+# --------------------------------------------------------------------------- nsc
+def nsc(
+    inputs: CostInputs, in_flight: int = 0, delta: bool = True, frames: int = 20, max_steps: int = 0, **options
+) -> Plan:
+    """Neighbourhood search from LBS: move a cut beside the most loaded stage while the simulated
+    time of `frames` frames improves (stages tried in decreasing load; first improving move wins)."""
+    plan = lbs(inputs)
+    best = per_frame_time(plan, inputs, in_flight, frames=frames, delta=delta)
+    steps = max_steps or (inputs.n_segments + 1) * inputs.n_workers
+    for _ in range(steps):
+        costs = stage_costs(plan, inputs, delta)
+        moved = False
+        for s in np.argsort(-costs, kind="stable"):
+            for cand in _moves_beside(plan, int(s)):
+                t = per_frame_time(cand, inputs, in_flight, frames=frames, delta=delta)
+                if t < best - 1e-12:
+                    plan, best, moved = cand, t, True
+                    break
+            if moved:
+                break
+        if not moved:
+            break
+    return plan
+
+
+def _moves_beside(plan: Plan, stage: int) -> List[Plan]:
+    """Plans that change the cut next to a stage: transfer into w moves c_w; compute on w shrinks it."""
+    w, is_compute = divmod(stage, 2)
+    cuts = list(plan.cuts)
+    options = []  # (cut index, new value)
+    if not is_compute:
+        options = [(w, cuts[w] + 1), (w, cuts[w] - 1)]
+    else:
+        options = [(w, cuts[w] + 1), (w + 1, cuts[w + 1] - 1)]
+    out = []
+    last = len(cuts) - 1
+    for i, v in options:
+        if 0 < i < last and cuts[i - 1] <= v <= cuts[i + 1]:
+            new = list(cuts)
+            new[i] = v
+            out.append(Plan(tuple(new)))
+    return out
+
+
+# --------------------------------------------------------------------------- optimal
+def _stage_matrices(inputs: CostInputs, delta: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """transfer [W, K+1] (hop w at cut i) and compute [W, K+1, K+1] (worker w runs cuts i..j; inf if j < i)."""
+    n = inputs.n_segments + 1
+    transfer = inputs.hop_bytes(delta)[None, :] / inputs.bandwidth[:, None]
+    begin, end = inputs.work_bounds()
+    comp = inputs.work_wall(end[:, None, :] - begin[:, :, None], np.arange(inputs.n_workers)[:, None, None])
+    comp[:, np.tril_indices(n, -1)[0], np.tril_indices(n, -1)[1]] = INF
+    comp[-1, :, -1] += inputs.result_time()
+    return transfer, comp
+
+
+def _min_latency(transfer: np.ndarray, comp: np.ndarray, tau: float) -> Tuple[float, Optional[Tuple[int, ...]]]:
+    """Min total latency over plans whose every stage costs <= tau, and its cuts (None if infeasible)."""
+    n_workers, n = transfer.shape
+    best = np.full(n, INF)
+    best[0] = 0.0
+    back = []
+    for w in range(n_workers):
+        ok_t = transfer[w] <= tau
+        cost = np.where(comp[w] <= tau, comp[w], INF) + np.where(ok_t, transfer[w], INF)[:, None]
+        if w == n_workers - 1:
+            total = best + cost[:, -1]
+            i = int(np.argmin(total))
+            back.append(np.full(n, i))
+            best = np.full(n, INF)
+            best[-1] = total[i]
+        else:
+            total = best[:, None] + cost
+            arg = np.argmin(total, axis=0)
+            back.append(arg)
+            best = total[arg, np.arange(n)]
+    if not np.isfinite(best[-1]):
+        return INF, None
+    cuts = [n - 1]
+    for w in range(n_workers - 1, -1, -1):
+        cuts.append(int(back[w][cuts[-1]]))
+    return float(best[-1]), tuple(reversed(cuts))
+
+
+def _min_bottleneck(transfer: np.ndarray, comp: np.ndarray) -> float:
+    """Smallest achievable max stage cost over all plans (min-max DP)."""
+    n_workers, n = transfer.shape
+    best = np.full(n, INF)
+    best[0] = 0.0
+    for w in range(n_workers):
+        stage = np.maximum(comp[w], transfer[w][:, None])
+        if w == n_workers - 1:
+            return float(np.min(np.maximum(best, stage[:, -1])))
+        best = np.min(np.maximum(best[:, None], stage), axis=0)
+    return INF
+
+
+@dataclass
+class OptimalResult:
+    """The optimal plan, its objective (steady-state seconds per frame), bottleneck and latency."""
+
+    plan: Plan
+    period: float
+    bottleneck: float
+    latency: float
+
+
+def optimal_result(inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> OptimalResult:
+    """Exact minimiser of T = max(B, L/m) (B = max stage cost, L = sum, m = in_flight; m = 0: T = B).
+
+    With g(tau) = min L over plans with B <= tau (a min-plus DP per tau), T* = min over candidate tau (every
+    stage cost value) of max(tau, g(tau)/m); g is non-increasing so a binary search finds the crossing.
+    Ties are broken by the smallest latency.
+    """
+    transfer, comp = _stage_matrices(inputs, delta)
+    b_star = _min_bottleneck(transfer, comp)
+    if in_flight <= 0:
+        lat, cuts = _min_latency(transfer, comp, b_star)
+        return OptimalResult(Plan(cuts), b_star, b_star, lat)
+    values = np.concatenate([transfer.ravel(), comp[np.isfinite(comp)]])
+    cand = np.unique(values[values >= b_star])
+    lo, hi = 0, cand.size - 1
+    # smallest index with tau >= g(tau)/m (monotone predicate); if none, the answer is g(max)/m
+    evals: Dict[int, Tuple[float, Optional[Tuple[int, ...]]]] = {}
+
+    def g(i: int) -> Tuple[float, Optional[Tuple[int, ...]]]:
+        if i not in evals:
+            evals[i] = _min_latency(transfer, comp, float(cand[i]))
+        return evals[i]
+
+    if cand[hi] < g(hi)[0] / in_flight:
+        lat, cuts = g(hi)
+        return _result(cuts, inputs, delta, in_flight, lat)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cand[mid] >= g(mid)[0] / in_flight:
+            hi = mid
+        else:
+            lo = mid + 1
+    options = [g(lo)]
+    if lo > 0:
+        options.append(g(lo - 1))
+    scored = [(float(steady_period(_costs(cuts, inputs, delta), in_flight)), lat, cuts) for lat, cuts in options]
+    scored.sort(key=lambda item: (item[0], item[1]))
+    _, lat, cuts = scored[0]
+    return _result(cuts, inputs, delta, in_flight, lat)
+
+
+def _costs(cuts: Optional[Tuple[int, ...]], inputs: CostInputs, delta: bool) -> np.ndarray:
+    if cuts is None:
+        return np.array([INF])
+    return stage_costs(Plan(cuts), inputs, delta)
+
+
+def _result(cuts, inputs: CostInputs, delta: bool, in_flight: int, lat: float) -> OptimalResult:
+    costs = _costs(cuts, inputs, delta)
+    return OptimalResult(Plan(cuts), float(steady_period(costs, in_flight)), float(costs.max()), lat)
+
+
+def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
+    """Exact min of the steady-state per-frame time (see optimal_result)."""
+    return optimal_result(inputs, in_flight, delta).plan
+
+
+# --------------------------------------------------------------------------- adaptive
+def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: float = 0.3, gain: float = 0.1,
+             min_samples: int = 2, **options) -> Plan:
+    """Online-adaptive: the steady-state optimum of the inputs it is given. The master (AdaptiveScheduler)
+    re-plans every group with measured bandwidth and compute (cnnvideo.adapt: EWMA `alpha`, switch when the
+    new plan is faster by more than `gain`, estimates used after `min_samples` messages)."""
+    return optimal(inputs, in_flight, delta)
+
+
+def objective(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> float:
+    """The common yardstick: steady-state seconds per frame (what `optimal` minimises)."""
+    return float(steady_period(stage_costs(plan, inputs, delta), in_flight))
