@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "services"))
@@ -99,3 +100,27 @@ class Project:
         for name in self.containers:
             docker("rm", "-f", name, check=False)
         docker("network", "rm", self.name, check=False)
+
+
+class ComposeRun:
+    """docker-compose.yml as one test's project: configs/compose.yml with `updates`, mounted from a folder of
+    this test's own (the roles run as uid 10001), FRAMES frames, report and results in tmp_path/out."""
+
+    ROLES = ("trainer", "worker0", "worker1", "master")
+
+    def __init__(self, tmp_path: Path, prefix: str, config_name: str, frames: int, **updates) -> None:
+        self.project = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        configs = tmp_path / "configs"
+        configs.mkdir()
+        configs.chmod(0o755)
+        cfg = yaml.safe_load((REPO / "configs" / "compose.yml").read_text())
+        cfg.update(frames=frames, **updates)
+        (configs / config_name).write_text(yaml.safe_dump(cfg))
+        override = tmp_path / "override.yml"
+        mount = {"volumes": ["%s:/app/configs:ro" % configs]}
+        override.write_text(yaml.safe_dump({"services": {s: mount for s in self.ROLES}}))
+        self.out = tmp_path / "out"
+        self.env = dict(os.environ, OUT_DIR=str(self.out), FRAMES=str(frames), CONFIG=config_name,
+                        COMPOSE_PROJECT_NAME=self.project)
+        self.compose = ["docker", "compose", "-p", self.project, "-f", str(REPO / "docker-compose.yml"),
+                        "-f", str(override)]

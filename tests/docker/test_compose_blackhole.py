@@ -10,16 +10,13 @@ bytes worker0 sends to worker1 (the netem helper's htb class for that peer, read
 the cut, stay flat for the whole 20 s, and grow again after the restore.
 """
 import json
-import os
 import re
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
-import yaml
-from dockerutil import REPO, docker
+from dockerutil import REPO, ComposeRun, docker
 from test_compose_reliability import MasterLog
 
 pytestmark = pytest.mark.docker
@@ -104,21 +101,10 @@ class HopBytes:
 
 
 def test_hop_blackholed_for_20_s_run_completes_nothing_lost(wheels_present, tmp_path):
-    project = "cnnvideo-hole-%s" % uuid.uuid4().hex[:8]
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    configs.chmod(0o755)  # the roles run as uid 10001
-    cfg = yaml.safe_load((REPO / "configs" / "compose.yml").read_text())
-    cfg.update(frames=FRAMES, frame_size=[120, 160], in_flight=2, group_size=5, scheduler="lbs",
-               trainer={"frames": 20}, reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
-    (configs / "hole.yml").write_text(yaml.safe_dump(cfg))
-    override = tmp_path / "override.yml"
-    mount = {"volumes": ["%s:/app/configs:ro" % configs]}
-    override.write_text(yaml.safe_dump({"services": {s: mount for s in ("trainer", "worker0", "worker1",
-                                                                          "master")}}))
-    out = tmp_path / "out"
-    env = dict(os.environ, OUT_DIR=str(out), FRAMES=str(FRAMES), CONFIG="hole.yml", COMPOSE_PROJECT_NAME=project)
-    compose = ["docker", "compose", "-p", project, "-f", str(REPO / "docker-compose.yml"), "-f", str(override)]
+    run = ComposeRun(tmp_path, "cnnvideo-hole", "hole.yml", FRAMES, frame_size=[120, 160], in_flight=2,
+                     group_size=5, scheduler="lbs", trainer={"frames": 20},
+                     reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
+    project, out, env, compose = run.project, run.out, run.env, run.compose
     log = hop = None
     cut = []
     t0 = time.time()

@@ -11,16 +11,13 @@ The cluster runs detached and the test waits for the master: `up --exit-code-fro
 --abort-on-container-exit, which tears everything down at the first worker exit, restarting or not.
 """
 import json
-import os
 import re
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
-import yaml
-from dockerutil import REPO, docker
+from dockerutil import REPO, ComposeRun, docker
 
 pytestmark = pytest.mark.docker
 FRAMES = 80
@@ -76,23 +73,10 @@ def _running(container: str) -> bool:
 
 def test_worker1_killed_twice_compose_restarts_it_and_the_run_completes(wheels_present, tmp_path):
     """report.json: completed == frames, lost 0, restarts >= 2, max_abs_err <= 1e-4; worker1 restarted by docker."""
-    project = "cnnvideo-kill-%s" % uuid.uuid4().hex[:8]
-    configs = tmp_path / "configs"
-    configs.mkdir()
-    configs.chmod(0o755)  # the roles run as uid 10001
-    cfg = yaml.safe_load((REPO / "configs" / "compose.yml").read_text())
-    cfg.update(frames=FRAMES, frame_size=[120, 160], in_flight=2, group_size=5,
-               trainer={"frames": 20},
-               reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
-    (configs / "reliability.yml").write_text(yaml.safe_dump(cfg))
-    override = tmp_path / "override.yml"  # same files, this test's config folder
-    mount = {"volumes": ["%s:/app/configs:ro" % configs]}
-    override.write_text(yaml.safe_dump({"services": {s: mount for s in ("trainer", "worker0", "worker1",
-                                                                          "master")}}))
-    out = tmp_path / "out"
-    env = dict(os.environ, OUT_DIR=str(out), FRAMES=str(FRAMES), CONFIG="reliability.yml",
-               COMPOSE_PROJECT_NAME=project)
-    compose = ["docker", "compose", "-p", project, "-f", str(REPO / "docker-compose.yml"), "-f", str(override)]
+    run = ComposeRun(tmp_path, "cnnvideo-kill", "reliability.yml", FRAMES, frame_size=[120, 160], in_flight=2,
+                     group_size=5, trainer={"frames": 20},
+                     reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
+    project, out, env, compose = run.project, run.out, run.env, run.compose
     log = None
     t0 = time.time()
     try:
