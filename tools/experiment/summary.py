@@ -253,14 +253,25 @@ def bytes_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         rs = [r for r in rows if r["variant"] == variant]
         entry: Dict[str, Any] = {"variant": variant, "n": len(rs)}
         for k in ("ratio_m_w0", "steady_m_w0", "ratio_w0_w1", "steady_w0_w1", "ratio_w1_m"):
-            vals = [r[k] for r in rs if r.get(k) is not None]
-            entry[k] = sum(vals) / len(vals) if vals else None
-        errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
-        entry["max_abs_err"] = max(errs) if errs else None
-        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
-        entry["top1_min"] = min(agree) if agree else None
+            entry[k] = _mean(_present(rs, k))
+        entry.update(_worst(rs))
         out.append(entry)
     return out
+
+
+def _present(rows: Sequence[Dict[str, Any]], key: str) -> List[Any]:
+    """The values of `key` in the rows that have one."""
+    return [r[key] for r in rows if r.get(key) is not None]
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _worst(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The largest max_abs_err and the lowest top-1 agreement among the rows (None where no row has one)."""
+    errs, agree = _present(rows, "max_abs_err"), _present(rows, "top1_agreement")
+    return {"max_abs_err": max(errs) if errs else None, "top1_min": min(agree) if agree else None}
 
 
 IDLE_W1 = "none (w0 runs every layer)"
@@ -280,8 +291,7 @@ def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             groups.setdefault((r["variant"], cut), []).append(r)
 
     def mean(rs: Sequence[Dict[str, Any]], k: str) -> Optional[float]:
-        vals = [float(r[k]) for r in rs if r.get(k) is not None]
-        return sum(vals) / len(vals) if vals else None
+        return _mean([float(v) for v in _present(rs, k)])
 
     out = []
     for (variant, cut), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], -(mean(kv[1], "dense_w0_w1") or 0))):
@@ -296,10 +306,7 @@ def cut_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             entry["steady_" + hop_key] = steady
             entry["bytes_frame_" + hop_key] = round(dense * steady) if dense and steady is not None else None
         entry["ratio_w1_m"] = mean(rs, "ratio_w1_m")
-        agree = [r["top1_agreement"] for r in rs if r.get("top1_agreement") is not None]
-        entry["top1_min"] = min(agree) if agree else None
-        errs = [r["max_abs_err"] for r in rs if r.get("max_abs_err") is not None]
-        entry["max_abs_err"] = max(errs) if errs else None
+        entry.update(_worst(rs))
         out.append(entry)
     return out
 
@@ -383,9 +390,8 @@ def engine_table(rows: Sequence[Dict[str, Any]], base: str = "torch") -> List[Di
             b = best.get("bytes_" + key)
             entry["kB_" + key] = None if b is None else round(float(b) / frames / 1e3, 1)
             entry["ratio_" + key] = best.get("ratio_" + key)
-        errs = [float(r["max_abs_err"]) for r in rs if r.get("max_abs_err") is not None]
-        agree = [float(r["top1_agreement"]) for r in rs if r.get("top1_agreement") is not None]
+        errs = [float(v) for v in _present(rs, "max_abs_err")]
         entry["max_abs_err"] = max(errs) if errs else None
-        entry["top1_agreement"] = sum(agree) / len(agree) if agree else None
+        entry["top1_agreement"] = _mean([float(v) for v in _present(rs, "top1_agreement")])
         out.append(entry)
     return sorted(out, key=lambda e: (float(e["bandwidth"].split("-")[0]), e["in_flight"]))
