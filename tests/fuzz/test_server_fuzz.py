@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.helpers import REPO, base_config, env, master_settings, write_config
+from tests.integration.helpers import REPO, base_config, env, master_settings, stop_procs, write_config
 
 MAX_MB = 2  # the servers' message limit: oversize payloads are easy to make
 TIMEOUT = 5.0  # deadline of every fuzz call
@@ -90,13 +90,7 @@ def cluster(tmp_path_factory, synthetic_video):
         if c is not None:
             for ch in c.chans.values():
                 ch.close()
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(procs.values())
         print("\nserver fuzz cases: %s (total %d)" % (COUNTS, sum(COUNTS.values())))
 
 

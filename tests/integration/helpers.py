@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import yaml
 
@@ -59,6 +59,18 @@ def master_settings(cfg, trainer: bool = False, **change):
     s = settings.of(cfg, settings.TRAINER_KEYS if trainer else settings.WORKER_KEYS, "master")
     fields = dict(s.fields, **{k: _json.dumps(v) for k, v in change.items()})
     return convert.settings_to_pb(settings.Settings(fields, "master"))
+
+
+def stop_procs(procs: Iterable[subprocess.Popen], grace: float = 10) -> None:
+    """Stop role processes a test started: SIGTERM to all at once, then wait for each, SIGKILL past `grace`."""
+    procs = list(procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def cnnvideo(args: List[str], timeout: float = 600, cwd: Optional[str] = None) -> subprocess.CompletedProcess:

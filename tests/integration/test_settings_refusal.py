@@ -10,7 +10,7 @@ import sys
 import grpc
 import pytest
 
-from .helpers import REPO, base_config, cnnvideo, env, master_settings, write_config
+from .helpers import REPO, base_config, cnnvideo, env, master_settings, stop_procs, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +38,7 @@ def servers(tmp_path_factory, synthetic_video):
             assert net.wait_healthy(a, 300, alive=lambda p=procs[n]: p.poll() is None), open(logs[n]).read()[-3000:]
         yield {k: config.load(p) for k, p in paths.items()}, paths, addrs
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(procs.values())
 
 
 def test_trainer_refuses_a_master_with_another_input_threshold(servers):

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from .helpers import REPO, base_config, env, master_settings, write_config
+from .helpers import REPO, base_config, env, master_settings, stop_procs, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +44,7 @@ def cluster(tmp_path_factory, synthetic_video):
         for c in chans:
             c.close()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(procs)
 
 
 def _frames(cfg, n):
