@@ -90,6 +90,11 @@ def calibration_path(cache_root: str, model: str, frame_size) -> str:
                         "%s-%dx%d" % (model, frame_size[0], frame_size[1]))
 
 
+def calibration_file(calibration_base: str, digest: str) -> str:
+    """<calibration_path(...)>-<digest>.npz: one calibration (model key and frames, hashed) of that model and size."""
+    return "%s-%s.npz" % (calibration_base, digest)
+
+
 def atomic_tmp(path: str) -> str:
     """A temporary name next to `path` (same folder, same extension) to write before os.replace."""
     root, ext = os.path.splitext(path)

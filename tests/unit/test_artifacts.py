@@ -31,6 +31,7 @@ def test_calibration_path_per_model_and_frame_size(tmp_path):
     assert p == os.path.join(str(tmp_path), "calibration", "alexnet-64x96")
     assert p != artifacts.calibration_path(str(tmp_path), "alexnet", (96, 64))
     assert p != artifacts.calibration_path(str(tmp_path), "vgg16", (64, 96))
+    assert artifacts.calibration_file(p, "0123abcd") == p + "-0123abcd.npz"  # one file per model key and frames
 
 
 @ORT

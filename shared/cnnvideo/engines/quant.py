@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ..artifacts import atomic_tmp, calibration_file
 from . import EngineError, QParams
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class Calibration:
 def load_or_measure(graph, spec: CalibrationSpec, cache_path: str, model_key: str) -> Calibration:
     """The calibration from its cache file (keyed by model and frames), else measured and stored."""
     digest = hashlib.sha1(("%s|%s" % (model_key, spec.label)).encode()).hexdigest()[:16]
-    path = "%s-%s.npz" % (cache_path, digest)
+    path = calibration_file(cache_path, digest)
 
     def reader() -> np.ndarray:
         return read_calibration_frames(spec, graph.frame_size)
@@ -152,7 +153,7 @@ def load_or_measure(graph, spec: CalibrationSpec, cache_path: str, model_key: st
             log.warning("ignoring int8 calibration file %s: %s; measuring it again", path, exc)
     frames = reader()
     cal = Calibration.measure(graph, frames, digest)
-    tmp = "%s.%d.tmp.npz" % (path[:-4], os.getpid())
+    tmp = atomic_tmp(path)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(tmp, "wb") as fh:
         np.savez(fh, **cal.to_arrays())
