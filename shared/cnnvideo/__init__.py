@@ -1,4 +1,6 @@
 """cnn-video: run a CNN split across a chain of edge devices over frame differences."""
+from __future__ import annotations
+
 __version__ = "0.1.0"
 
 
