@@ -42,6 +42,9 @@ from .view import ViewState, describe
 
 log = logging.getLogger(__name__)
 
+# frames a deferred check holds (each an RGB frame: 1 MB at 480x720) before it starts checking during the run
+DEFER_QUEUE = 64
+
 STARTUP_TIMEOUT_S = 600.0  # servers may still be loading models / profiling
 SETUP_TIMEOUT_S = 1800.0  # trainer fitting on a slow machine
 
@@ -143,8 +146,9 @@ class MasterRole:
             from cnnvideo.checking import OnlineChecker
 
             block = not self.feed.source.live  # a file read as fast as asked may wait: every sample is checked
-            self.checker = OnlineChecker(self.reference.run, self.cfg.check_share, queue=16 if block else 4,
-                                         block=block)
+            defer = block and self.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
+            self.checker = OnlineChecker(self.reference.run, self.cfg.check_share,
+                                         queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer)
         dense = np.array([c.bytes_dense for c in self.infos[0].cuts], dtype=np.float64)
         frame_nz = self.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
         delta = self.cfg.mode == "delta"

@@ -25,8 +25,11 @@ class OnlineChecker:
     """Compares sampled outputs with `reference(frame_rgb)` (the whole model) as the run goes."""
 
     def __init__(self, reference: Callable[[np.ndarray], np.ndarray], share: float = 1.0, queue: int = 4,
-                 block: bool = True) -> None:
+                 block: bool = True, defer: bool = False) -> None:
         self.reference = reference
+        # defer: nothing is checked until close() or a full queue (the reference's CPU stays out of the run)
+        self.defer = bool(defer)
+        self.draining = False
         self.share = float(share)
         self.queue_cap = max(int(queue), 1)
         self.block = block
@@ -68,7 +71,7 @@ class OnlineChecker:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.queue and not self.closed:
+                while (not self.queue or self._holding()) and not self.closed:
                     self.cond.wait(0.5)
                 if not self.queue:
                     return
@@ -101,10 +104,16 @@ class OnlineChecker:
                     self.problem = problem
                 self.cond.notify_all()
 
+    def _holding(self) -> bool:
+        """A deferred checker holds its queue until close() or until the queue is full (holding the lock)."""
+        return self.defer and not self.draining and len(self.queue) < self.queue_cap
+
     def close(self, timeout: float = 600.0) -> None:
         """Check what is queued (up to `timeout` s), then stop the thread."""
         deadline = time.time() + timeout
         with self.cond:
+            self.draining = True
+            self.cond.notify_all()
             while self.queue and time.time() < deadline and self.thread.is_alive():
                 self.cond.wait(0.5)
             self.closed = True
@@ -125,4 +134,4 @@ class OnlineChecker:
         with self.cond:
             return {"share": self.share, "offered": self.offered, "sampled": self.sampled, "checked": self.checked,
                     "missed": self.missed, "max_abs_err": self.max_err if self.checked else None,
-                    "busy_s": round(self.busy_s, 3), "waits_for_room": self.block}
+                    "busy_s": round(self.busy_s, 3), "waits_for_room": self.block, "deferred": self.defer}

@@ -150,6 +150,7 @@ class Config:
     delta: Delta = field(default_factory=Delta)
     check: bool = True
     check_share: float = 1.0  # share of completed frames compared with the unsplit model (online, background)
+    check_defer: bool = False  # a file read as fast as asked: sampled frames are checked after the run's last result
     frames: int = 60  # 0 = until SIGINT/SIGTERM (a live source, or a looping file)
     in_flight: int = 3  # frames in flight cap, 0 = unlimited (the original's pd_num)
     group_size: int = 5

@@ -53,3 +53,39 @@ def test_live_checker_never_blocks_and_stays_bounded():
     c.close()
     s = c.summary()
     assert s["missed"] > 150 and s["checked"] + s["missed"] == 200 and s["max_abs_err"] == 0.0
+
+
+def test_deferred_checker_holds_every_sample_until_close():
+    """defer: the reference is not run while the run goes (its CPU would compete with the workers on a shared
+    host), then close() checks every held frame and finds the wrong one."""
+    calls = []
+
+    def counting(x):
+        calls.append(1)
+        return ref(x)
+
+    c = OnlineChecker(counting, share=1.0, queue=8, block=True, defer=True)
+    for f in range(5):
+        x = np.full((4, 4), f, dtype=np.uint8)
+        c.offer(f, x, ref(x) + (0.25 if f == 3 else 0.0))
+    time.sleep(0.3)
+    assert not calls and c.summary()["checked"] == 0
+    c.close()
+    s = c.summary()
+    assert len(calls) == 5 and s["checked"] == 5 and s["missed"] == 0 and s["deferred"] is True
+    assert c.errors[3] == pytest.approx(0.25) and c.errors[2] == 0.0
+
+
+def test_deferred_checker_starts_when_its_queue_is_full():
+    """A deferred checker whose queue fills (a long run) checks as it goes instead of blocking the producer."""
+    c = OnlineChecker(ref, share=1.0, queue=2, block=True, defer=True)
+    t0 = time.time()
+    for f in range(6):
+        c.offer(f, np.zeros(2, np.uint8), np.zeros(2, np.float32))
+    assert time.time() - t0 < 5
+    deadline = time.time() + 5
+    while c.summary()["checked"] < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    assert c.summary()["checked"] >= 4  # checked during the run: the queue held at most 2
+    c.close()
+    assert c.summary()["checked"] == 6
