@@ -107,7 +107,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
              "`pred_fps` = the cost model's simulated makespan of the same number of frames for the plan used "
              "(first frame a keyframe); `model_err` = fps / pred_fps - 1. Stage columns: t0/t1 transfer into "
              "w0/w1, c0/c1 work on w0/w1: decode + compute + encode (c1 includes the result transfer), seconds "
-             "per frame, predicted vs measured.\n\n" % (len(rows), len(ok)))
+             "per frame, predicted (the steady state) vs measured over frames 1.. (frame 0 is a keyframe on every "
+             "hop).\n\n" % (len(rows), len(ok)))
     if ratio_rows:
         md.write("## Best scheduler vs lbs\n\n")
         scheds = [s for s in SCHEDULERS if any(("fps_" + s) in e for e in ratio_rows)]
@@ -140,8 +141,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write("## Cost model accuracy\n\n")
     md.write("`fps err` = measured / predicted - 1 with the profiled compute and configured bandwidth (what the "
              "schedulers see); `recurrence` = the same pipeline recurrence fed with the run's measured mean stage "
-             "costs (checks the timing model apart from the profile). Stage errors: measured / predicted - 1, mean "
-             "over runs.\n\n")
+             "costs over all frames (checks the timing model apart from the profile). Stage errors: measured over "
+             "frames 1.. / predicted - 1, mean over runs.\n\n")
     md.write(md_table(model_summary(ok), [("group", "runs"), ("n", "n"), ("mean_abs_err", "mean |fps err|"),
                                           ("within_15", "share within 15%"),
                                           ("recur_mean_abs_err", "recurrence mean |err|"),

@@ -1,6 +1,6 @@
 """Experiment summary: issue 12's criteria (predicted fps within 10% of measured, optimal within 5% of the best
 scheduler) and the engines-against-torch table, on rows built the way summarise() builds them."""
-from cnnvideo.tools.experiment.summary import criteria, engine_table, pred_err
+from cnnvideo.tools.experiment.summary import criteria, engine_table, measured_stages, pred_err, steady_stages
 
 
 def _row(variant, m, sched, fps, pred, **kw):
@@ -37,3 +37,37 @@ def test_engine_table_compares_each_engines_best_run_with_torchs():
     assert got["int8"]["vs_torch"] == 3.0 and got["int8"]["best"] == "lbs"
     assert got["int8"]["kB_w0_w1"] == 100.0 and got["torch"]["kB_w0_w1"] == 400.0
     assert got["int8"]["max_abs_err"] == 1.1 and abs(got["int8"]["top1_agreement"] - 0.75) < 1e-9
+
+
+def _span_report(frames):
+    """A 2-worker report whose frame 0 is a keyframe (1 MB m->w0 in 0.36 s) and later frames send 0.1 s; w0 and w1
+    work 0.2 s and 0.3 s a frame, the result takes 0.01 s; hop totals as the master reports them."""
+    spans = []
+    for f in range(frames):
+        t = 10.0 * f
+        send = 0.36 if f == 0 else 0.1
+        spans += [[f, "m", "send", t, t + send, 1], [f, "w0", "compute", t + 1, t + 1.2, 0],
+                  [f, "w0", "send", t + 2, t + 2.05, 1], [f, "w1", "decode", t + 3, t + 3.1, 0],
+                  [f, "w1", "compute", t + 3.1, t + 3.3, 0], [f, "m", "receive", t + 4, t + 4.01, 1]]
+    total_send = 0.36 + 0.1 * (frames - 1)
+    hops = [{"name": "m->w0", "transfer_s": total_send}, {"name": "w0->w1", "transfer_s": 0.05 * frames},
+            {"name": "w1->m", "transfer_s": 0.01 * frames}]
+    return {"completed": frames, "workers": ["a", "b"], "spans": spans, "hops": hops,
+            "stages": {"w0": {"compute": {"total_s": 0.2 * frames}},
+                       "w1": {"decode": {"total_s": 0.1 * frames}, "compute": {"total_s": 0.2 * frames}}}}
+
+
+def test_steady_stages_leave_out_the_keyframe_that_the_all_frame_mean_includes():
+    """Stage costs measured over frames 1.. (what the steady-state prediction is compared with): the input hop's
+    0.1 s, where the mean over 8 frames with the 0.36 s keyframe says 0.1325; work stages alike."""
+    report = _span_report(8)
+    got = steady_stages(report)
+    assert [round(x, 4) for x in got] == [0.1, 0.2, 0.05, 0.31]
+    assert abs(measured_stages(report)[0] - (0.36 + 0.7) / 8) < 1e-9
+
+
+def test_steady_stages_fall_back_to_the_totals_when_spans_miss_frames():
+    """Spans cut short (SPAN_LIMIT) do not describe the run: the hop and stage totals are used."""
+    report = _span_report(8)
+    report["spans"] = [sp for sp in report["spans"] if sp[0] < 4]
+    assert steady_stages(report) == measured_stages(report)
