@@ -1,6 +1,8 @@
 """`cnnvideo plan`: every scheduler's split and predicted per-frame time for a config, without any network.
 
-Segment and hop codec times are profiled locally (one thread) and divided by each worker's CPU share
+Segment and hop codec times are profiled locally (one thread; on the config's engine and precision, as a worker
+profiles: torch segment times scaled by ONNX Runtime stages, int8 codec times on the uint8 cut tensors) and
+divided by each worker's CPU share
 (`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
 as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead).
 Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
@@ -58,10 +60,34 @@ class PlanContext:
 
     graph: Any
     inputs: CostInputs
+    engine: str  # engine-precision the stages were profiled on (e.g. onnxruntime-int8)
     predictors: Any
     profile: np.ndarray
     source: str
     frame_bytes: Optional[np.ndarray]
+
+
+def engine_stages(cfg: config_mod.Config, graph):
+    """The StageFactory `plan` profiles with, as a worker does (engines.factory_for): None on torch fp32 (the torch
+    profile is the engine's own), else the config's engine and precision, one intra-op thread unless the config
+    sets them (the profile is of one core, then divided by each worker's share)."""
+    if cfg.engine == "torch" and cfg.precision == "fp32":
+        return None
+    import dataclasses
+
+    from cnnvideo.engines import factory_for
+
+    if cfg.engine_options.threads <= 0:
+        cfg = dataclasses.replace(cfg, engine_options=dataclasses.replace(cfg.engine_options, threads=1))
+    return factory_for(cfg, graph)
+
+
+def profiled_engine(cfg: config_mod.Config, stages) -> str:
+    """engine-precision the profile ran on: what the stages really built (a fallback says torch or fp32)."""
+    if stages is None:
+        return "torch-fp32"
+    used = stages.engines_used()
+    return "+".join(used) if used else "%s-%s" % (cfg.engine, stages.precision)
 
 
 def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanContext:
@@ -75,7 +101,8 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
-    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes)
+    stages = engine_stages(cfg, graph)
+    prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes, stages=stages)
     profile = prof.seconds
     path = artifacts.predictor_path(cfg)
     preds = None
@@ -103,7 +130,7 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links),
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte))
-    return PlanContext(graph, inputs, preds, profile, source, frame_bytes)
+    return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
 
 
 def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, Any]:
@@ -179,6 +206,7 @@ def run(args) -> int:
         "in_flight": cfg.in_flight,
         "bandwidth_MBps": [b / 1e6 for b in cfg.bandwidth_bytes()],
         "cpu_share": [worker_share(cfg, w) for w in range(cfg.n_workers)],
+        "engine": ctx.engine,
         "profile_total_s": float(ctx.profile.sum()),
         "predictors": ctx.source,
         "objective": "steady-state s/frame = max(max stage cost, sum of stage costs / in_flight)",
@@ -193,7 +221,8 @@ def run(args) -> int:
     print("%s (%s) %dx%d, mode %s, %d workers, in_flight %d, bandwidth %s MB/s, cpu share %s" % (
         cfg.model, cfg.weights, cfg.frame_size[0], cfg.frame_size[1], cfg.mode, cfg.n_workers, cfg.in_flight,
         "/".join("%g" % b for b in summary["bandwidth_MBps"]), "/".join("%g" % s for s in summary["cpu_share"])))
-    print("profile (1 core): %.4f s per frame; predictors: %s" % (summary["profile_total_s"], ctx.source))
+    print("profile (1 core, %s): %.4f s per frame; predictors: %s" % (ctx.engine, summary["profile_total_s"],
+                                                                     ctx.source))
     print("%-8s %10s %9s %10s  %s" % ("sched", "s/frame", "fps", "latency_s", "split (worker: first..last layer)"))
     for row in rows:
         parts = []

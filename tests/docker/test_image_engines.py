@@ -20,3 +20,14 @@ def test_worker_image_runs_onnxruntime_fp32_and_int8(engine, wheels_present):
     assert summary["onnxruntime-fp32"]["max_abs_err"] <= 1e-4, summary  # the same fp32 model, exported
     int8 = summary["onnxruntime-int8"]
     assert 0.0 <= int8["top1_agreement"] <= 1.0 and int8["max_abs_err"] > 0, int8  # quantised: not the fp32 graph
+
+
+def test_worker_image_imports_onnx_after_a_role_has_imported_torch(engine, wheels_present):
+    """A role imports cnnvideo, then torch (the model), then the engines: with Debian's C++ protobuf, torch's own
+    onnx.proto in the shared descriptor pool made onnx 1.17 fail to import after it, so every compose worker ran
+    torch (the bench above imports onnx first and never saw it). cnnvideo's package import puts onnx first."""
+    image = build_image("worker")
+    code = ("import cnnvideo, torch; from cnnvideo.engines import ort_available; import onnxruntime.quantization; "
+            "import onnx.reference; print(ort_available())")
+    out = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", code, timeout=300)
+    assert out.strip().startswith("(True,"), out

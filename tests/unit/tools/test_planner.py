@@ -2,8 +2,10 @@
 import json
 import os
 
+import pytest
 import yaml
 
+from cnnvideo import engines
 from cnnvideo.schedulers import SCHEDULERS
 from cnnvideo.tools import cli
 
@@ -75,3 +77,35 @@ def test_plan_uses_the_predictors_the_trainer_cached(tmp_path, synthetic_video, 
     assert data["predictors"] == "trainer cache %s" % cache
     expected = fitted.predict_bytes(fitted.input_nz)
     assert np.allclose([c["bytes_delta"] for c in data["cuts"]], expected)
+
+
+ORT = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
+
+
+def _plan_json(tmp_path, video, capsys, **extra):
+    path = _config(tmp_path, video)
+    if extra:
+        with open(path, "a") as fh:
+            fh.write(yaml.safe_dump(extra))
+    assert cli.main(["plan", "-c", path, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_profiles_torch_fp32_without_building_engine_stages(tmp_path, synthetic_video, capsys):
+    """On the default engine the profile is torch's own: no ONNX stage is exported."""
+    data = _plan_json(tmp_path, synthetic_video, capsys)
+    assert data["engine"] == "torch-fp32"
+    assert not os.path.isdir(str(tmp_path / "cache" / "onnx"))
+
+
+@ORT
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_plan_profiles_on_the_configured_engine_and_precision(tmp_path, synthetic_video, capsys, precision):
+    """`cnnvideo plan` with engine onnxruntime profiles real ORT stages (exported into cache_dir/onnx), as a worker
+    does, and says so; it used to profile torch fp32 whatever the config asked."""
+    extra = {"engine": "onnxruntime", "precision": precision, "frames": 4,
+             "int8": {"calibration_frames": 4, "calibration_stride": 2}}
+    data = _plan_json(tmp_path, synthetic_video, capsys, **extra)
+    assert data["engine"] == "onnxruntime-%s" % precision
+    assert [f for f in os.listdir(str(tmp_path / "cache" / "onnx")) if f.endswith(".onnx")]
+    assert all(row["per_frame_s"] > 0 for row in data["schedulers"])
