@@ -6,6 +6,7 @@ int8 top-5, top-5 overlap and max logit error on three disjoint sets of vtest.av
     .venv/bin/python scripts/int8_study.py [--only NAME ...] > docs/results/engine/int8-study.jsonl
     flock /tmp/cnnvideo-cpu.lock .venv/bin/python scripts/int8_study.py --timing 25   # one JSON line: speed
     .venv/bin/python scripts/int8_study.py --sensitivity   # one line per block: only that block int8
+    flock /tmp/cnnvideo-cpu.lock .venv/bin/python scripts/int8_study.py --op-profile   # where int8 time goes
 
 Times are single-thread medians of 7 runs of one frame, ORT int8 against ORT fp32 in the same process (not under
 the cpu lock: ratios only, noisy); `cnnvideo bench engine` gives the speed figures."""
@@ -78,11 +79,15 @@ def main() -> int:
     ap.add_argument("--sensitivity", action="store_true",
                     help="instead: per features.* block, only that block int8 (bias-corrected on 8 calibration "
                          "frames), RMS logit error on the eval and dev frames")
+    ap.add_argument("--op-profile", action="store_true",
+                    help="instead: ORT's own profile of the engine int8 recipe, share of kernel time per op type and "
+                         "of the nodes kept fp32 (one JSON line)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model("mobilenet_v2", "imagenet", 0), (480, 720))
     k = graph.num_segments
-    wanted = sorted(set(CALIB) if args.timing else set(sum(SETS.values(), [])) | set(CALIB) | set(range(400, 544, 3)))
+    wanted = sorted(set(CALIB) if args.timing or args.op_profile
+                    else set(sum(SETS.values(), [])) | set(CALIB) | set(range(400, 544, 3)))
     frames = {i: f[np.newaxis] for i, f in enumerate(read_frames(args.video, (480, 720), wanted[-1] + 1, loop=False))
               if i in set(wanted)}
     model = graph.stage_module(0, k)
@@ -111,16 +116,23 @@ def main() -> int:
         ("engine recipe, 48 calibration frames 400-541 (every 3rd)", dict(base, stem_area=area, correct_bias=True),
          list(range(400, 544, 3))),
         ("engine recipe, percentile", dict(base, stem_area=area, correct_bias=True, method="percentile"), None),
+        ("engine recipe, reduce_range (7-bit weights)", dict(base, stem_area=area, correct_bias=True,
+                                                             reduce_range=True), None),
+        ("engine recipe, u8 weights", dict(base, stem_area=area, correct_bias=True, weights="u8"), None),
+        ("all int8 but first conv + classifier, reduce_range + bias correction",
+         dict(base, correct_bias=True, reduce_range=True), None),
         ("engine recipe + quarter-resolution blocks fp32", dict(base, stem_area=120 * 180, correct_bias=True), None),
     ]
     workdir = tempfile.mkdtemp(prefix="cnnvideo-int8-study-")
-    x0 = frames[CALIB[0]] if args.timing else frames[0]
+    x0 = frames[CALIB[0]] if args.timing or args.op_profile else frames[0]
     if args.timing:
         calib = [frames[i] for i in CALIB]
         runs = {"torch-fp32": functools.partial(_torch_run, model),
                 "onnxruntime-fp32": functools.partial(_run, fp32_sess)}
         for label, kw in (("onnxruntime-int8 previous recipe", base),
-                          ("onnxruntime-int8 engine recipe", dict(base, stem_area=area, correct_bias=True))):
+                          ("onnxruntime-int8 engine recipe", dict(base, stem_area=area, correct_bias=True)),
+                          ("onnxruntime-int8 engine recipe, reduce_range",
+                           dict(base, stem_area=area, correct_bias=True, reduce_range=True))):
             runs[label] = functools.partial(_run, session(ort_int8.quantize_stage(fp32, calib, None, None, workdir,
                                                                                    **kw), 1))
         times = {label: [] for label in runs}
@@ -132,6 +144,12 @@ def main() -> int:
         med = {label: float(np.median(t[1:])) for label, t in times.items()}
         print(json.dumps({"frame_size": [480, 720], "threads": 1, "rounds": args.timing, "median_s": med,
                           "speedup_vs_torch_fp32": {k: med["torch-fp32"] / v for k, v in med.items()}}))
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    if args.op_profile:
+        q = ort_int8.quantize_stage(fp32, [frames[i] for i in CALIB], None, None, workdir,
+                                    **dict(base, stem_area=area, correct_bias=True))
+        print(json.dumps(_op_profile(q, frames[CALIB[0]], workdir)))
         shutil.rmtree(workdir, ignore_errors=True)
         return 0
     with torch.no_grad():
@@ -196,6 +214,38 @@ def _sensitivity(fp32: bytes, frames, ref, workdir: str) -> None:
         print(json.dumps({"only_int8": "features.%d" % b, "rms_logit_err": round(float(np.sqrt((err ** 2).mean())), 4),
                           "max_abs_err": round(float(np.abs(err).max()), 3), "top1_agreement": round(float(agree), 3)}),
               flush=True)
+
+
+def _op_profile(model: bytes, x, workdir: str, runs: int = 20) -> dict:
+    """ORT's per-node kernel times of `model` (one thread, the engine's session options) over `runs` runs after
+    2 warm-ups: the share of each op type, and of the float Conv nodes (the layers the recipe keeps fp32)."""
+    import collections
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.enable_profiling, so.profile_file_prefix = True, os.path.join(workdir, "ort-profile")
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        sess.run(None, {"x": x})
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        sess.run(None, {"x": x})
+    wall = (time.perf_counter() - t0) / runs
+    with open(sess.end_profiling()) as fh:
+        events = [e for e in json.load(fh) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    events = events[len(events) * 2 // (runs + 2):]   # drop the warm-up runs
+    per_op = collections.Counter()
+    for e in events:
+        per_op[e["args"]["op_name"]] += e["dur"]
+    total = sum(per_op.values())
+    return {"recipe": "engine recipe", "frame_size": [480, 720], "threads": 1, "runs": runs,
+            "wall_s": round(wall, 4), "kernel_s": round(total / runs / 1e6, 4),
+            "op_share": {k: round(v / total, 3) for k, v in per_op.most_common()},
+            "fp32_conv_nodes": sum(1 for e in events if e["args"]["op_name"] == "Conv") // runs}
 
 
 def _fx_row(frames, ref) -> dict:

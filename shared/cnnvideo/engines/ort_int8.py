@@ -154,13 +154,15 @@ def set_correction(model, correction: np.ndarray) -> None:
 def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams], q_out: Optional[QParams],
                    workdir: str, first_conv: bool = False, classifier: bool = False, stem_area: int = 0,
                    correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
-                   method: str = "minmax") -> bytes:
+                   method: str = "minmax", reduce_range: bool = False, weights: str = "s8") -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
     per channel on the calibration inputs (with `chain_inputs`, the stage's input as the int8 stages before it
     deliver it, dequantised: the correction then covers their error too). EngineError when there are no calibration
-    inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies)."""
+    inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies);
+    `reduce_range` (7-bit weights, against AVX2's u8 x s8 pair-sum saturation) and `weights` ("s8" or "u8"): study
+    knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise)."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -196,7 +198,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                 keep += with_correction_node(model)
                 onnx.save(model, pre)
             quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            activation_type=QuantType.QUInt8, reduce_range=reduce_range,
+                            weight_type=QuantType.QInt8 if weights == "s8" else QuantType.QUInt8,
                             calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
                             extra_options={"TensorQuantOverrides": overrides} if overrides else None)
         model = onnx.load(dst)
