@@ -199,3 +199,14 @@ def test_sigterm_shuts_a_server_down_gracefully(tmp_path, synthetic_video, cache
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_deferred_check_checks_every_frame_after_the_run(tmp_path, synthetic_video, cache_dir):
+    """check_defer: the real master holds the sampled frames and checks them after its last result; every frame is
+    still checked and exact, and the report says the check was deferred."""
+    cfg = base_config(synthetic_video, cache_dir, frames=8, check_defer=True, source={"mode": "offline"})
+    proc, report, _ = run_local(tmp_path, cfg, frames=8)
+    _assert_ok(proc, report)
+    chk = report["check"]
+    assert chk["deferred"] is True and chk["checked"] == 8 and chk["missed"] == 0, chk
+    assert report["max_abs_err"] is not None and report["max_abs_err"] <= 1e-4
