@@ -221,14 +221,9 @@ def _op_profile(model: bytes, x, workdir: str, runs: int = 20) -> dict:
     2 warm-ups: the share of each op type, and of the float Conv nodes (the layers the recipe keeps fp32)."""
     import collections
 
-    import onnxruntime as ort
+    from cnnvideo.engines.ort_engine import session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.enable_profiling, so.profile_file_prefix = True, os.path.join(workdir, "ort-profile")
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = session(model, 1, "int8 model", profile_prefix=os.path.join(workdir, "ort-profile"))
     for _ in range(2):
         sess.run(None, {"x": x})
     t0 = time.perf_counter()
