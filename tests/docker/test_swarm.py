@@ -12,6 +12,7 @@ addresses file is the one swarm config every node gets, and tc shapes the node's
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -89,6 +90,7 @@ class Swarm:
         start = time.time()
         with tempfile.NamedTemporaryFile(dir="/var/tmp", suffix=".tar") as tar:
             subprocess.run(["docker", "save", "-o", tar.name] + list(images), check=True, timeout=900)
+            self.check_room(os.path.getsize(tar.name))
 
             def load_one(name):
                 with open(tar.name, "rb") as fh:
@@ -99,6 +101,15 @@ class Swarm:
             with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
                 list(pool.map(load_one, self.nodes.values()))
         return time.time() - start
+
+    def check_room(self, image_bytes: int) -> None:
+        """Fail with the sizes, before loading, when the host cannot hold one copy of the images per node."""
+        root = docker("info", "-f", "{{.DockerRootDir}}").strip()
+        need, free = image_bytes * len(self.nodes), shutil.disk_usage(root).free
+        if free < need:
+            raise AssertionError("%s has %.1f GB free; loading %.1f GB of images into %d nodes needs %.1f GB "
+                                 "(scripts/docker_reclaim.sh frees what earlier runs left)"
+                                 % (root, free / 1e9, image_bytes / 1e9, len(self.nodes), need / 1e9))
 
     def label(self, roles) -> None:
         for role in roles:
