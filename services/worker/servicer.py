@@ -41,7 +41,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if request.rescale:
             from cnnvideo.profiling import rescale
 
-            prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10))
+            prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10), stages=role.stages)
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
                                "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),
                                decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu,

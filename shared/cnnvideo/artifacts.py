@@ -14,7 +14,8 @@ import os
 from typing import Any, Dict
 
 PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
-PROFILE_FORMAT = 4  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s
+PROFILE_FORMAT = 5  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
+#   5: an engine profile's reference is its own stages (`reference_bounds`)
 
 
 def file_id(path: str) -> str:

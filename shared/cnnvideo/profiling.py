@@ -28,20 +28,29 @@ CHANGED_SHARE = 0.1  # share of the frame's area redrawn for the codec profile's
 @dataclass
 class WorkerProfile:
     """Seconds (wall, under this process's CPU share) per segment [K], and per cut [K+1] to encode / decode
-    one delta update; wall_per_cpu is the measured wall/CPU ratio used to scale CPU times; reference is the
-    wall seconds of one torch fp32 pass when profiled, what `rescale` times a pass now against (0: the sum of
-    `seconds`, right only for a torch fp32 profile: another engine's seconds are not a torch pass)."""
+    one delta update; wall_per_cpu is the measured wall/CPU ratio used to scale CPU times; reference is what
+    `rescale` times again and compares with: the wall seconds of one torch fp32 pass when profiled (0: the sum of
+    `seconds`, right only for a torch fp32 profile), or, when `reference_bounds` holds cut bounds (a profile on
+    another engine or int8), the summed wall seconds of those engine stages run one after another."""
 
     seconds: np.ndarray
     encode: np.ndarray
     decode: np.ndarray
     wall_per_cpu: float
     reference: float = 0.0
+    reference_bounds: Tuple[int, ...] = ()
 
     def to_arrays(self) -> dict:
         """Plain float arrays (np.savez without pickle)."""
         return {"seconds": self.seconds, "encode": self.encode, "decode": self.decode,
-                "wall_per_cpu": np.array([self.wall_per_cpu]), "reference": np.array([self.reference])}
+                "wall_per_cpu": np.array([self.wall_per_cpu]), "reference": np.array([self.reference]),
+                "reference_bounds": np.array(self.reference_bounds, dtype=np.int64)}
+
+    def scaled(self, factor: float, reference: float) -> "WorkerProfile":
+        """Every time scaled by factor, with the reference measured now."""
+        return WorkerProfile(seconds=self.seconds * factor, encode=self.encode * factor, decode=self.decode * factor,
+                             wall_per_cpu=self.wall_per_cpu * factor, reference=reference,
+                             reference_bounds=self.reference_bounds)
 
     @classmethod
     def from_arrays(cls, d, k: int) -> "WorkerProfile":
@@ -50,12 +59,16 @@ class WorkerProfile:
         try:
             out = cls(np.asarray(d["seconds"], dtype=np.float64), np.asarray(d["encode"], dtype=np.float64),
                       np.asarray(d["decode"], dtype=np.float64), float(np.asarray(d["wall_per_cpu"]).reshape(-1)[0]),
-                      float(np.asarray(d["reference"]).reshape(-1)[0]))
-        except (KeyError, IndexError, TypeError) as exc:
+                      float(np.asarray(d["reference"]).reshape(-1)[0]),
+                      tuple(int(b) for b in np.asarray(d["reference_bounds"]).reshape(-1)))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError("malformed worker profile: %s" % exc) from None
         shapes = (out.seconds.shape, out.encode.shape, out.decode.shape)
         if shapes != ((k,), (k + 1,), (k + 1,)):
             raise ValueError("worker profile shapes %s do not fit %d segments" % (shapes, k))
+        bounds = out.reference_bounds
+        if bounds and (bounds[0] != 0 or bounds[-1] != k or any(a >= b for a, b in zip(bounds, bounds[1:]))):
+            raise ValueError("worker profile reference bounds %s do not cover %d segments in order" % (bounds, k))
         if not all(np.all(np.isfinite(a)) for a in (out.seconds, out.encode, out.decode, [out.reference])):
             raise ValueError("worker profile has non-finite values")
         return out
@@ -178,17 +191,22 @@ def profile_compute(graph, iters: int = 3) -> Tuple[np.ndarray, float, List[np.n
     return cpu * ratio, ratio, tensors
 
 
-def rescale(prof: WorkerProfile, graph, passes: int = 3) -> Tuple[WorkerProfile, float]:
-    """(prof scaled to this machine's speed now, the factor): wall seconds of `passes` back-to-back whole torch
-    passes of the random frame (after a warm-up) against the torch pass the profile was taken with (its
-    `reference`; for an old torch profile the sum of its seconds). Much cheaper than a new profile; tracks a
-    host that got slower or faster since the profile was cached, including CPU taken from this container's cap
-    by anything else in it. The factor scales every engine alike: the passes run on torch, so an ONNX Runtime
-    profile (about 3x faster than torch) must not be compared against them directly (it was, and came back
-    ~3x too slow). (Timing by CPU clock instead was steadier but, in the 480x720 runs, further from the stage
-    times measured afterwards: 17% vs 9% mean error.)"""
+def rescale(prof: WorkerProfile, graph, passes: int = 3, stages=None) -> Tuple[WorkerProfile, float]:
+    """(prof scaled to this machine's speed now, the factor): the profile's reference pass timed again, against
+    the time it had when profiled. Much cheaper than a new profile; tracks a host that got slower or faster since
+    the profile was cached, including CPU taken from this container's cap by anything else in it.
+
+    A profile on another engine or int8 (`reference_bounds` set) with its `stages` is rescaled by its own engine
+    stages, timed as when profiled (`rescale_engine`): a torch pass's factor was applied to ONNX Runtime stages
+    7-27x faster than torch in the compose runs, and under a CFS cap the two slow down differently. Otherwise
+    it is `passes` back-to-back whole torch passes of the random frame (after a warm-up) against the torch pass
+    the profile was taken with (its `reference`; for an old torch profile the sum of its seconds). (Timing by
+    CPU clock instead was steadier but, in the 480x720 runs, further from the stage times measured afterwards:
+    17% vs 9% mean error.)"""
     import torch
 
+    if prof.reference_bounds and stages is not None:
+        return rescale_engine(prof, stages, graph, passes)
     modules = _segment_modules(graph)
     frame = _random_frame(graph)
     with torch.no_grad():
@@ -200,8 +218,24 @@ def rescale(prof: WorkerProfile, graph, passes: int = 3) -> Tuple[WorkerProfile,
     factor = now / total if total > 0 and now > 0 else 1.0
     log.info("profile rescaled by %.3f (whole torch pass %.3f s now, %.3f s profiled; wall/CPU %.2f)", factor, now,
              total, now / cpu if cpu > 0 else float("nan"))
-    return WorkerProfile(seconds=prof.seconds * factor, encode=prof.encode * factor, decode=prof.decode * factor,
-                         wall_per_cpu=prof.wall_per_cpu * factor, reference=now), factor
+    return prof.scaled(factor, now), factor
+
+
+def rescale_engine(prof: WorkerProfile, stages, graph, iters: int = 3) -> Tuple[WorkerProfile, float]:
+    """(prof scaled, the factor) by the engine stages of its `reference_bounds`, run one after another on the
+    random frame (each stage's output is the next one's input, so no torch pass is needed) and timed by
+    `_engine_time` as when profiled, against its `reference`."""
+    bounds = prof.reference_bounds
+    now = 0.0
+    x = _random_frame(graph)
+    for a, b in zip(bounds, bounds[1:]):
+        st = stages.stage(a, b)
+        now += _engine_time(st.run, x, iters)
+        x = st.run(x)
+    factor = now / prof.reference if prof.reference > 0 and now > 0 else 1.0
+    log.info("profile rescaled by %.3f (%d %s-%s stages %.4f s now, %.4f s profiled)", factor, len(bounds) - 1,
+             stages.spec.engine, stages.precision, now, prof.reference)
+    return prof.scaled(factor, now), factor
 
 
 def rescale_reference(prof: WorkerProfile) -> float:
@@ -283,25 +317,30 @@ def _engine_time(fn, x, iters: int, min_wall: float = ENGINE_MIN_WALL_S, max_run
     return float(np.median(cpu)) * (walls / total if total > 0 else 1.0)
 
 
-def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: int = 3) -> np.ndarray:
-    """Per-segment factor (engine seconds / torch seconds of the profile) measured over ENGINE_CHUNKS stages of
-    the worker's engine (`engines.StageFactory`): one stage per range of segments, since exporting every segment
-    would take minutes; each segment takes its range's factor. Int8 stages are fed the quantised tensor. Both
-    are CPU times scaled by their own wall/CPU ratio (a torch pass's CPU also counts its idle OpenMP threads'
-    spinning; ORT sessions here do not spin)."""
+def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: int = 3
+                 ) -> Tuple[np.ndarray, Tuple[int, ...], float]:
+    """(per-segment factor, the stages' cut bounds, their summed seconds): the factor is engine seconds / torch
+    seconds of the profile, measured over ENGINE_CHUNKS stages of the worker's engine (`engines.StageFactory`):
+    one stage per range of segments, since exporting every segment would take minutes; each segment takes its
+    range's factor. Int8 stages are fed the quantised tensor. Both are CPU times scaled by their own wall/CPU
+    ratio (a torch pass's CPU also counts its idle OpenMP threads' spinning; ORT sessions here do not spin).
+    The bounds and sum are what `rescale_engine` times again."""
     factor = np.ones(len(seconds))
-    for a, b in engine_chunks(seconds):
+    chunks = engine_chunks(seconds)
+    total = 0.0
+    for a, b in chunks:
         st = stages.stage(a, b)
-        if st.engine == "torch" and st.precision == "fp32" and st.q_in is None and st.q_out is None:
-            continue
         x = tensors[a] if st.q_in is None else st.q_in.quantize(tensors[a])
         ref = float(seconds[a:b].sum())
         got = _engine_time(st.run, x, iters)
+        total += got
+        if st.engine == "torch" and st.precision == "fp32" and st.q_in is None and st.q_out is None:
+            continue  # a torch fallback stage: timed for the reference, its segments keep their torch profile
         if ref > 0:
             factor[a:b] = got / ref
         log.info("stage %d..%d on %s-%s: %.4f s vs %.4f s torch fp32 (x%.2f)", a, b, st.engine, st.precision,
                  got, ref, ref / got if got > 0 else float("nan"))
-    return factor
+    return factor, tuple(int(c) for c in [chunks[0][0]] + [b for _, b in chunks]), total
 
 
 def _quantised(tensors: List[np.ndarray], stages) -> List[np.ndarray]:
@@ -322,11 +361,14 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
 
     seconds, ratio, tensors = profile_compute(graph, iters)
     reference = float(seconds.sum())  # the torch fp32 pass, before any engine scaling (what rescale compares)
+    bounds: Tuple[int, ...] = ()
     if stages is not None and (stages.spec.engine != "torch" or stages.precision != "fp32"):
-        seconds = seconds * engine_scale(stages, seconds, tensors, iters)
+        factor, bounds, reference = engine_scale(stages, seconds, tensors, iters)
+        seconds = seconds * factor
     if sender_for is None:
         def sender_for(k: int) -> object:
             return HopSender()
     enc, dec = profile_codec(graph, tensors, ratio, sender_for, max_bytes,
                              convert=(lambda ts: _quantised(ts, stages)) if stages is not None else None)
-    return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio), reference=reference)
+    return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio), reference=reference,
+                         reference_bounds=bounds)

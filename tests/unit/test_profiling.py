@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from cnnvideo import engines
 from cnnvideo.graph import LayerGraph
 from cnnvideo.hop import HopSender
 from cnnvideo.profiling import WorkerProfile, profile_worker
@@ -140,3 +141,36 @@ def test_engine_time_runs_long_enough_to_see_the_cap():
     calls.clear()
     _engine_time(stage, 1, iters=5, min_wall=0.0)
     assert len(calls) == 1 + 5
+
+
+@pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
+def test_engine_profile_is_rescaled_by_its_own_stages_not_torch_passes(tmp_path, monkeypatch):
+    """An ONNX Runtime profile keeps the bounds of the engine stages it was timed on and their summed time as its
+    reference; rescale times those stages again, chained on the random frame, with no torch pass at all (a
+    torch pass raises here): a profile inflated 20x comes back scaled down. The bounds survive the cache arrays,
+    and bounds that do not cover the segments in order are refused."""
+    from cnnvideo import profiling
+
+    g = _graph()
+    k = len(g.cuts) - 1
+    spec = engines.EngineSpec("onnxruntime", "fp32", threads=1)
+    stages = engines.StageFactory(g, spec, str(tmp_path / "onnx"), "test")
+    prof = profile_worker(g, iters=2, stages=stages)
+    bounds = prof.reference_bounds
+    assert bounds[0] == 0 and bounds[-1] == k and list(bounds) == sorted(set(bounds)) and prof.reference > 0
+    back = WorkerProfile.from_arrays(prof.to_arrays(), k)
+    assert back.reference_bounds == bounds and back.reference == prof.reference
+
+    def no_torch_pass(*args):
+        raise AssertionError("an engine profile must not be rescaled by torch passes")
+
+    monkeypatch.setattr(profiling, "_pass", no_torch_pass)
+    inflated = prof.scaled(20.0, prof.reference * 20)
+    out, factor = profiling.rescale(inflated, g, passes=2, stages=stages)
+    assert 0 < factor < 0.5
+    np.testing.assert_allclose(out.seconds, inflated.seconds * factor)
+    assert out.reference_bounds == bounds
+    for bad in ((0, k + 1), (1, k), (0, 0, k)):
+        arrays = dict(prof.to_arrays(), reference_bounds=np.array(bad))
+        with pytest.raises(ValueError):
+            WorkerProfile.from_arrays(arrays, k)
