@@ -152,12 +152,14 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     crit = criteria(ok)
     if crit:
         md.write("## Cost model criteria (issue 12)\n\n")
-        md.write("Per group: runs whose predicted fps is within 10%% of the measured one (`pred err` = predicted / "
-                 "measured - 1; worst shown), and `optimal`'s fps over the best scheduler's (at least 0.95 "
-                 "asked). %d of %d groups meet the first, %d of %d the second.\n\n"
+        md.write("Per group: schedulers whose predicted fps is within 10%% of the measured one (`pred err` = "
+                 "predicted / measured - 1, each the median over the scheduler's repeats; worst shown), and "
+                 "`optimal`'s median fps over the best scheduler's (at least 0.95 asked). %d of %d groups meet the "
+                 "first, %d of %d the second.\n\n"
                  % (sum(c["model_ok"] for c in crit), len(crit), sum(c["optimal_ok"] for c in crit), len(crit)))
         md.write(md_table(crit, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
-                                 ("runs", "runs"), ("within", "within 10%"), ("worst_err", "worst |pred err|"),
+                                 ("runs", "runs"), ("schedulers", "schedulers"), ("within", "within 10%"),
+                                 ("worst_err", "worst |pred err|"),
                                  ("best", "best"), ("best_fps", "best fps"), ("optimal_vs_best", "optimal/best"),
                                  ("model_ok", "model ok"), ("optimal_ok", "optimal ok")]) + "\n\n")
     engines = engine_table(ok)

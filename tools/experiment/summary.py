@@ -376,23 +376,28 @@ def pred_err(row: Dict[str, Any]) -> Optional[float]:
 
 
 def criteria(rows: Sequence[Dict[str, Any]], tol: float = 0.10, gap: float = 0.05) -> List[Dict[str, Any]]:
-    """Issue 12's two checks per (variant, MB/s, in flight): how many runs have a predicted fps within `tol` of
-    the measured one (and the worst), and whether `optimal` is at most `gap` below the best scheduler's fps
-    (median over repeats); `ok` when both hold for the whole group."""
+    """Issue 12's two checks per (variant, MB/s, in flight): for how many schedulers the median predicted fps over
+    their repeats is within `tol` of the median measured fps (and the worst), and whether `optimal` is at most
+    `gap` below the best scheduler's fps (medians over repeats); `ok` when both hold for the whole group. With one
+    run per scheduler the medians are that run's figures. Medians, because one 8-frame run's fps moved by up to
+    30% between repeats of the same plan on this host."""
     out = []
     for (variant, bw, m), rs in _groups(rows).items():
-        errs = [abs(e) for e in (pred_err(r) for r in rs) if e is not None]
         fps: Dict[str, List[float]] = {}
+        pred: Dict[str, List[float]] = {}
         for r in rs:
             fps.setdefault(r["scheduler"], []).append(float(r["fps"]))
+            if r.get("pred_fps"):
+                pred.setdefault(r["scheduler"], []).append(float(r["pred_fps"]))
         med = {k: _median(v) for k, v in fps.items()}
+        errs = [abs(_median(pred[k]) / med[k] - 1.0) for k in med if k in pred]
         best = max(med, key=lambda k: med[k])
         entry: Dict[str, Any] = {"variant": variant, "bandwidth": bw, "in_flight": m, "runs": len(rs),
-                                 "within": sum(e <= tol for e in errs), "worst_err": max(errs) if errs else None,
-                                 "best": best, "best_fps": med[best]}
+                                 "schedulers": len(med), "within": sum(e <= tol for e in errs),
+                                 "worst_err": max(errs) if errs else None, "best": best, "best_fps": med[best]}
         if "optimal" in med:
             entry["optimal_vs_best"] = round(med["optimal"] / med[best], 3)
-        entry["model_ok"] = bool(errs) and entry["within"] == len(rs)
+        entry["model_ok"] = bool(errs) and entry["within"] == len(med)
         entry["optimal_ok"] = entry.get("optimal_vs_best") is not None and entry["optimal_vs_best"] >= 1.0 - gap
         out.append(entry)
     return out

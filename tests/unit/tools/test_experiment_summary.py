@@ -25,6 +25,19 @@ def test_criteria_count_runs_within_10_percent_and_optimal_within_5_percent_of_t
     assert abs(pred_err(rows[3]) - 0.2) < 1e-9
 
 
+def test_criteria_compare_medians_over_repeats():
+    """With repeats, a scheduler's prediction is judged by median predicted vs median measured fps: das's three
+    runs (fps 1.6, 2.0, 2.1 predicted 2.0 each: the middle run matches) pass though one run alone is 25% off;
+    lbs's medians are 20% apart and fail; optimal's median fps is the one compared with the best's."""
+    rows = [_row("ort", 1, "das", f, 2.0, repeat=i) for i, f in enumerate((1.6, 2.0, 2.1))] + \
+           [_row("ort", 1, "lbs", f, 1.2, repeat=i) for i, f in enumerate((1.0, 0.9, 1.1))] + \
+           [_row("ort", 1, "optimal", f, 2.0, repeat=i) for i, f in enumerate((1.5, 1.95, 2.2))]
+    (c,) = criteria(rows)
+    assert c["runs"] == 9 and c["schedulers"] == 3 and c["within"] == 2 and not c["model_ok"]
+    assert abs(c["worst_err"] - 0.2) < 1e-9 and c["best"] == "das" and c["best_fps"] == 2.0
+    assert abs(c["optimal_vs_best"] - 0.975) < 1e-9 and c["optimal_ok"]
+
+
 def test_engine_table_compares_each_engines_best_run_with_torchs():
     """Each variant's best run against torch's best in the same in-flight group: ratio, bytes per frame per hop
     of that run, the largest max_abs_err and the mean top-1 agreement over the variant's runs."""
