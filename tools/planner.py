@@ -128,7 +128,7 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     dense = np.array([float(c.bytes_dense) for c in graph.cuts])
     inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
-                              share=costinputs.payload_share(cfg.local.links),
+                              share=costinputs.payload_share(cfg.local.links), turnaround=cfg.master_turnaround_s,
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
 

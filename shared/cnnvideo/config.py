@@ -172,6 +172,10 @@ class Config:
     # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
     # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
     net_cpu_ns_per_byte: float = 25.0
+    # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
+    # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
+    # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
+    master_turnaround_s: float = 0.02
 
     @property
     def n_workers(self) -> int:
@@ -349,6 +353,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
     if not cfg.net_cpu_ns_per_byte >= 0:
         raise ConfigError("config key 'net_cpu_ns_per_byte' must be >= 0, got %r" % cfg.net_cpu_ns_per_byte)
+    if not cfg.master_turnaround_s >= 0:
+        raise ConfigError("config key 'master_turnaround_s' must be >= 0, got %r" % cfg.master_turnaround_s)
     if cfg.delta.threshold < 0:
         raise ConfigError("config key 'delta.threshold' must be >= 0, got %r" % cfg.delta.threshold)
     if not 0 < cfg.trainer.fit_fraction <= 1:

@@ -55,12 +55,13 @@ def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Di
 def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
           input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
           decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
-          delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0) -> CostInputs:
+          delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0,
+          turnaround: float = 0.0) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
     the network path takes from it), or [W, 2] CFS bursts (see cpu_model); `share` of each hop's rate carries
-    payload (payload_share)."""
+    payload (payload_share); `turnaround` is the master's seconds from a result to the next send."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -74,7 +75,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
         full = delta = dense
     inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
                         bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
-                        encode_time=encode_time, decode_time=decode_time, burst=burst)
+                        encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround))
     if net_s_per_byte is not None:
         inputs = with_network_cpu(inputs, net_s_per_byte, delta_mode)
     return inputs

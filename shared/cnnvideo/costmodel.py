@@ -6,11 +6,12 @@ at cut c_{w+1} (codec times are optional inputs; without them the stage is the c
 worker also sends the model output to the master; that result transfer is charged to its work stage
 (it occupies the same worker).
 Timing: done[f][s] = max(done[f-1][s], done[f][s-1]) + cost[f][s], and with an in-flight cap m > 0
-frame f cannot start before frame f-m has finished its last stage.
+frame f cannot start before frame f-m has finished its last stage plus the master's turnaround t (from a
+result to sending the frame it frees room for: reading the source, bookkeeping).
 
 Objective (used by the `optimal` scheduler, `per_frame_time(frames=0)` and the tests): the
 steady-state period of that recurrence with constant per-frame costs, which is exactly the max
-cycle mean of its event graph: T = max(max_s cost[s], sum_s cost[s] / m) (m = 0: max_s cost[s]).
+cycle mean of its event graph: T = max(max_s cost[s], (sum_s cost[s] + t) / m) (m = 0: max_s cost[s]).
 """
 from __future__ import annotations
 
@@ -97,6 +98,9 @@ class CostInputs:
     # [W, 2] CFS (quota, period) seconds of capped workers whose work starts idle (fresh quota): their stages take
     # burst_wall() of the fluid time instead (None or quota 0 = the fluid time)
     burst: Optional[np.ndarray] = None
+    # seconds from a result reaching the master to its sending the frame that result makes room for (with an
+    # in-flight cap): frame f starts no earlier than frame f-m's result plus this
+    turnaround: float = 0.0
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
@@ -220,12 +224,14 @@ def simulate(
     in_flight: int = 0,
     ready: Optional[np.ndarray] = None,
     start: Optional[np.ndarray] = None,
+    turnaround: float = 0.0,
 ) -> np.ndarray:
     """done[..., F, S] of the pipeline recurrence for costs[..., F, S] (leading axes = independent batches).
 
     ready[..., S]: time each stage becomes free (default 0); start[..., F]: earliest start of each frame
     (default 0; callers fold in finish times of frames before this batch); in_flight m > 0: frame f starts
-    no earlier than done[f-m][S-1]. Uses done[f][s] = cs[s] + max(start_f, max_{k<=s} done[f-1][k] - cs[k-1]).
+    no earlier than done[f-m][S-1] + turnaround.
+    Uses done[f][s] = cs[s] + max(start_f, max_{k<=s} done[f-1][k] - cs[k-1]).
     """
     costs = np.asarray(costs, dtype=np.float64)
     n_frames, n_stages = costs.shape[-2], costs.shape[-1]
@@ -237,7 +243,7 @@ def simulate(
     for f in range(n_frames):
         s0 = begin[..., f]
         if in_flight > 0 and f >= in_flight:
-            s0 = np.maximum(s0, done[..., f - in_flight, -1])
+            s0 = np.maximum(s0, done[..., f - in_flight, -1] + turnaround)
         c = cs[..., f, :]
         shifted = np.concatenate([np.zeros(batch + (1,)), c[..., :-1]], axis=-1)
         acc = np.maximum.accumulate(prev - shifted, axis=-1)
@@ -246,12 +252,12 @@ def simulate(
     return done
 
 
-def steady_period(costs: np.ndarray, in_flight: int = 0) -> np.ndarray:
-    """Steady-state seconds per frame for constant stage costs [..., S]: max(max c, sum c / m)."""
+def steady_period(costs: np.ndarray, in_flight: int = 0, turnaround: float = 0.0) -> np.ndarray:
+    """Steady-state seconds per frame for constant stage costs [..., S]: max(max c, (sum c + turnaround) / m)."""
     costs = np.asarray(costs, dtype=np.float64)
     period = costs.max(axis=-1)
     if in_flight > 0:
-        period = np.maximum(period, costs.sum(axis=-1) / in_flight)
+        period = np.maximum(period, (costs.sum(axis=-1) + turnaround) / in_flight)
     return period
 
 
@@ -260,8 +266,8 @@ def per_frame_time(plan: Plan, inputs: CostInputs, in_flight: int = 0, frames: i
     frames>0 the simulated makespan of that many frames from an empty pipeline divided by frames."""
     costs = stage_costs(plan, inputs, delta)
     if frames <= 0:
-        return float(steady_period(costs, in_flight))
-    done = simulate(np.broadcast_to(costs, (frames, costs.size)), in_flight)
+        return float(steady_period(costs, in_flight, inputs.turnaround))
+    done = simulate(np.broadcast_to(costs, (frames, costs.size)), in_flight, turnaround=inputs.turnaround)
     return float(done[-1, -1] / frames)
 
 

@@ -43,6 +43,28 @@ def test_in_flight_cap_delays_start():
     np.testing.assert_array_equal(simulate(slow_end, 0), [[1, 4], [2, 7], [3, 10]])
 
 
+def test_turnaround_delays_each_frame_that_waits_for_the_window():
+    """The master's turnaround t: with in_flight=1 each frame starts t after the previous result (makespan
+    F x sum + (F-1) x t); with in_flight=2 it only binds frames that wait for the window; uncapped it does
+    nothing. The steady period max(max c, (sum c + t) / m) is still the simulated asymptote, and
+    per_frame_time takes t from the inputs."""
+    costs = np.ones((3, 2))
+    np.testing.assert_allclose(simulate(costs, 1, turnaround=0.5), [[1, 2], [3.5, 4.5], [6, 7]])
+    slow_end = np.array([[1.0, 3.0]] * 3)
+    np.testing.assert_allclose(simulate(slow_end, 2, turnaround=0.5), [[1, 4], [2, 7], [5.5, 10]])
+    np.testing.assert_allclose(simulate(costs, 0, turnaround=0.5), simulate(costs, 0))
+    for m in (1, 2, 3):
+        c = np.random.RandomState(m).rand(6)
+        done = simulate(np.tile(c, (1000, 1)), m, turnaround=0.3)
+        period = (done[-1, -1] - done[-421, -1]) / 420.0
+        assert period == pytest.approx(float(steady_period(c, m, 0.3)), rel=1e-9)
+    inputs, plan = _inputs(), Plan((0, 1, 3))
+    base = per_frame_time(plan, inputs, 1)
+    inputs.turnaround = 0.25
+    assert per_frame_time(plan, inputs, 1) == pytest.approx(base + 0.25)
+    assert per_frame_time(plan, inputs, 0) == pytest.approx(per_frame_time(plan, _inputs(), 0))
+
+
 def test_ready_and_start_offsets():
     """ready (stage free times) and start (earliest frame start) shift the schedule as stated."""
     costs = np.ones((2, 2))

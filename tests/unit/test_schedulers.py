@@ -139,11 +139,13 @@ def test_optimal_fast_for_8_workers_150_cuts():
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 9), st.integers(0, 5), st.booleans(), st.integers(0, 10 ** 6))
 def test_optimal_exact_with_codec_times(workers, cuts, in_flight, delta, seed):
-    """With per-cut encode/decode times (and, odd seeds, CFS bursts) in the work stages, optimal still equals
-    the brute-force minimum."""
+    """With per-cut encode/decode times (and, odd seeds, CFS bursts) in the work stages, and (every third seed) a
+    master turnaround in the in-flight cycle, optimal still equals the brute-force minimum."""
     inputs = random_inputs(workers, cuts, seed, codec=True)
     if seed % 2:  # and capped workers that start every stage idle (CFS bursts)
         inputs.burst = np.tile([[0.004, 0.01]], (workers, 1))
+    if seed % 3 == 0:  # and a master turnaround of the size of a stage
+        inputs.turnaround = float(np.median(inputs.seg_time)) * 3
     values = [objective(Plan(tuple(c)), inputs, in_flight, delta) for c in all_plans(workers, cuts - 1)]
     assert optimal_result(inputs, in_flight, delta).period == pytest.approx(min(values), rel=1e-12)
     _check_optimal_dominates(inputs, in_flight, delta)

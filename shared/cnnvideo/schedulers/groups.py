@@ -63,15 +63,17 @@ def group_costs(
     return out
 
 
-def _group_start(n_frames: int, in_flight: int, finished: Optional[Sequence[float]], now: float) -> np.ndarray:
-    """Earliest start per group frame: now, and the finish of the frame in_flight places earlier if known."""
+def _group_start(n_frames: int, in_flight: int, finished: Optional[Sequence[float]], now: float,
+                 turnaround: float = 0.0) -> np.ndarray:
+    """Earliest start per group frame: now, and the finish (plus the master's turnaround) of the frame in_flight
+    places earlier if known."""
     start = np.full(n_frames, float(now))
     if in_flight > 0 and finished is not None and len(finished):
         fin = np.asarray(finished, dtype=np.float64)
         for g in range(min(n_frames, in_flight)):
             j = fin.size + g - in_flight
             if j >= 0:
-                start[g] = max(start[g], fin[j])
+                start[g] = max(start[g], fin[j] + turnaround)
     return start
 
 
@@ -101,12 +103,12 @@ def das_decide(
         frame_bytes = np.broadcast_to(inputs.bytes_delta, (group_size, inputs.n_segments + 1))
     frame_bytes = np.atleast_2d(np.asarray(frame_bytes, dtype=np.float64))
     n_frames = frame_bytes.shape[0]
-    start = _group_start(n_frames, in_flight, finished, now)
+    start = _group_start(n_frames, in_flight, finished, now, inputs.turnaround)
     ready_arr = None if ready is None else np.asarray(ready, dtype=np.float64)
 
     def finish(cuts: np.ndarray) -> np.ndarray:
         costs = group_costs(cuts, inputs, frame_bytes, prev, delta)
-        done = simulate(costs, in_flight, ready=ready_arr, start=start)
+        done = simulate(costs, in_flight, ready=ready_arr, start=start, turnaround=inputs.turnaround)
         return done[:, -1, -1]
 
     if _n_plans(inputs.n_workers, inputs.n_segments) <= max_plans:

@@ -114,7 +114,7 @@ class Scheduler:
         first = frame_stage_costs(plan, self.inputs, None, None, self.delta)[0]
         costs = np.tile(stages, (max(int(frames), 1), 1))
         costs[0] = first
-        done = simulate(costs, self.in_flight)
+        done = simulate(costs, self.in_flight, turnaround=self.inputs.turnaround)
         return {
             "predicted_stage_s": [round(float(c), 6) for c in stages],
             "predicted_makespan_s": round(float(done[-1, -1]), 6),

@@ -171,10 +171,11 @@ class OptimalResult:
 
 
 def optimal_result(inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> OptimalResult:
-    """Exact minimiser of T = max(B, L/m) (B = max stage cost, L = sum, m = in_flight; m = 0: T = B).
+    """Exact minimiser of T = max(B, (L + t)/m) (B = max stage cost, L = sum, t = the master's turnaround,
+    m = in_flight; m = 0: T = B).
 
     With g(tau) = min L over plans with B <= tau (a min-plus DP per tau), T* = min over candidate tau (every
-    stage cost value) of max(tau, g(tau)/m); g is non-increasing so a binary search finds the crossing.
+    stage cost value) of max(tau, (g(tau) + t)/m); g is non-increasing so a binary search finds the crossing.
     Ties are broken by the smallest latency.
     """
     transfer, comp = _stage_matrices(inputs, delta)
@@ -182,6 +183,7 @@ def optimal_result(inputs: CostInputs, in_flight: int = 0, delta: bool = True) -
     if in_flight <= 0:
         lat, cuts = _min_latency(transfer, comp, b_star)
         return OptimalResult(Plan(cuts), b_star, b_star, lat)
+    turn = float(inputs.turnaround)
     values = np.concatenate([transfer.ravel(), comp[np.isfinite(comp)]])
     cand = np.unique(values[values >= b_star])
     lo, hi = 0, cand.size - 1
@@ -193,19 +195,20 @@ def optimal_result(inputs: CostInputs, in_flight: int = 0, delta: bool = True) -
             evals[i] = _min_latency(transfer, comp, float(cand[i]))
         return evals[i]
 
-    if cand[hi] < g(hi)[0] / in_flight:
+    if cand[hi] < (g(hi)[0] + turn) / in_flight:
         lat, cuts = g(hi)
         return _result(cuts, inputs, delta, in_flight, lat)
     while lo < hi:
         mid = (lo + hi) // 2
-        if cand[mid] >= g(mid)[0] / in_flight:
+        if cand[mid] >= (g(mid)[0] + turn) / in_flight:
             hi = mid
         else:
             lo = mid + 1
     options = [g(lo)]
     if lo > 0:
         options.append(g(lo - 1))
-    scored = [(float(steady_period(_costs(cuts, inputs, delta), in_flight)), lat, cuts) for lat, cuts in options]
+    scored = [(float(steady_period(_costs(cuts, inputs, delta), in_flight, inputs.turnaround)), lat, cuts)
+              for lat, cuts in options]
     scored.sort(key=lambda item: (item[0], item[1]))
     _, lat, cuts = scored[0]
     return _result(cuts, inputs, delta, in_flight, lat)
@@ -219,7 +222,7 @@ def _costs(cuts: Optional[Tuple[int, ...]], inputs: CostInputs, delta: bool) -> 
 
 def _result(cuts, inputs: CostInputs, delta: bool, in_flight: int, lat: float) -> OptimalResult:
     costs = _costs(cuts, inputs, delta)
-    return OptimalResult(Plan(cuts), float(steady_period(costs, in_flight)), float(costs.max()), lat)
+    return OptimalResult(Plan(cuts), float(steady_period(costs, in_flight, inputs.turnaround)), float(costs.max()), lat)
 
 
 def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
@@ -238,4 +241,4 @@ def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: 
 
 def objective(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> float:
     """The common yardstick: steady-state seconds per frame (what `optimal` minimises)."""
-    return float(steady_period(stage_costs(plan, inputs, delta), in_flight))
+    return float(steady_period(stage_costs(plan, inputs, delta), in_flight, inputs.turnaround))
