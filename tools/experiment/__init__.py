@@ -141,7 +141,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write("## Cost model accuracy\n\n")
     md.write("`fps err` = measured / predicted - 1 with the profiled compute and configured bandwidth (what the "
              "schedulers see); `recurrence` = the same pipeline recurrence fed with the run's measured mean stage "
-             "costs over all frames (checks the timing model apart from the profile). Stage errors: measured over "
+             "costs over all frames and its measured turnaround (checks the timing model apart from the "
+             "profile). Stage errors: measured over "
              "frames 1.. / predicted - 1, mean over runs.\n\n")
     md.write(md_table(model_summary(ok), [("group", "runs"), ("n", "n"), ("mean_abs_err", "mean |fps err|"),
                                           ("within_15", "share within 15%"),
@@ -183,7 +184,7 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write("## All runs\n\n")
     md.write(md_table(rows, [("id", "run"), ("fps", "fps"), ("pred_fps", "pred fps"), ("model_err", "model err"),
                              ("pred_err", "pred err"),
-                             ("recur_err", "recur err"),
+                             ("recur_err", "recur err"), ("turnaround_s", "turnaround s"),
                              ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
                              ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"),
                              ("top1_agreement", "top-1 agr"), ("pred_t0", "t0 p"),

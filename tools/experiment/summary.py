@@ -76,15 +76,33 @@ def steady_stages(report: Dict[str, Any]) -> List[Optional[float]]:
     return out
 
 
-def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: int) -> Optional[float]:
-    """The cost model's pipeline recurrence fed with the run's own measured mean stage costs (so it checks the
-    timing model, not the profile): frames / simulated makespan."""
+def measured_turnaround(report: Dict[str, Any], in_flight: int) -> Optional[float]:
+    """Median seconds from frame f's last span (its result decoded on the master) to the first span of frame
+    f + in_flight (its encode), over the frames that waited for the window (gap >= 0): what the cost model's
+    `master_turnaround_s` stands for. None without spans, uncapped, or when no frame waited."""
+    if in_flight <= 0:
+        return None
+    first: Dict[int, float] = {}
+    last: Dict[int, float] = {}
+    for sp in report.get("spans") or []:
+        f = int(sp[0])
+        first[f] = min(first.get(f, float("inf")), float(sp[3]))
+        last[f] = max(last.get(f, float("-inf")), float(sp[4]))
+    gaps = [first[f + in_flight] - last[f] for f in last if f + in_flight in first]
+    gaps = [g for g in gaps if g >= 0]
+    return round(_median(gaps), 5) if gaps else None
+
+
+def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: int,
+                   turnaround: float = 0.0) -> Optional[float]:
+    """The cost model's pipeline recurrence fed with the run's own measured mean stage costs and turnaround (so it
+    checks the timing model, not the profile): frames / simulated makespan."""
     from cnnvideo.costmodel import simulate
 
     if frames <= 0 or any(c is None for c in stage_s):
         return None
     costs = [[float(c) for c in stage_s]] * frames
-    done = simulate(costs, in_flight)
+    done = simulate(costs, in_flight, turnaround=float(turnaround or 0.0))
     span = float(done[-1, -1])
     return round(frames / span, 4) if span > 0 else None
 
@@ -155,7 +173,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
             row["dense_" + name.replace("->", "_")] = int(h["bytes_dense"]) // int(h["messages"])
     pst = report.get("predicted_stage_s") or []
     mst = measured_stages(report)
-    row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]))
+    row["turnaround_s"] = measured_turnaround(report, int(r["in_flight"]))
+    row["recur_fps"] = recurrence_fps(mst, int(report.get("completed") or 0), int(r["in_flight"]),
+                                      row["turnaround_s"] or 0.0)
     row["recur_err"] = round(fps / row["recur_fps"] - 1.0, 4) if fps and row["recur_fps"] else None
     sst = steady_stages(report)  # what the predicted stage costs are compared with
     for i, label in enumerate(stage_labels(n)):
@@ -181,7 +201,8 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
-           "latency_mean_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "cuts", "cut_names",
+           "latency_mean_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "turnaround_s", "cuts",
+           "cut_names",
            "plans", "max_abs_err", "top1_agreement", "top5_overlap", "engines_ran",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
