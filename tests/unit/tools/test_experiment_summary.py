@@ -96,13 +96,13 @@ def test_steady_stages_fall_back_to_the_totals_when_spans_miss_frames():
 
 def test_turnaround_is_the_median_wait_from_a_result_to_the_send_it_frees():
     """At 1 in flight (the span report above: frames 10 s apart, each done 4.01 s after it starts) the turnaround
-    is the gap from a frame's last span to the next frame's first, 5.99 s; frames that did not wait for the
-    window (2 in flight: the next-but-one frame started before the result) give none; the recurrence fed that
-    turnaround at 1 in flight is slower by exactly it per frame."""
+    is the gap from a frame's last span to the next frame's first, 5.99 s; a frame that started before the one
+    ahead finished gives none; other caps give none (a frame may wait for the master's send, not its turnaround);
+    the recurrence fed a turnaround at 1 in flight is slower by exactly it per frame."""
     report = _span_report(4)
     assert abs(measured_turnaround(report, 1) - 5.99) < 1e-9
     spans = [[f, a, s, t0 - 8.0 * f, t1 - 8.0 * f, b] for f, a, s, t0, t1, b in report["spans"]]
-    overlapped = dict(report, spans=spans)
-    assert measured_turnaround(overlapped, 2) is None and measured_turnaround(report, 0) is None
+    assert measured_turnaround(dict(report, spans=spans), 1) is None
+    assert measured_turnaround(report, 0) is None and measured_turnaround(report, 6) is None
     base = recurrence_fps([1.0, 1.0], 4, 1)
     assert abs(4 / recurrence_fps([1.0, 1.0], 4, 1, 0.5) - (4 / base + 3 * 0.5)) < 1e-2  # fps rounded to 4 places
