@@ -37,9 +37,12 @@ def test_two_point_matrix_local(tmp_path, synthetic_video):
     rows = list(csv.DictReader(open(str(out / "results.csv"))))
     assert [r["scheduler"] for r in rows] == ["lbs", "optimal"]
     assert "bytes_w2_m" in rows[0] and "pred_c2" in rows[0]  # the spec's 3 workers, not an assumed 2
+    assert float(rows[0]["bytes_w1_w2"]) > 0  # the third worker's hop is in the table (lbs gives every worker work)
     for r in rows:
         assert int(r["completed"]) == 8 and float(r["fps"]) > 0 and float(r["pred_fps"]) > 0
-        assert float(r["bytes_w1_w2"]) > 0  # the third worker's hop is in the table
+        cuts = [int(c) for c in r["cuts"].split("-")]
+        if cuts[2] < cuts[3]:  # optimal may leave the third worker empty (w1 then sends the result)
+            assert float(r["bytes_w1_w2"]) > 0
         assert float(r["ratio_m_w0"]) < 1.0  # delta mode sends less than dense float32 on the input hop
         assert float(r["max_abs_err"]) == 0.0
     md = (out / "results.md").read_text()
