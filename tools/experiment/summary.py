@@ -89,7 +89,7 @@ def measured_turnaround(report: Dict[str, Any], in_flight: int) -> Optional[floa
         f = int(sp[0])
         first[f] = min(first.get(f, float("inf")), float(sp[3]))
         last[f] = max(last.get(f, float("-inf")), float(sp[4]))
-    gaps = [first[f + in_flight] - last[f] for f in last if f + in_flight in first]
+    gaps = [first[f + 1] - last[f] for f in last if f + 1 in first]
     gaps = [g for g in gaps if g >= 0]
     return round(_median(gaps), 5) if gaps else None
 
@@ -103,7 +103,7 @@ def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: i
     if frames <= 0 or any(c is None for c in stage_s):
         return None
     costs = [[float(c) for c in stage_s]] * frames
-    done = simulate(costs, in_flight, turnaround=float(turnaround or 0.0))
+    done = simulate(costs, in_flight, turnaround=float(turnaround))
     span = float(done[-1, -1])
     return round(frames / span, 4) if span > 0 else None
 
