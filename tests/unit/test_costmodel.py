@@ -180,6 +180,24 @@ def test_burst_wall_bounds_and_identity():
     assert np.isinf(burst_wall(np.array([np.inf]), q, p)[0])
 
 
+def test_burst_wall_is_smooth_across_a_quota_multiple():
+    """A point CPU time crossing a multiple of the quota makes the burst wait one more period (a step of about
+    (period - quota) x the share of phases that reach it); averaged over the CPU time's frame-to-frame spread the
+    expectation is continuous, so a 1% change of a profile no longer flips a prediction between two values. It is
+    the mean of the point model over the spread's samples."""
+    from cnnvideo.costmodel import burst_wall
+
+    q, p = 0.04, 0.1  # cpus 0.4: 80 ms of CPU (0.2 s fluid) is two quotas
+    fluid = np.arange(0.15, 0.25, 0.001) + 3.7e-4  # off the exact edges, where rounding picks a side
+    point = burst_wall(fluid, q, p, spread=0.0)
+    smooth = burst_wall(fluid, q, p)
+    assert np.diff(point).max() > 0.03
+    assert np.diff(smooth).max() < np.diff(point).max() / 4 and np.all(np.diff(smooth) >= -1e-12)
+    m = 1.0 + 0.1 * ((np.arange(8) + 0.5) / 8 * 2 - 1)
+    want = np.mean([burst_wall(fluid * k, q, p, spread=0.0) for k in m], axis=0)
+    np.testing.assert_allclose(burst_wall(fluid, q, p, spread=0.1, samples=8), want)
+
+
 def test_burst_applies_to_work_stages_only():
     """With burst set, compute_costs are burst_wall of the fluid work (result transfer added after); transfers
     are unchanged."""
