@@ -156,13 +156,17 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
         md.write("Per group: schedulers whose predicted fps is within 10%% of the measured one (`pred err` = "
                  "predicted / measured - 1, each the median over the scheduler's repeats; worst shown), and "
                  "`optimal`'s median fps over the best scheduler's (at least 0.95 asked). %d of %d groups meet the "
-                 "first, %d of %d the second.\n\n"
+                 "first, %d of %d the second. `by plan`: the same check with runs pooled by plan, whichever "
+                 "scheduler ran it (median fps of optimal's plan over the best plan's; plans run at least "
+                 "twice): it tells a worse choice from one plan measured apart.\n\n"
                  % (sum(c["model_ok"] for c in crit), len(crit), sum(c["optimal_ok"] for c in crit), len(crit)))
         md.write(md_table(crit, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
                                  ("runs", "runs"), ("schedulers", "schedulers"), ("within", "within 10%"),
                                  ("worst_err", "worst |pred err|"),
                                  ("best", "best"), ("best_fps", "best fps"), ("optimal_vs_best", "optimal/best"),
-                                 ("model_ok", "model ok"), ("optimal_ok", "optimal ok")]) + "\n\n")
+                                 ("model_ok", "model ok"), ("optimal_ok", "optimal ok"),
+                                 ("optimal_plan", "optimal's plan"), ("plan_runs", "its runs"),
+                                 ("optimal_plan_vs_best", "by plan: optimal/best")]) + "\n\n")
     engines = engine_table(ok)
     if len({e["variant"] for e in engines}) > 1 and any("vs_torch" in e for e in engines):
         md.write("## Engines against torch (best scheduler of each)\n\n")

@@ -46,6 +46,24 @@ def test_criteria_compare_medians_over_repeats():
     assert abs(c["optimal_vs_best"] - 0.975) < 1e-9 and c["optimal_ok"]
 
 
+def test_criteria_by_plan_pools_runs_of_one_plan_across_schedulers():
+    """optimal and das chose the same plan and measured 2.0-2.2 apart (optimal 0.91 of the best scheduler), lbs
+    another, slower plan: pooled by plan, optimal's plan is the best plan (1.0). A plan run once is not judged."""
+    rows = [_row("ort", 1, "optimal", f, 2.0, repeat=i, cuts="0-74-74") for i, f in enumerate((1.9, 2.0, 2.1))] + \
+           [_row("ort", 1, "das", f, 2.0, repeat=i, cuts="0-74-74") for i, f in enumerate((2.2, 2.2, 2.3))] + \
+           [_row("ort", 1, "lbs", f, 1.2, repeat=i, cuts="0-28-74") for i, f in enumerate((1.0, 0.9, 1.1))]
+    (c,) = criteria(rows)
+    assert abs(c["optimal_vs_best"] - 2.0 / 2.2) < 1e-3 and not c["optimal_ok"]
+    assert c["optimal_plan"] == c["best_plan"] == "0-74-74" and c["plan_runs"] == 6
+    assert c["optimal_plan_vs_best"] == 1.0
+    worse = [dict(r, fps=0.8) if r["scheduler"] == "optimal" else r for r in rows]
+    worse = [dict(r, cuts="0-30-74") if r["scheduler"] == "optimal" else r for r in worse]
+    (w,) = criteria(worse)
+    assert w["optimal_plan"] == "0-30-74" and abs(w["optimal_plan_vs_best"] - 0.8 / 2.2) < 1e-3
+    once = [r for r in worse if not (r["scheduler"] == "optimal" and r["repeat"] > 0)]
+    assert "optimal_plan_vs_best" not in criteria(once)[0]
+
+
 def test_engine_table_compares_each_engines_best_run_with_torchs():
     """Each variant's best run against torch's best in the same in-flight group: ratio, bytes per frame per hop
     of that run, the largest max_abs_err and the mean top-1 agreement over the variant's runs."""
