@@ -327,9 +327,9 @@ def burst_wall(fluid, quota, period, phases: int = 16, spread: float = BURST_CPU
     cpu_mean = np.where(capped, fluid, 0.0)[..., None] * q / p
     r = p * (np.arange(phases) + 0.5) / phases  # time to the next boundary
     first = np.minimum(q, r)
-    n = max(int(samples), 1) if spread > 0 else 1
+    n = max(int(samples), 1) if spread > 0 else 1  # one sample is the mean itself
     wall = np.zeros(fluid.shape)
-    for m in 1.0 + spread * ((np.arange(n) + 0.5) / n * 2.0 - 1.0) if n > 1 else (1.0,):
+    for m in 1.0 + spread * ((np.arange(n) + 0.5) / n * 2.0 - 1.0):
         cpu = cpu_mean * m
         rem = np.maximum(cpu - first, 0.0)
         k = np.maximum(np.ceil(rem / q) - 1.0, 0.0)

@@ -9,7 +9,7 @@ import time
 import pytest
 from dockerutil import Project, docker
 
-from cnnvideo.costinputs import TCP_PAYLOAD_SHARE
+from cnnvideo.costinputs import payload_share
 from netem import tc
 from netem.cluster import Shaper, netem_supported, subprocess_runner
 from netem.links import parse_links
@@ -84,7 +84,7 @@ def test_rates_1_3_8_mbytes_per_second_within_10_percent_changed_in_place(pair):
     shaper.clear()
     print("\nshaping: set MB/s -> measured MB/s: %s" % {k: round(v, 3) for k, v in results.items()})
     for rate, got in results.items():
-        want = rate * TCP_PAYLOAD_SHARE
+        want = rate * payload_share("tc")
         assert abs(got - want) <= TOLERANCE * want, "set %g MB/s (%.3f of payload), measured %.3f MB/s" % (
             rate, want, got)
 
