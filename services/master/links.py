@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import grpc
 
@@ -129,6 +129,13 @@ class WorkerLinks:
         self.start_run(setup)
         self.open_streams(setup.run_id, setup.generation, read_results, read_stages)
         return restarted
+
+    def prepare(self, cuts: List[int]) -> List[Tuple[bool, str]]:
+        """(ready, error) of every worker's stage of plan `cuts`, asked of all at once; each worker starts building
+        its stage in the background if it has not. RpcError when one cannot be asked."""
+        req = pb.PrepareRequest(cuts=cuts)
+        calls = [stub.Prepare.future(req, timeout=self.timeout) for stub in self.stubs]
+        return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 
     def end_run(self, run_id: str) -> None:
         """Tell every worker the run is over (best effort: a dead worker has nothing to end)."""

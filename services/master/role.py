@@ -39,6 +39,7 @@ from .telemetry import Telemetry
 from .thumbs import Thumbnails
 from .tracking import FrameTracker
 from .view import ViewState, describe
+from .warming import StageWarmer
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class MasterRole:
         self.hop_plan = HopPlanner(self.W, cfg.mode, cfg.delta.keyframe_every)
         self.seq0 = 0
         self.cut0_shape: tuple = ()
+        self.warmer: Optional[StageWarmer] = None  # a re-plan switches once every worker has built its stages
+        self.sent_cuts: Optional[List[int]] = None  # the plan of the newest frame sent
 
     @property
     def infos(self) -> List[pb.WorkerInfo]:
@@ -254,6 +257,8 @@ class MasterRole:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
             self.links.start_run(self._setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
+            self.warmer = StageWarmer(self.links.prepare)
+            self.warmer.mark_ready(self._first_plan())
             self.links.open_streams(self.run_id, 0, self._read_results, self._read_stages)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
@@ -282,6 +287,8 @@ class MasterRole:
         return convert.settings_to_pb(settings.of(self.cfg, keys, "master"))
 
     def _count_restarts(self, restarted: List[int]) -> None:
+        if restarted and self.warmer is not None:
+            self.warmer.forget()
         for w in restarted:
             self.restarts += 1
             self.worker_restarts[w] += 1
@@ -474,7 +481,10 @@ class MasterRole:
                 flying, done = self.tracker.state()
             change = self.feed.change(f, self.cfg.group_size) if self.live else None
             state = PipelineState(flying, done, now - self.t_run, change)
-        return list(self.scheduler.plan_for(f, state).cuts)
+        wanted = list(self.scheduler.plan_for(f, state).cuts)
+        if self.warmer is None:
+            return wanted
+        return self.warmer.choose(f, wanted, self.sent_cuts)
 
     def _send_frame(self, f: int, resend: bool) -> None:
         cuts = self._plan(f, resend)
@@ -486,6 +496,8 @@ class MasterRole:
         with self.cond:
             gen = self.tracker.generation
             self.tracker.sent(f, cuts, t0, resend)
+            if not resend:
+                self.sent_cuts = list(cuts)
             if self.results is not None:
                 self.results.sent(f, cuts, self.feed.captured_at.get(f, t0), len(data))
             if self.tracker.completed == 0 and f == 0:
@@ -620,6 +632,7 @@ class MasterRole:
             "cuts": main_plan,
             "cut_names": [self.infos[0].cuts[c].name for c in main_plan],
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
+            "plan_warming": self.warmer.report() if self.warmer is not None else [],
             "engine": self.cfg.engine, "precision": self.cfg.precision,
             "engines": tel.engines_report(self.infos, self.W),
             "predicted_period_s": self.scheduler.predicted_period(),

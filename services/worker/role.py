@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 import zipfile
-from typing import Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -86,6 +86,7 @@ class WorkerRole:
         self._next_channel = None
         self.next_stub: Optional[pb_grpc.WorkerStub] = None
         self.run: Optional[Run] = None
+        self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.server: Optional[net.Server] = None
@@ -217,6 +218,39 @@ class WorkerRole:
             log.warning("worker %d: stage %d..%d not built before the run: %s", self.worker_id, start, end, exc)
             return
         log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
+                 st.engine, st.precision, time.time() - t0)
+
+    def prepare(self, cuts: Sequence[int]) -> Tuple[bool, str]:
+        """(ready, error) of this worker's stage of plan `cuts`; a stage not built yet starts building in a
+        background thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot
+        be built (engine_options.on_error: stop). ValueError when `cuts` does not fit the chain."""
+        try:
+            check_plan(list(cuts), self.cfg.n_workers, len(self.graph.cuts) - 1)
+        except ValueError as exc:
+            raise ValueError("prepare cuts: %s" % exc) from None
+        key = (int(cuts[self.worker_id]), int(cuts[self.worker_id + 1]))
+        if self.stages.built(*key):
+            return True, ""
+        with self.lock:
+            error = self.preparing.get(key)
+            if error is None:
+                self.preparing[key] = ""
+                threading.Thread(target=self._prepare, args=key, name="prepare-%d-%d" % key, daemon=True).start()
+        return False, error or ""
+
+    def _prepare(self, start: int, end: int) -> None:
+        """Build stage start..end (the body of prepare's thread); a failure is kept for the next prepare."""
+        t0 = time.time()
+        try:
+            st = self.stages.stage(start, end)
+        except Exception as exc:  # EngineError, or a bug: either way the master must hear why, not wait forever
+            with self.lock:
+                self.preparing[(start, end)] = "stage %d..%d: %s" % (start, end, exc)
+            log.warning("worker %d: stage %d..%d cannot be built: %s", self.worker_id, start, end, exc)
+            return
+        with self.lock:
+            self.preparing.pop((start, end), None)
+        log.info("worker %d: stage %d..%d built in the background on %s-%s (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 
     def current(self, run_id: str) -> Run:

@@ -109,6 +109,13 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def Stages(self, request, context):
         return self._stream(request, context, "stages")
 
+    def Prepare(self, request, context):
+        try:
+            ready, error = self.role.prepare([int(c) for c in request.cuts])
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.PrepareReply(ready=ready, error=error)
+
     def EndRun(self, request, context):
         self.role.end_run(request.run_id)
         return pb.Ack(ok=True)

@@ -359,7 +359,7 @@ def test_fuzz_trainer(prepared):
 
 # ---------------------------------------------------------------------------------------------- raw bytes
 
-WORKER_UNARY = ["Info", "Costs", "StartRun", "Process", "EndRun"]
+WORKER_UNARY = ["Info", "Costs", "StartRun", "Process", "EndRun", "Prepare"]
 WORKER_STREAM = ["Results", "Stages"]
 
 

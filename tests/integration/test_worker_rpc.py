@@ -200,3 +200,29 @@ def test_start_run_builds_the_stage_of_warm_cuts_before_it_answers(cluster):
         stubs[0].StartRun(pb.RunSetup(run_id="warm2", mode="delta", n_workers=2, settings=master_settings(cfg),
                                       warm_cuts=[0, 30, 23]), timeout=60)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "warm_cuts" in err.value.details()
+
+
+def test_prepare_builds_a_stage_in_the_background_and_says_when_it_is_ready(cluster):
+    """Prepare (a re-plan's new cut): a stage the worker never built answers not ready at once and builds in the
+    background, later answers ready; an empty stage is ready at once; cuts that do not fit the chain are
+    INVALID_ARGUMENT naming them."""
+    import os
+
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+    cfg, stubs, _ = cluster
+    plan = [0, 9, 23]  # no other test of this module runs stage 0..9 or 9..23
+    first = [s.Prepare(pb.PrepareRequest(cuts=plan), timeout=30) for s in stubs]
+    assert [r.ready for r in first] == [False, False] and [r.error for r in first] == ["", ""]
+    deadline = time.time() + 120
+    while not all(s.Prepare(pb.PrepareRequest(cuts=plan), timeout=30).ready for s in stubs):
+        assert time.time() < deadline, "stages of %s not built in 120 s" % plan
+        time.sleep(0.2)
+    folder = os.path.dirname(os.path.expanduser(cfg.cache_dir))
+    assert "worker 0: stage 0..9 built in the background on torch-fp32" in open(os.path.join(folder, "w0.log")).read()
+    assert "worker 1: stage 9..23 built in the background" in open(os.path.join(folder, "w1.log")).read()
+    assert stubs[0].Prepare(pb.PrepareRequest(cuts=[0, 0, 23]), timeout=30).ready  # w0 only forwards
+    for bad in ([0, 30, 23], [0, 5], [3, 5, 23]):
+        with pytest.raises(grpc.RpcError) as err:
+            stubs[1].Prepare(pb.PrepareRequest(cuts=bad), timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prepare cuts" in err.value.details()

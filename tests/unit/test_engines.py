@@ -4,6 +4,7 @@ import functools
 import logging
 import os
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -333,3 +334,35 @@ def test_config_engine_keys_match_engines():
 
     assert config.ENGINES == engines.ENGINES and config.PRECISIONS == engines.PRECISIONS
     assert config.ON_ERROR == engines.ON_ERROR
+
+
+def test_a_stage_being_built_does_not_hold_up_other_stages(tmp_path):
+    """While one stage builds (a re-plan's stage warming in the background, an export that takes seconds), the
+    stages the running plan uses are handed out at once and other stages build beside it; two callers of the
+    stage being built get the one stage, built once."""
+    fac = _factory(_graph("mobilenet_v2"), tmp_path, engine="torch")
+    running = fac.stage(0, 2)
+    gate, entered, builds = threading.Event(), threading.Event(), []
+    real = fac._build
+
+    def slow_build(start, end):
+        builds.append((start, end))
+        if (start, end) == (2, 6):
+            entered.set()
+            assert gate.wait(60)
+        return real(start, end)
+
+    fac._build = slow_build
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(fac.stage(2, 6))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    assert entered.wait(60)
+    assert fac.stage(0, 2) is running and fac.built(0, 2)
+    assert fac.stage(6, 9).end == 9  # another stage builds while 2..6 is held up
+    assert not fac.built(2, 6) and fac.built(4, 4)  # an empty stage is always built
+    gate.set()
+    for t in threads:
+        t.join(60)
+    assert len(got) == 2 and got[0] is got[1] and fac.built(2, 6)
+    assert builds.count((2, 6)) == 1

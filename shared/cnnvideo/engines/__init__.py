@@ -149,16 +149,20 @@ class StageFactory:
         self._calibration = None
         self.int8_failed = ""  # why int8 was given up for fp32 (fallback), '' otherwise
         self._stages: Dict[Tuple[int, int], Stage] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dicts only, never held while a stage builds
+        self._building: Dict[Tuple[int, int], threading.Lock] = {}  # one lock per stage being built
+        self._calibration_lock = threading.Lock()
         self.notes: List[str] = []  # one line per fallback, for the report
 
     @property
     def calibration(self):
-        """The int8 calibration (computed on first use); EngineError if there is none to be had."""
+        """The int8 calibration (computed once, on first use); EngineError if there is none to be had."""
         if self._calibration is None:
-            if self._calibration_fn is None:
-                raise EngineError("int8 needs a calibration, and none was configured")
-            self._calibration = self._calibration_fn()
+            with self._calibration_lock:
+                if self._calibration is None:
+                    if self._calibration_fn is None:
+                        raise EngineError("int8 needs a calibration, and none was configured")
+                    self._calibration = self._calibration_fn()
         return self._calibration
 
     def qparams(self, cut: int) -> Optional[QParams]:
@@ -182,13 +186,28 @@ class StageFactory:
         return "fp32" if self.int8_failed else self.spec.precision
 
     def stage(self, start: int, end: int) -> Stage:
-        """The stage from cut `start` to cut `end` (built on first use)."""
+        """The stage from cut `start` to cut `end` (built on first use, once). A stage being built (a re-plan's
+        stage warming in the background) does not hold up callers of stages that are built already."""
+        key = (start, end)
         with self._lock:
-            st = self._stages.get((start, end))
+            st = self._stages.get(key)
+            if st is not None:
+                return st
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                st = self._stages.get(key)
             if st is None:
                 st = self._build(start, end)
-                self._stages[(start, end)] = st
-            return st
+                with self._lock:
+                    self._stages[key] = st
+                    self._building.pop(key, None)
+        return st
+
+    def built(self, start: int, end: int) -> bool:
+        """True when stage(start, end) would return at once (it is built, or it runs no layers)."""
+        with self._lock:
+            return start == end or (start, end) in self._stages
 
     def engines_used(self) -> List[str]:
         """Labels of the engines the stages built so far really run on (e.g. ['onnxruntime-int8'])."""

@@ -1,0 +1,105 @@
+"""Switch to a new plan only once every worker has built its stage of it.
+
+A re-plan (adaptive, das) may pick cuts no worker has run: an ONNX export, or an int8 calibration and
+quantisation, then happens on the frame path and stalls the pipeline (8 s at worker caps 0.1 in
+costmodel480-c01-smooth). The warmer asks the workers to build such a plan in the background (the Prepare call)
+and keeps the frames on the plan they use until every worker answers ready; the switch then costs nothing.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+log = logging.getLogger(__name__)
+
+# (ready, error) of every worker's stage of a plan; raises when a worker cannot be asked (down, no Prepare call)
+Prepare = Callable[[List[int]], List[Tuple[bool, str]]]
+
+POLL_S = 0.25  # at most one round of Prepare calls per wanted plan this often (a frame is sent meanwhile)
+
+
+@dataclass
+class Switch:
+    """One plan a scheduler asked for that was not built yet: when, and when (or why not) frames took it."""
+
+    cuts: List[int]
+    asked_frame: int
+    asked_at: float
+    switched_frame: Optional[int] = None
+    wait_s: Optional[float] = None
+    polls: int = 0
+    refused: str = ""  # a worker cannot build its stage: frames stay on the plan they use
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"cuts": self.cuts, "asked_frame": self.asked_frame, "switched_frame": self.switched_frame,
+                "wait_s": None if self.wait_s is None else round(self.wait_s, 3), "polls": self.polls,
+                "refused": self.refused or None}
+
+
+@dataclass
+class StageWarmer:
+    """Decides each frame's plan from the one the scheduler wants and the one frames use now (see module doc)."""
+
+    prepare: Prepare
+    poll_s: float = POLL_S
+    clock: Callable[[], float] = time.monotonic
+    ready: set = field(default_factory=set)  # plans (tuples) every worker has built
+    switches: List[Switch] = field(default_factory=list)
+    _pending: Dict[Tuple[int, ...], Switch] = field(default_factory=dict)
+    _last_poll: Dict[Tuple[int, ...], float] = field(default_factory=dict)
+
+    def mark_ready(self, cuts: Sequence[int]) -> None:
+        """`cuts` is built everywhere (the run's first plan: StartRun's warm_cuts built it)."""
+        self.ready.add(tuple(int(c) for c in cuts))
+
+    def choose(self, frame: int, wanted: Sequence[int], current: Optional[Sequence[int]]) -> List[int]:
+        """The plan frame `frame` takes: `wanted` if it is built on every worker (or nothing runs yet, or a worker
+        cannot be asked: then the frame path builds it, as without warming), else `current` while the workers
+        build `wanted` in the background."""
+        key = tuple(int(c) for c in wanted)
+        if current is None or key == tuple(current) or key in self.ready:
+            return list(key)
+        sw = self._pending.get(key)
+        if sw is None:
+            sw = self._pending[key] = Switch(list(key), frame, self.clock())
+            self.switches.append(sw)
+            log.info("plan %s asked at frame %d: workers build its stages, frames stay on %s meanwhile",
+                     list(key), frame, list(current))
+        if sw.refused:
+            return list(current)
+        now = self.clock()
+        if now - self._last_poll.get(key, -float("inf")) < self.poll_s:
+            return list(current)
+        self._last_poll[key] = now
+        sw.polls += 1
+        try:
+            answers = self.prepare(list(key))
+        except Exception as exc:  # noqa: BLE001 - any failure to ask: no warming, the frame path decides
+            log.warning("cannot ask the workers to build plan %s (%s); switching now", list(key), exc)
+            return self._switch(sw, frame, now, key)
+        errors = [e for _, e in answers if e]
+        if errors:
+            sw.refused = errors[0]
+            log.warning("plan %s not taken: %s; frames stay on %s", list(key), errors[0], list(current))
+            return list(current)
+        if all(ok for ok, _ in answers):
+            return self._switch(sw, frame, now, key)
+        return list(current)
+
+    def _switch(self, sw: Switch, frame: int, now: float, key: Tuple[int, ...]) -> List[int]:
+        self.ready.add(key)
+        del self._pending[key]
+        sw.switched_frame, sw.wait_s = frame, now - sw.asked_at
+        log.info("plan %s built on every worker after %.2f s: frames %d.. take it", list(key), sw.wait_s, frame)
+        return list(key)
+
+    def forget(self) -> None:
+        """Workers restarted: the stages they had built are gone from memory (their disk cache stays)."""
+        self.ready.clear()
+        self._last_poll.clear()
+
+    def report(self) -> List[Dict[str, object]]:
+        """One entry per plan that had to be built first (report.json `plan_warming`)."""
+        return [sw.to_dict() for sw in self.switches]
