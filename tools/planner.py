@@ -4,7 +4,8 @@ Segment and hop codec times are profiled locally (one thread; on the config's en
 profiles: torch segment times scaled by ONNX Runtime stages, int8 codec times on the uint8 cut tensors) and
 divided by each worker's CPU share
 (`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
-as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead).
+as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead) and
+the CPU per gRPC message (`net_cpu_us_per_message`, 3 a frame per worker; with 1 in flight inside the burst).
 Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
 ~20 frames of the config's video (synthetic frames if the file is missing). CostInputs come from
 cnnvideo.costinputs, the builder the master uses.
@@ -129,7 +130,8 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links), turnaround=cfg.master_turnaround_s,
-                              **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte))
+                              **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte,
+                                                     cfg.net_cpu_us_per_message))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
 
 

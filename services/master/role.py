@@ -159,7 +159,8 @@ class MasterRole:
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
                              delta_mode=delta, share=payload_share(self.cfg.local.links),
                              turnaround=self.cfg.master_turnaround_s,
-                             **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte))
+                             **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte,
+                                         self.cfg.net_cpu_us_per_message))
         self.scheduler = schedulers.create(self.cfg.scheduler, inputs, self.cfg.in_flight, delta,
                                            self.cfg.scheduler_options, self.cfg.group_size, self.predictors, frame_nz)
         self.scheduler.initial_plan()

@@ -172,6 +172,11 @@ class Config:
     # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
     # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
     net_cpu_ns_per_byte: float = 25.0
+    # CPU us a worker spends per gRPC message it handles apart from the bytes (3 a frame: the Process call in, the
+    # call out or the result, the stage report); charged like net_cpu_ns_per_byte, and with 1 frame in flight
+    # inside the CFS burst. scripts/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
+    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: scripts/replay_msg_cpu.py.
+    net_cpu_us_per_message: float = 200.0
     # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
     # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
     # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
@@ -353,6 +358,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
     if not cfg.net_cpu_ns_per_byte >= 0:
         raise ConfigError("config key 'net_cpu_ns_per_byte' must be >= 0, got %r" % cfg.net_cpu_ns_per_byte)
+    if not cfg.net_cpu_us_per_message >= 0:
+        raise ConfigError("config key 'net_cpu_us_per_message' must be >= 0, got %r" % cfg.net_cpu_us_per_message)
     if not cfg.master_turnaround_s >= 0:
         raise ConfigError("config key 'master_turnaround_s' must be >= 0, got %r" % cfg.master_turnaround_s)
     if cfg.delta.threshold < 0:

@@ -41,27 +41,46 @@ def payload_share(links: str) -> float:
     return 1.0 if links == "paced" else TCP_PAYLOAD_SHARE
 
 
-def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float) -> Dict[str, Any]:
+def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float,
+              net_us_per_message: Optional[float] = None) -> Dict[str, Any]:
     """How the workers' CPU caps shape their stages (WorkerCpu-like objects, one per worker): with one frame in
-    flight a worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its network CPU
-    is spent while it waits for the transfer (no charge); with more, its network CPU competes with its compute
-    (`net_s_per_byte` = ns/byte x its wall/CPU ratio) and it rarely idles (the fluid time)."""
-    if in_flight == 1:
-        return {"burst": np.array([[c.cfs_quota_s, c.cfs_period_s] for c in cpus], dtype=np.float64)}
+    flight a worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its per-byte
+    network CPU is spent while it waits for the transfer (no charge); with more, its network CPU competes with its
+    compute (`net_s_per_byte` = ns/byte x its wall/CPU ratio) and it rarely idles (the fluid time).
+    Either way each message it handles costs `net_s_per_message` fluid seconds (net_us_per_message, None = the
+    config default, as CPU / share): with one in flight inside the burst, whose CPU it adds to (x period/quota:
+    the Process call in comes just before the compute, the call out and the stage report just after), with more
+    x the wall/CPU ratio, like the per-byte charge."""
+    if net_us_per_message is None:
+        from .config import Config
+
+        net_us_per_message = Config.net_cpu_us_per_message
     ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)
-    return {"net_s_per_byte": ratio * net_ns_per_byte * 1e-9}
+    if in_flight == 1:
+        burst = np.array([[c.cfs_quota_s, c.cfs_period_s] for c in cpus], dtype=np.float64).reshape(-1, 2)
+        return {"burst": burst, "net_s_per_message": fluid_per_cpu(burst, ratio) * net_us_per_message * 1e-6}
+    return {"net_s_per_byte": ratio * net_ns_per_byte * 1e-9, "net_s_per_message": ratio * net_us_per_message * 1e-6}
+
+
+def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """[W] fluid seconds per CPU second inside a CFS burst: period/quota for a capped worker (burst_wall turns
+    fluid back into CPU with quota/period, so this adds exactly the CPU), its wall/CPU ratio otherwise."""
+    quota, period = burst[:, 0], burst[:, 1]
+    capped = (quota > 0) & (quota < period)
+    return np.where(capped, period / np.where(capped, quota, 1.0), ratio)
 
 
 def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
           input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
           decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
           delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0,
-          turnaround: float = 0.0) -> CostInputs:
+          turnaround: float = 0.0, net_s_per_message: Optional[Sequence[float]] = None) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
-    the network path takes from it), or [W, 2] CFS bursts (see cpu_model); `share` of each hop's rate carries
-    payload (payload_share); `turnaround` is the master's seconds from a result to the next send."""
+    the network path takes from it), or [W, 2] CFS bursts, and (optional) [W] fluid seconds per message it handles
+    (see cpu_model); `share` of each hop's rate carries payload (payload_share); `turnaround` is the master's
+    seconds from a result to the next send."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -75,7 +94,8 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
         full = delta = dense
     inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
                         bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
-                        encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround))
+                        encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround),
+                        message_time=net_s_per_message)
     if net_s_per_byte is not None:
         inputs = with_network_cpu(inputs, net_s_per_byte, delta_mode)
     return inputs

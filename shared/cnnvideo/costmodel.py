@@ -4,7 +4,8 @@ A frame passes 2 stages per worker w: the transfer into w (hop w carries the ten
 then the work on w: decode the update at cut c_w, compute segments c_w .. c_{w+1}-1, encode the update
 at cut c_{w+1} (codec times are optional inputs; without them the stage is the compute alone). The last
 worker also sends the model output to the master; that result transfer is charged to its work stage
-(it occupies the same worker).
+(it occupies the same worker). A work stage also pays the CPU of the gRPC messages its worker handles per frame
+(CostInputs.message_time x message_count: the Process call in, the one out or the result, the stage report).
 Timing: done[f][s] = max(done[f-1][s], done[f][s-1]) + cost[f][s], and with an in-flight cap m > 0
 frame f cannot start before frame f-m has finished its last stage plus the master's turnaround t (from a
 result to sending the frame it frees room for: reading the source, bookkeeping).
@@ -101,6 +102,9 @@ class CostInputs:
     # seconds from a result reaching the master to its sending the frame that result makes room for (with an
     # in-flight cap): frame f starts no earlier than frame f-m's result plus this
     turnaround: float = 0.0
+    # [W] fluid seconds (CPU / share) worker w's work stage pays per gRPC message it handles, apart from the bytes
+    # (message_count() of them a frame, inside the work stage's burst); None = nothing
+    message_time: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
@@ -116,6 +120,9 @@ class CostInputs:
             raise ValueError("bandwidth must be positive")
         if self.burst is not None:
             self.burst = np.broadcast_to(np.asarray(self.burst, dtype=np.float64), (self.seg_time.shape[0], 2)).copy()
+        if self.message_time is not None:
+            self.message_time = np.broadcast_to(np.asarray(self.message_time, dtype=np.float64),
+                                                (self.seg_time.shape[0],)).copy()
         for name in ("encode_time", "decode_time"):
             value = getattr(self, name)
             if value is not None:
@@ -144,10 +151,14 @@ class CostInputs:
 
     def work_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
         """(begin [W, K+1], end [W, K+1]): worker w's work stage for cuts i..j costs end[w, j] - begin[w, i]
-        (compute prefix sums, minus the decode at i, plus the encode at j)."""
+        (compute prefix sums, minus the decode at i and the messages a worker starting at i handles, plus the
+        encode at j). Fluid seconds: work_wall() turns them into a stage's time, so the messages sit inside a
+        CFS burst."""
         prefix = self.prefix_time()
         begin = prefix if self.decode_time is None else prefix - self.decode_time
         end = prefix if self.encode_time is None else prefix + self.encode_time
+        if self.message_time is not None:
+            begin = begin - self.message_time[:, None] * message_count(self.n_segments)[None, :]
         return begin, end
 
     def work_wall(self, fluid: np.ndarray, workers) -> np.ndarray:
@@ -335,6 +346,21 @@ def burst_wall(fluid, quota, period, phases: int = 16, spread: float = BURST_CPU
         k = np.maximum(np.ceil(rem / q) - 1.0, 0.0)
         wall += np.where(cpu <= first, cpu, r + k * p + rem - k * q).mean(axis=-1)
     return np.where(capped, wall / n, fluid)
+
+
+# gRPC messages a worker that gets the frame handles per frame: it serves the Process call that brings the frame
+# in, makes the Process call to the next worker or pushes the result on the master's Results stream, and pushes a
+# StageReport on the Stages stream (services/worker/engine.py `_process`, role.py `_emit`, servicer.py `_stream`)
+MESSAGES_PER_FRAME = 3
+
+
+def message_count(n_segments: int) -> np.ndarray:
+    """[K+1] messages per frame of a worker whose range starts at cut i: MESSAGES_PER_FRAME for i < K (it gets the
+    frame: it computes, or forwards to a later worker that does); 0 at i = K, where it lies past the reporter
+    (protocol.reporter, the last worker with segments) and no message reaches it."""
+    count = np.full(n_segments + 1, float(MESSAGES_PER_FRAME))
+    count[-1] = 0.0
+    return count
 
 
 def with_network_cpu(inputs: CostInputs, seconds_per_byte: Sequence[float], delta: bool = True) -> CostInputs:

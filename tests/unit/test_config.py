@@ -42,6 +42,8 @@ def test_yaml_round_trip(tmp_path, synthetic_video):
         ({"model": "lenet9000"}, "model"),
         ({"bandwidth": [1, 2, 3]}, "bandwidth"),
         ({"in_flight": -1}, "in_flight"),
+        ({"net_cpu_us_per_message": -1}, "net_cpu_us_per_message"),
+        ({"net_cpu_ns_per_byte": -0.5}, "net_cpu_ns_per_byte"),
         ({"delta": {"input_threshold": 300}}, "delta.input_threshold"),
         ({"scheduler": "lbs", "scheduler_options": {"zz": 1}}, "scheduler_options.zz"),
         ({"scheduler": "das", "scheduler_options": {"prev": 1}}, "scheduler_options.prev"),  # run-time state only

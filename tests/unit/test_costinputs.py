@@ -79,3 +79,38 @@ def test_payload_share_scales_the_transfers_not_the_work():
     assert abs(b[0] - 1e6 / 3e6 * 1514 / 1448) < 1e-12
     assert costinputs.payload_share("paced") == 1.0
     assert costinputs.payload_share("auto") == costinputs.payload_share("tc") == costinputs.TCP_PAYLOAD_SHARE
+
+
+def test_message_charge_is_cpu_times_messages_times_wall_per_cpu_with_more_in_flight():
+    """More than one frame in flight: cpu_model's per-message charge is us x the worker's wall/CPU ratio, and the
+    built inputs add exactly us x MESSAGES_PER_FRAME x that ratio to each work stage (nothing to transfers);
+    without an explicit figure cpu_model uses the config default."""
+    from types import SimpleNamespace
+
+    from cnnvideo.config import Config
+    from cnnvideo.costmodel import MESSAGES_PER_FRAME, stage_costs
+
+    cpus = [SimpleNamespace(cfs_quota_s=0.04, cfs_period_s=0.1, wall_per_cpu=2.5),
+            SimpleNamespace(cfs_quota_s=0.0, cfs_period_s=0.1, wall_per_cpu=0.0)]
+    model = cpu_model(cpus, 6, 25.0, 300.0)
+    np.testing.assert_allclose(model["net_s_per_message"], [300e-6 * 2.5, 300e-6 * 1.0])
+    seg, dense = np.full((2, 3), 0.1), np.array([1000.0, 4000.0, 2000.0, 40.0])
+    plan = Plan((0, 1, 3))
+    plain = stage_costs(plan, cost_inputs(seg, [1e6, 1e6], dense, **cpu_model(cpus, 6, 25.0, 0.0)))
+    charged = stage_costs(plan, cost_inputs(seg, [1e6, 1e6], dense, **model))
+    np.testing.assert_allclose(charged[1::2] - plain[1::2], 300e-6 * MESSAGES_PER_FRAME * np.array([2.5, 1.0]))
+    np.testing.assert_allclose(charged[0::2], plain[0::2])
+    default = cpu_model(cpus, 6, 25.0)["net_s_per_message"]
+    np.testing.assert_allclose(default, Config.net_cpu_us_per_message * 1e-6 * np.array([2.5, 1.0]))
+
+
+def test_message_charge_with_one_in_flight_is_fluid_inside_the_burst():
+    """One frame in flight: the per-message charge is us x period/quota for a capped worker (burst_wall turns it
+    back into exactly that much CPU inside the burst) and us x wall/CPU for an uncapped one; no per-byte charge."""
+    from types import SimpleNamespace
+
+    cpus = [SimpleNamespace(cfs_quota_s=0.01, cfs_period_s=0.1, wall_per_cpu=12.0),
+            SimpleNamespace(cfs_quota_s=0.0, cfs_period_s=0.1, wall_per_cpu=1.5)]
+    one = cpu_model(cpus, 1, 25.0, 200.0)
+    np.testing.assert_allclose(one["net_s_per_message"], [200e-6 * 10.0, 200e-6 * 1.5])
+    assert "net_s_per_byte" not in one

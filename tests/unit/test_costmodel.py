@@ -212,3 +212,58 @@ def test_burst_applies_to_work_stages_only():
     assert got[0] == pytest.approx(float(burst_wall(fluid[0], 0.04, 0.1))) and got[0] < fluid[0]
     assert got[1] == pytest.approx(fluid[1])  # uncapped worker
     np.testing.assert_allclose(stage_costs(plan, bursty)[0::2], stage_costs(plan, inp)[0::2])
+
+
+def test_message_cpu_adds_messages_times_fluid_to_each_work_stage():
+    """message_time[w] is charged MESSAGES_PER_FRAME times to every worker the frame reaches (a worker with
+    segments, or an empty one that forwards to a later one), and not to a worker past the reporter (its range
+    starts at the last cut: no message reaches it); transfers are unchanged."""
+    import dataclasses
+
+    from cnnvideo.costmodel import MESSAGES_PER_FRAME, compute_costs
+
+    inp = _inputs()
+    charged = dataclasses.replace(inp, message_time=np.array([0.002, 0.005]))
+    for cuts, want in (((0, 1, 3), [0.002, 0.005]), ((0, 0, 3), [0.002, 0.005]), ((0, 3, 3), [0.002, 0.0])):
+        plan = Plan(cuts)
+        extra = compute_costs(plan, charged) - compute_costs(plan, inp)
+        np.testing.assert_allclose(extra, MESSAGES_PER_FRAME * np.array(want))
+        np.testing.assert_allclose(stage_costs(plan, charged)[0::2], stage_costs(plan, inp)[0::2])
+
+
+def _one_capped_worker(fluid: float, message_fluid: float) -> CostInputs:
+    """One worker capped at 0.1 (10 ms quota per 100 ms period) running one segment of `fluid` seconds."""
+    return CostInputs(bytes_full=np.array([10.0, 10.0]), bytes_delta=np.array([10.0, 10.0]),
+                      seg_time=np.array([[fluid]]), bandwidth=np.array([1e6]), burst=[[0.01, 0.1]],
+                      message_time=np.array([message_fluid]))
+
+
+def test_message_cpu_sits_inside_the_cfs_burst(monkeypatch):
+    """With a burst (1 in flight) the messages' fluid time joins the compute's before burst_wall, so their CPU can
+    push the burst over a quota multiple: with one phase and no spread, 19.5 ms of compute CPU plus 3 x 0.3 ms of
+    message CPU at cap 0.1 waits out one more period (the stage grows by period - quota + 0.9 ms), while 15 ms plus
+    the same stays inside its quota slice (it grows by the 0.9 ms of CPU only, not by 9 ms of fluid time)."""
+    import functools
+
+    from cnnvideo import costmodel
+
+    monkeypatch.setattr(costmodel, "burst_wall", functools.partial(costmodel.burst_wall, phases=1, spread=0.0))
+    plan = Plan((0, 1))
+    per_msg = 0.0003 * 0.1 / 0.01  # 0.3 ms of CPU as fluid seconds at cap 0.1
+    crossing = costmodel.compute_costs(plan, _one_capped_worker(0.195, per_msg)) \
+        - costmodel.compute_costs(plan, _one_capped_worker(0.195, 0.0))
+    assert crossing[0] == pytest.approx(0.1 - 0.01 + 0.0009)
+    inside = costmodel.compute_costs(plan, _one_capped_worker(0.15, per_msg)) \
+        - costmodel.compute_costs(plan, _one_capped_worker(0.15, 0.0))
+    assert inside[0] == pytest.approx(0.0009)
+
+
+def test_message_cpu_burst_is_burst_wall_of_the_sum():
+    """Under the default burst (phase and CPU spread expectation) the stage is burst_wall(compute + messages)
+    plus the result transfer, not burst_wall(compute) plus the messages after it."""
+    from cnnvideo.costmodel import MESSAGES_PER_FRAME, burst_wall, compute_costs
+
+    inp = _one_capped_worker(0.097, 0.003)
+    got = compute_costs(Plan((0, 1)), inp)[0] - inp.result_time()
+    assert got == pytest.approx(float(burst_wall(0.097 + MESSAGES_PER_FRAME * 0.003, 0.01, 0.1)))
+    assert abs(got - (float(burst_wall(0.097, 0.01, 0.1)) + MESSAGES_PER_FRAME * 0.003)) > 1e-3

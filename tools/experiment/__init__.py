@@ -307,9 +307,10 @@ def cost_model_facts(base: Dict[str, Any]) -> str:
     from cnnvideo.config import Config
 
     default = Config()
-    return "profile_iters %s, profile_rescale %s, net_cpu_ns_per_byte %s" % (
+    return "profile_iters %s, profile_rescale %s, net_cpu_ns_per_byte %s, net_cpu_us_per_message %s" % (
         base.get("profile_iters", default.profile_iters), base.get("profile_rescale", default.profile_rescale),
-        base.get("net_cpu_ns_per_byte", default.net_cpu_ns_per_byte))
+        base.get("net_cpu_ns_per_byte", default.net_cpu_ns_per_byte),
+        base.get("net_cpu_us_per_message", default.net_cpu_us_per_message))
 
 
 def run(args) -> int:
