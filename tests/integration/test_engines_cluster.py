@@ -44,3 +44,47 @@ def test_onnxruntime_int8_cluster_sends_uint8(tmp_path, synthetic_video, cache_d
     inner = hop(report, "w0->w1")
     assert inner["bytes_sent"] <= 0.25 * inner["bytes_dense"] + 2048 * report["frames"], inner
     assert report["top1_agreement"] is not None
+
+
+def test_adaptive_replan_waits_for_the_new_plans_stages(tmp_path, synthetic_video):
+    """A stale profile (the first 60% of the segments 50x too fast) makes `adaptive` put too much on worker 0, then
+    re-plan mid-run to cuts no worker has built. The frames keep the plan they run while the workers export the
+    new stages in the background (report.json `plan_warming`: switched at a later frame than asked, after at
+    least two polls), so no frame waits for an ONNX export; every frame completes within 1e-4 of torch and runs
+    the first plan or one that was built before frames took it."""
+    import glob
+    import os
+
+    import numpy as np
+
+    cache = str(tmp_path / "cache")
+    data = base_config(synthetic_video, cache, model="mobilenet_v2", engine="onnxruntime", frames=3,
+                       scheduler="optimal", trainer={"frames": 12}, frame_size=[160, 240],
+                       bandwidth=[1000.0], master_turnaround_s=0.0)  # compute, not links or the master, sets the cut
+    proc, report, _ = run_local(tmp_path, data, name="profile")  # profiles both workers into the cache
+    _ok(proc, report)
+    files = glob.glob(os.path.join(cache, "costs", "*onnxruntime-fp32*.npz"))
+    assert files, os.listdir(cache)
+    for path in files:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {n: z[n] for n in z.files}
+        k = arrays["seconds"].size
+        arrays["seconds"][: int(0.6 * k)] *= 0.02
+        with open(path, "wb") as fh:
+            np.savez(fh, **arrays)
+    data.update(frames=160, scheduler="adaptive", group_size=10, in_flight=4, scheduler_options={"min_samples": 1})
+    proc, report, _ = run_local(tmp_path, data, name="adaptive")
+    _ok(proc, report)
+    assert report["max_abs_err"] <= 1e-4
+    warmed = [w for w in report["plan_warming"] if w["switched_frame"] is not None]
+    assert warmed, (report["plan_decisions"], report["plan_warming"])
+    for w in warmed:
+        assert w["switched_frame"] > w["asked_frame"] and w["polls"] >= 2 and w["refused"] is None, w
+    first = report["plan_decisions"][0]["cuts"]
+    allowed = {tuple(first)} | {tuple(w["cuts"]) for w in warmed}
+    frames_on = {}
+    for rec in report["per_frame"]:
+        assert tuple(rec["cuts"]) in allowed, rec
+        frames_on.setdefault(tuple(rec["cuts"]), []).append(rec["frame"])
+    for w in warmed:  # no frame took the plan before every worker had built it
+        assert min(frames_on.get(tuple(w["cuts"]), [w["switched_frame"]])) >= w["switched_frame"], (w, frames_on)
