@@ -254,12 +254,12 @@ class MasterRole:
     def serve(self) -> int:
         net.on_signals(self._on_signal)
         self._start_live_view()
+        self.warmer = StageWarmer(self.links.prepare)
         try:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
             self.links.start_run(self._setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
-            self.warmer = StageWarmer(self.links.prepare)
-            self.warmer.mark_ready(self._first_plan())
+            self.warmer.mark_ready(self._first_plan())  # StartRun's warm_cuts built it
             self.links.open_streams(self.run_id, 0, self._read_results, self._read_stages)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
