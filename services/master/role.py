@@ -99,7 +99,8 @@ class MasterRole:
         self.hop_plan = HopPlanner(self.W, cfg.mode, cfg.delta.keyframe_every)
         self.seq0 = 0
         self.cut0_shape: tuple = ()
-        self.warmer: Optional[StageWarmer] = None  # a re-plan switches once every worker has built its stages
+        # a re-plan switches once every worker has built its stages (asked through the links made by start())
+        self.warmer = StageWarmer(lambda cuts: self.links.prepare(cuts))
         self.sent_cuts: Optional[List[int]] = None  # the plan of the newest frame sent
 
     @property
@@ -254,7 +255,6 @@ class MasterRole:
     def serve(self) -> int:
         net.on_signals(self._on_signal)
         self._start_live_view()
-        self.warmer = StageWarmer(self.links.prepare)
         try:
             self._count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self._check_infos()
@@ -288,7 +288,7 @@ class MasterRole:
         return convert.settings_to_pb(settings.of(self.cfg, keys, "master"))
 
     def _count_restarts(self, restarted: List[int]) -> None:
-        if restarted and self.warmer is not None:
+        if restarted:
             self.warmer.forget()
         for w in restarted:
             self.restarts += 1
@@ -482,10 +482,7 @@ class MasterRole:
                 flying, done = self.tracker.state()
             change = self.feed.change(f, self.cfg.group_size) if self.live else None
             state = PipelineState(flying, done, now - self.t_run, change)
-        wanted = list(self.scheduler.plan_for(f, state).cuts)
-        if self.warmer is None:
-            return wanted
-        return self.warmer.choose(f, wanted, self.sent_cuts)
+        return self.warmer.choose(f, list(self.scheduler.plan_for(f, state).cuts), self.sent_cuts)
 
     def _send_frame(self, f: int, resend: bool) -> None:
         cuts = self._plan(f, resend)
@@ -633,7 +630,7 @@ class MasterRole:
             "cuts": main_plan,
             "cut_names": [self.infos[0].cuts[c].name for c in main_plan],
             "plan_decisions": [{"from_frame": f, "cuts": c} for f, c in self.scheduler.decisions],
-            "plan_warming": self.warmer.report() if self.warmer is not None else [],
+            "plan_warming": self.warmer.report(),
             "engine": self.cfg.engine, "precision": self.cfg.precision,
             "engines": tel.engines_report(self.infos, self.W),
             "predicted_period_s": self.scheduler.predicted_period(),

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from .costmodel import CostInputs, with_network_cpu
+from .costmodel import CostInputs, cfs_capped, with_network_cpu
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     """[W] fluid seconds per CPU second inside a CFS burst: period/quota for a capped worker (burst_wall turns
     fluid back into CPU with quota/period, so this adds exactly the CPU), its wall/CPU ratio otherwise."""
     quota, period = burst[:, 0], burst[:, 1]
-    capped = (quota > 0) & (quota < period)
+    capped = cfs_capped(quota, period)
     return np.where(capped, period / np.where(capped, quota, 1.0), ratio)
 
 

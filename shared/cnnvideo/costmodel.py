@@ -322,6 +322,13 @@ def inputs_from_graph(
 BURST_CPU_SPREAD = 0.1
 
 
+def cfs_capped(quota, period) -> np.ndarray:
+    """Where a CFS (quota, period) limits a worker at all: 0 < quota < period (0 = no cap, quota >= period: a whole
+    core or more, never throttled by one thread)."""
+    quota, period = np.asarray(quota, dtype=np.float64), np.asarray(period, dtype=np.float64)
+    return (quota > 0) & (quota < period)
+
+
 def burst_wall(fluid, quota, period, phases: int = 16, spread: float = BURST_CPU_SPREAD, samples: int = 8
                ) -> np.ndarray:
     """Expected wall seconds of a burst of work that takes `fluid` seconds at a steady CPU share quota/period,
@@ -332,7 +339,7 @@ def burst_wall(fluid, quota, period, phases: int = 16, spread: float = BURST_CPU
     fluid = np.asarray(fluid, dtype=np.float64)
     quota = np.broadcast_to(np.asarray(quota, dtype=np.float64), fluid.shape)
     period = np.broadcast_to(np.asarray(period, dtype=np.float64), fluid.shape)
-    capped = (quota > 0) & (quota < period) & np.isfinite(fluid)
+    capped = cfs_capped(quota, period) & np.isfinite(fluid)
     q = np.where(capped, quota, 1.0)[..., None]
     p = np.where(capped, period, 1.0)[..., None]
     cpu_mean = np.where(capped, fluid, 0.0)[..., None] * q / p
