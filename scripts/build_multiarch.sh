@@ -153,8 +153,8 @@ smoke() {
     cd /tmp
     echo "uname -m: $(uname -m)"
     python3 -c "import torch, torchvision; print(\"torch\", torch.__version__, \"torchvision\", torchvision.__version__)"
-    python3 -c "from cnnvideo.graph import LayerGraph; from cnnvideo.models import build_model; print(LayerGraph.from_model(build_model(\"alexnet\"), (64, 96)))"
-    python3 -c "from cnnvideo.video import synthetic_frames, write_video; write_video(\"/tmp/v.avi\", synthetic_frames(6, (64, 96), seed=1))"
+    python3 -c "from cnnvideo.model.graph import LayerGraph; from cnnvideo.model.zoo import build_model; print(LayerGraph.from_model(build_model(\"alexnet\"), (64, 96)))"
+    python3 -c "from cnnvideo.video.frames import synthetic_frames, write_video; write_video(\"/tmp/v.avi\", synthetic_frames(6, (64, 96), seed=1))"
     printf "model: alexnet\nweights: random\nvideo: /tmp/v.avi\nframe_size: [64, 96]\nmode: delta\ncheck: true\nframes: 3\ntrainer:\n  frames: 3\n" >/tmp/c.yml
     cnnvideo plan -c /tmp/c.yml | tail -3
     cnnvideo local -c /tmp/c.yml --frames 3 --out /tmp/out >/tmp/local.log 2>&1 || { tail -30 /tmp/local.log; exit 1; }

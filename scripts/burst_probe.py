@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 from cnnvideo import config
-from cnnvideo.engines import factory_for
-from cnnvideo.pipeline import load_graph
-from cnnvideo.profiling import _engine_time, _random_frame, profile_worker, rescale_engine
+from cnnvideo.model.engines import factory_for
+from cnnvideo.model.loading import load_graph
+from cnnvideo.plan.profiling import _engine_time, _random_frame, profile_worker, rescale_engine
 
 
 def main(precision: str, rounds: int) -> None:

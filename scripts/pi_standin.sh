@@ -89,7 +89,7 @@ run_local() {
   # a tiny synthetic clip, a 2-worker alexnet cluster on 127.0.0.1 inside one container
   docker run --rm --network none "$IMAGE" bash -c '
     set -e
-    python3 -c "from cnnvideo.video import synthetic_frames, write_video; write_video(\"/tmp/v.avi\", synthetic_frames(10, (96, 128), seed=1))"
+    python3 -c "from cnnvideo.video.frames import synthetic_frames, write_video; write_video(\"/tmp/v.avi\", synthetic_frames(10, (96, 128), seed=1))"
     cat >/tmp/c.yml <<EOF
 model: alexnet
 weights: random

@@ -21,7 +21,7 @@ from typing import Dict, List
 import numpy as np
 
 from cnnvideo.config import Config
-from cnnvideo.costmodel import burst_wall, message_count, simulate
+from cnnvideo.plan.costmodel import burst_wall, message_count, simulate
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "results")
 # experiment -> (burst CPU spread of the model that ran it, master turnaround in that model)

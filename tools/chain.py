@@ -10,10 +10,10 @@ from typing import Sequence
 
 import numpy as np
 
-from cnnvideo.executor import StageExecutor
-from cnnvideo.graph import LayerGraph
-from cnnvideo.hop import HopReceiver
-from cnnvideo.protocol import HopSettings
+from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.wire.hop import HopReceiver
+from cnnvideo.wire.protocol import HopSettings
 
 
 @dataclasses.dataclass

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from cnnvideo import config
-from cnnvideo import report as rpt
 from cnnvideo.config import ConfigError
+from cnnvideo.results import report as rpt
 
 from . import linkemu
 
@@ -141,7 +141,7 @@ def stop_all(children: List[Child], timeout: float = 5.0) -> None:
 
 def default_config() -> Dict[str, Any]:
     """The built-in demo config: trained MobileNetV2 when its weights load offline, else DEFAULT_CONFIG."""
-    from cnnvideo.models import imagenet_available
+    from cnnvideo.model.zoo import imagenet_available
 
     data = json.loads(json.dumps(DEFAULT_CONFIG))
     if imagenet_available(TRAINED_DEMO["model"]):
@@ -181,7 +181,7 @@ def effective_config(args) -> Tuple[config.Config, str]:
     cfg.local.links, note = linkemu.resolve_links(cfg.local.links)
     if note:
         print("[local] links: %s" % note, file=sys.stderr, flush=True)
-    from cnnvideo.sources import SourceError, kind_of, probe
+    from cnnvideo.video.sources import SourceError, kind_of, probe
 
     try:
         probe(cfg.video)  # an unreachable URL or a missing device stops here, before any role starts
@@ -359,8 +359,8 @@ def run(args) -> int:
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
     if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
         return _run_in_netns(cfg, cfg_path, args)
-    from cnnvideo import tls
-    from cnnvideo.pipeline import check_weights
+    from cnnvideo.model.loading import check_weights
+    from cnnvideo.wire import tls
 
     print("[local] %s, weights: %s" % (cfg.model, check_weights(cfg).describe()), file=sys.stderr, flush=True)
 

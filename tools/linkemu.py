@@ -5,7 +5,7 @@ Links (`local.links`):
   matched on the TCP port of the worker the hop goes into (rules from cnnvideo.tcrules, the netem helper's
   builder), one segment per packet so small messages are paced too. The live view's port is forwarded from the
   host's 127.0.0.1. Needs root and `ip netns`.
-- `paced`: each sender waits bytes / rate before a send (cnnvideo.pacing), in user space.
+- `paced`: each sender waits bytes / rate before a send (cnnvideo.wire.pacing), in user space.
 - `none`: unshaped loopback.
 `auto` picks tc where it can, else paced.
 
@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from cnnvideo import tcrules
 from cnnvideo.config import Config, ConfigError
-from cnnvideo.profiling import own_cgroup
+from cnnvideo.plan.profiling import own_cgroup
 
 log = logging.getLogger(__name__)
 

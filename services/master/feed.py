@@ -10,8 +10,8 @@ from typing import Any, Deque, Dict, Optional
 import numpy as np
 
 from cnnvideo.config import Config
-from cnnvideo.pipeline import input_rates
-from cnnvideo.sources import Source, SourceError, SourceOptions
+from cnnvideo.model.loading import input_rates
+from cnnvideo.video.sources import Source, SourceError, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Feed:
     def _scan(self) -> np.ndarray:
         """Input change rates of the first `frames` frames (one pass of the clip when frames is 0), frame by
         frame: the look-ahead of offline mode, without holding the frames."""
-        from cnnvideo.video import read_frames
+        from cnnvideo.video.frames import read_frames
 
         prev, rows = None, []
         for f in read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.limit, loop=self.limit > 0):

@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from cnnvideo import config, tls
-
-from .role import MasterError, MasterRole
+from cnnvideo import config
+from cnnvideo.master.role import MasterError, MasterRole
+from cnnvideo.wire import tls
 
 log = logging.getLogger(__name__)
 

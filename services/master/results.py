@@ -12,7 +12,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional
 
-from cnnvideo.protocol import reporter
+from cnnvideo.wire.protocol import reporter
 
 log = logging.getLogger(__name__)
 

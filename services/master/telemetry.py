@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
-from cnnvideo import report as rpt
+from cnnvideo.results import report as rpt
 
 SPAN_LIMIT = 20000  # stage spans kept for the report's Gantt chart/spans (totals count all): bounded memory
 

@@ -6,7 +6,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from cnnvideo import report as rpt
+from cnnvideo.results import report as rpt
 
 HELD = 48
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from cnnvideo.report import FrameRecord
+from cnnvideo.results.report import FrameRecord
 
 
 class FrameTracker:

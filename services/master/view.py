@@ -8,7 +8,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cnnvideo import report as rpt
+from cnnvideo.results import report as rpt
 
 WINDOW_S = 10.0  # the rolling Gantt chart's width
 RECENT = 4000  # spans kept for it
@@ -17,7 +17,7 @@ LATENCIES = 500  # capture-to-result latencies in the figures shown
 
 def describe(y: np.ndarray) -> str:
     """A one-line result: the top class of a classifier output with its softmax score (ImageNet names)."""
-    from cnnvideo.labels import topk
+    from cnnvideo.results.labels import topk
 
     best = topk(y, 1)
     return "%s (%.3g)" % (best[0][1], best[0][2]) if best else "-"

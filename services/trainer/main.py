@@ -1,10 +1,10 @@
 """`cnnvideo trainer -c CONFIG`: fit the predictors on the training video and serve them until SIGTERM/SIGINT."""
 from __future__ import annotations
 
-from cnnvideo import config, tls
-from cnnvideo.pipeline import check_weights
-
-from .role import TrainerRole
+from cnnvideo import config
+from cnnvideo.model.loading import check_weights
+from cnnvideo.trainer.role import TrainerRole
+from cnnvideo.wire import tls
 
 
 def run(args) -> int:

@@ -8,11 +8,12 @@ import threading
 import time
 from typing import Dict, Optional
 
-from cnnvideo import artifacts, settings
+from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
+from cnnvideo.wire import settings
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8: bool = False):
     """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
     nothing is held out, i.e. fit_fraction 1 or too few frames to spare two)."""
-    from cnnvideo import predict
+    from cnnvideo.plan import predict
 
     n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
     if rec.frames - n_fit < 2:
@@ -48,7 +49,7 @@ class TrainerRole:
         self.thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        from .servicer import TrainerServicer
+        from cnnvideo.trainer.servicer import TrainerServicer
 
         self.server = net.Server(self.cfg.cluster.trainer, self.cfg.max_message_bytes, threads=8,
                                  service_name="cnnvideo.Trainer")
@@ -80,7 +81,7 @@ class TrainerRole:
 
     def fit(self):
         """Predictors from the on-disk cache, else recorded over the training video and fitted (with progress)."""
-        from cnnvideo import predict
+        from cnnvideo.plan import predict
 
         path = artifacts.predictor_path(self.cfg)
         if os.path.isfile(path):
@@ -92,8 +93,8 @@ class TrainerRole:
                 return p
             except (OSError, ValueError) as exc:
                 log.warning("ignoring unreadable predictor cache %s: %s", path, exc)
-        from cnnvideo.pipeline import load_graph
-        from cnnvideo.sources import source_frames
+        from cnnvideo.model.loading import load_graph
+        from cnnvideo.video.sources import source_frames
 
         t0 = time.time()
         graph = load_graph(self.cfg)
@@ -101,7 +102,7 @@ class TrainerRole:
         frames = source_frames(self.video, tuple(self.cfg.frame_size), limit=n)
         quant = None
         if self.cfg.precision == "int8":
-            from cnnvideo.engines import EngineError, factory_for
+            from cnnvideo.model.engines import EngineError, factory_for
 
             try:
                 quant = factory_for(self.cfg, graph).calibration.qparams
@@ -143,6 +144,6 @@ class TrainerRole:
                                 frames_total=self.cfg.trainer.frames, error=self.error)
 
     def matches(self, req: pb.PredictorRequest) -> str:
-        """'' if the request's settings (cnnvideo.settings.TRAINER_KEYS) are this trainer's, else the first key
+        """'' if the request's settings (cnnvideo.wire.settings.TRAINER_KEYS) are this trainer's, else the first key
         that differs, with both values."""
         return settings.refusal(self.cfg, settings.TRAINER_KEYS, "trainer", req.settings)

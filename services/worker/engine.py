@@ -4,7 +4,7 @@ Plain data in and out, no gRPC: the servicer converts proto to the dataclasses h
 passes two callables, `forward(start_cut, end_cut, x) -> y` (the stage's compute; any backend) and
 `emit(task)` (hand a task to the next worker; raises EmitError if it cannot). Results and stage reports
 wait in bounded queues that the servicer's streams drain. The hop rules (reporter, senders, keyframes,
-epochs) are cnnvideo.protocol's.
+epochs) are cnnvideo.wire.protocol's.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo import protocol
-from cnnvideo.engines import QParams
-from cnnvideo.hop import HopReceiver
-from cnnvideo.protocol import HopSettings, InputHop, OutputHop
+from cnnvideo.model.engines import QParams
+from cnnvideo.wire import protocol
+from cnnvideo.wire.hop import HopReceiver
+from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import logging
 
-from cnnvideo import config, tls
-
-from .role import WorkerRole
+from cnnvideo import config
+from cnnvideo.wire import tls
+from cnnvideo.worker.role import WorkerRole
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,16 @@ import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
-from cnnvideo.engines import EngineError, factory_for, ort_available
-from cnnvideo.pacing import pacer_for
-from cnnvideo.pipeline import load_graph
-from cnnvideo.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
-from cnnvideo.protocol import check_plan
+from cnnvideo.model.engines import EngineError, factory_for, ort_available
+from cnnvideo.model.loading import load_graph
+from cnnvideo.plan.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
-
-from . import wire
-from .engine import EmitError, Run, RunSettings, Task
-from .servicer import WorkerServicer
+from cnnvideo.wire.pacing import pacer_for
+from cnnvideo.wire.protocol import check_plan
+from cnnvideo.worker import wire
+from cnnvideo.worker.engine import EmitError, Run, RunSettings, Task
+from cnnvideo.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,12 @@ import queue
 
 import grpc
 
-from cnnvideo import settings
 from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-
-from . import wire
-from .engine import Result, StageReport, StaleError, TaskError
+from cnnvideo.wire import settings
+from cnnvideo.worker import wire
+from cnnvideo.worker.engine import Result, StageReport, StaleError, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             role.refresh_costs()
         prof = role.costs
         if request.rescale:
-            from cnnvideo.profiling import rescale
+            from cnnvideo.plan.profiling import rescale
 
             prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10), stages=role.stages)
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,

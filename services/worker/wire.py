@@ -1,10 +1,9 @@
 """Proto <-> the engine's plain dataclasses (the only place the worker's run logic meets the wire types)."""
 from __future__ import annotations
 
-from cnnvideo.protocol import HopSettings
 from cnnvideo.rpc import cnnvideo_pb2 as pb
-
-from .engine import Payload, Result, RunSettings, StageReport, Task
+from cnnvideo.wire.protocol import HopSettings
+from cnnvideo.worker.engine import Payload, Result, RunSettings, StageReport, Task
 
 
 def settings_from_pb(msg: pb.RunSetup) -> RunSettings:

@@ -27,7 +27,7 @@ def test_worker_image_imports_onnx_after_a_role_has_imported_torch(engine, wheel
     onnx.proto in the shared descriptor pool made onnx 1.17 fail to import after it, so every compose worker ran
     torch (the bench above imports onnx first and never saw it). cnnvideo's package import puts onnx first."""
     image = build_image("worker")
-    code = ("import cnnvideo, torch; from cnnvideo.engines import ort_available; import onnxruntime.quantization; "
-            "import onnx.reference; print(ort_available())")
+    code = ("import cnnvideo, torch; from cnnvideo.model.engines import ort_available; "
+            "import onnxruntime.quantization; import onnx.reference; print(ort_available())")
     out = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", code, timeout=300)
     assert out.strip().startswith("(True,"), out

@@ -54,8 +54,8 @@ def test_unit_tests_pass_inside(standin):
 def test_resnet50_graph_needs_fx(standin):
     """resnet50 (fx-only) raises GraphError saying torch.fx (torch>=1.8) is needed; alexnet graphs by chain."""
     code = (
-        "from cnnvideo.graph import GraphError, LayerGraph\n"
-        "from cnnvideo.models import build_model\n"
+        "from cnnvideo.model.graph import GraphError, LayerGraph\n"
+        "from cnnvideo.model.zoo import build_model\n"
         "print('alexnet', LayerGraph.from_model(build_model('alexnet'), (64, 64)).method)\n"
         "try:\n"
         "    LayerGraph.from_model(build_model('resnet50'), (64, 64))\n"

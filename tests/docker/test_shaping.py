@@ -9,7 +9,7 @@ import time
 import pytest
 from dockerutil import Project, docker
 
-from cnnvideo.costinputs import payload_share
+from cnnvideo.plan.costinputs import payload_share
 from netem import tc
 from netem.cluster import Shaper, netem_supported, subprocess_runner
 from netem.links import parse_links

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cnnvideo import codec
-from cnnvideo.codec import CodecError
-from cnnvideo.hop import HopError, HopReceiver, HopSender
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc.convert import WireError, from_array, to_array
+from cnnvideo.wire import codec
+from cnnvideo.wire.codec import CodecError
+from cnnvideo.wire.hop import HopError, HopReceiver, HopSender
 
 MAX = 64 * 1024  # the receivers' limit in these tests: small, so any over-allocation stands out
 # Legitimate decoding of a <= MAX tensor needs the values, the output array, a mask / int64 positions

@@ -20,10 +20,10 @@ ALLOWED = {
     ("tools/bench/codec.py", "pickle"),
     # a local weights file named in the config (never received): weights_only=True where torch supports it,
     # the plain call is the fallback for torch < 1.13 on the Pi images
-    ("shared/cnnvideo/models.py", "torch.load"),
+    ("shared/cnnvideo/model/zoo.py", "torch.load"),
 }
 # modules that handle received bytes: nothing unsafe at all here, not even allowed exceptions
-RECEIVE_PATH = ["shared/cnnvideo/codec.py", "shared/cnnvideo/hop.py", "shared/cnnvideo/rpc", "services"]
+RECEIVE_PATH = ["shared/cnnvideo/wire/codec.py", "shared/cnnvideo/wire/hop.py", "shared/cnnvideo/rpc", "services"]
 
 
 def _sources():

@@ -95,17 +95,17 @@ def cluster(tmp_path_factory, synthetic_video):
 
 
 def _frames(cfg, n, seed=0):
-    from cnnvideo.video import synthetic_frames
+    from cnnvideo.video.frames import synthetic_frames
 
     return list(synthetic_frames(n, tuple(cfg.frame_size), seed=seed))
 
 
 def _valid_frames(c, run_id, n, plan=None):
     """Run n frames through w0 -> w1 as the master would; compare the outputs with the whole model in process."""
-    from cnnvideo.executor import StageExecutor
-    from cnnvideo.hop import HopReceiver, HopSender
-    from cnnvideo.pipeline import load_graph
+    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.loading import load_graph
     from cnnvideo.rpc import cnnvideo_pb2 as pb
+    from cnnvideo.wire.hop import HopReceiver, HopSender
 
     graph = load_graph(c.cfg)
     k = len(graph.cuts) - 1
@@ -164,7 +164,7 @@ def _code(fn, *args, **kw):
 
 def _cut_payload(c, draw, cut):
     """A valid hop payload of the tensor at `cut` (keyframe), random values."""
-    from cnnvideo.hop import HopSender
+    from cnnvideo.wire.hop import HopSender
 
     info = c.cut_info[cut]
     seed = draw(st.integers(0, 1000))
@@ -202,7 +202,7 @@ def payloads(draw, c):
         struct.pack_into("<Q", b, off, draw(st.sampled_from([0, 1, 3, 96, 1 << 20, 1 << 32, (1 << 64) - 1])))
         return bytes(b), None
     if kind == "oversize":  # a header declaring more than the limit (body empty)
-        from cnnvideo import codec
+        from cnnvideo.wire import codec
 
         shape = draw(st.sampled_from([(1, 4096, 4096, 3), (1 << 20, 1 << 20), (1, 96, 128, 3 << 10)]))
         hdr = struct.pack("<4sBBBBBBBB%dQQQQ" % len(shape), codec.MAGIC, codec.VERSION, codec.DENSE, 0, 0, 0, 0, 0,
@@ -211,7 +211,7 @@ def payloads(draw, c):
     if kind == "wrong-shape":
         return _cut_payload(c, draw, draw(st.integers(1, len(c.cut_info) - 1))), True
     if kind == "wrong-dtype":
-        from cnnvideo.hop import HopSender
+        from cnnvideo.wire.hop import HopSender
 
         return HopSender().encode(np.zeros(c.cut_info[0].shape, np.float32), keyframe=True), True
     # an update (ADD256) with no keyframe before it: headers fine, fails at decode (run fails, reported)
@@ -251,8 +251,8 @@ def tasks(draw, c):
 
 @pytest.fixture(scope="module")
 def prepared(cluster):
-    from cnnvideo.hop import HopSender
     from cnnvideo.rpc import cnnvideo_pb2 as pb
+    from cnnvideo.wire.hop import HopSender
 
     info = cluster.workers[0].Info(pb.Empty(), timeout=30)
     cluster.cut_info = list(info.cuts)
@@ -332,7 +332,7 @@ def test_fuzz_trainer(prepared):
     import json
 
     from cnnvideo.rpc import cnnvideo_pb2 as pb
-    from cnnvideo.settings import digest_of
+    from cnnvideo.wire.settings import digest_of
 
     c = prepared
     good = dict(master_settings(c.cfg, trainer=True).fields)

@@ -53,8 +53,8 @@ def master_settings(cfg, trainer: bool = False, **change):
     ({"delta.input_threshold": 2}) applied to the fields (the digest follows them)."""
     import json as _json
 
-    from cnnvideo import settings
     from cnnvideo.rpc import convert
+    from cnnvideo.wire import settings
 
     s = settings.of(cfg, settings.TRAINER_KEYS if trainer else settings.WORKER_KEYS, "master")
     fields = dict(s.fields, **{k: _json.dumps(v) for k, v in change.items()})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cnnvideo import engines
+from cnnvideo.model import engines
 
 from .helpers import base_config, hop, run_local
 

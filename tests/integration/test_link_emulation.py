@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from cnnvideo.costinputs import payload_share
+from cnnvideo.plan.costinputs import payload_share
 from cnnvideo.tools import linkemu
 
 from .helpers import base_config, hop, run_local
@@ -13,7 +13,7 @@ from .helpers import base_config, hop, run_local
 
 @pytest.fixture(scope="module")
 def video480(tmp_path_factory):
-    from cnnvideo.video import synthetic_frames, write_video
+    from cnnvideo.video.frames import synthetic_frames, write_video
 
     path = str(tmp_path_factory.mktemp("v480") / "syn480.avi")
     return write_video(path, synthetic_frames(12, (480, 720), seed=2))

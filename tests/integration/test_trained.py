@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from cnnvideo import labels
-from cnnvideo.video import photo_clip, read_image, write_video
+from cnnvideo.results import labels
+from cnnvideo.video.frames import photo_clip, read_image, write_video
 
 from .helpers import base_config, run_local
 
@@ -17,9 +17,9 @@ FRAMES = 12
 
 
 def _photo_top1(photo):
-    from cnnvideo.executor import StageExecutor
-    from cnnvideo.graph import LayerGraph
-    from cnnvideo.models import build_model
+    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.model.zoo import build_model
 
     graph = LayerGraph.from_model(build_model("mobilenet_v2", "imagenet"), SIZE)
     return labels.top1(StageExecutor(graph, 0, len(graph.cuts) - 1).run(photo))

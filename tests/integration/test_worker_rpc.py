@@ -48,7 +48,7 @@ def cluster(tmp_path_factory, synthetic_video):
 
 
 def _frames(cfg, n):
-    from cnnvideo.video import read_frames
+    from cnnvideo.video.frames import read_frames
 
     return list(read_frames(cfg.video, tuple(cfg.frame_size), limit=n))
 
@@ -66,10 +66,10 @@ def _collect(stub, run_id, kind, sink, stop):
 
 
 def test_plan_changes_and_out_of_order_arrivals(cluster):
-    from cnnvideo.executor import StageExecutor
-    from cnnvideo.hop import HopReceiver, HopSender
-    from cnnvideo.pipeline import load_graph
+    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.loading import load_graph
     from cnnvideo.rpc import cnnvideo_pb2 as pb
+    from cnnvideo.wire.hop import HopReceiver, HopSender
 
     cfg, stubs, _ = cluster
     info = stubs[0].Info(pb.Empty(), timeout=30)
@@ -159,7 +159,7 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "bad payload" in err.value.details()
     # headers fine but undecodable in sequence (an update with no keyframe before it): the run fails with a
     # reported error, the process keeps serving
-    from cnnvideo.hop import HopSender
+    from cnnvideo.wire.hop import HopSender
 
     frame = np.zeros((1,) + tuple(cfg.frame_size) + (3,), np.uint8)
     update = bytearray(HopSender().encode(frame, keyframe=True))

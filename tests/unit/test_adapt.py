@@ -1,10 +1,10 @@
-"""Online estimators (cnnvideo.adapt): EWMA, bandwidth from timings, measured CostInputs, re-plan decision."""
+"""Online estimators (cnnvideo.plan.adapt): EWMA, bandwidth from timings, measured CostInputs, re-plan decision."""
 import numpy as np
 import pytest
 
-from cnnvideo import adapt
-from cnnvideo.costmodel import CostInputs, Plan
-from cnnvideo.schedulers import objective
+from cnnvideo.plan import adapt
+from cnnvideo.plan.costmodel import CostInputs, Plan
+from cnnvideo.plan.schedulers import objective
 
 
 def test_ewma_starts_at_first_value_and_moves_by_alpha():

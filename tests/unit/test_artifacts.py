@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from cnnvideo import artifacts, config, engines
-from cnnvideo.graph import LayerGraph
-from cnnvideo.models import build_model
+from cnnvideo import artifacts, config
+from cnnvideo.model import engines
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
 
 ORT = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
 
@@ -38,7 +39,7 @@ def test_calibration_path_per_model_and_frame_size(tmp_path):
 def test_ort_engine_writes_its_stage_file_at_the_artifacts_path(tmp_path):
     """factory_for(cfg) puts the ONNX cache under artifacts.onnx_dir(cfg.cache_dir), and the built stage's file is
     exactly artifacts.onnx_stage_path of its stage key."""
-    from cnnvideo.engines.ort_engine import stage_key
+    from cnnvideo.model.engines.ort_engine import stage_key
 
     cfg = config.from_dict({"model": "alexnet", "frame_size": [64, 96], "engine": "onnxruntime",
                             "cache_dir": str(tmp_path)}, check_files=False)

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from cnnvideo import engines
-from cnnvideo.video import synthetic_frames, write_video
+from cnnvideo.model import engines
+from cnnvideo.video.frames import synthetic_frames, write_video
 
 pytestmark = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
 

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from cnnvideo.checking import OnlineChecker
+from cnnvideo.results.checking import OnlineChecker
 
 
 def ref(x):

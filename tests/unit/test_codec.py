@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cnnvideo import codec
-from cnnvideo.codec import CodecError, decode, encode, estimate_bytes
+from cnnvideo.wire import codec
+from cnnvideo.wire.codec import CodecError, decode, encode, estimate_bytes
 
 DTYPES = [np.uint8, np.float16, np.float32]
 COMPRESS = ["none", "zstd", "lz4", "auto"]

@@ -76,7 +76,7 @@ def test_unreadable_or_invalid_yaml(tmp_path):
 
 def test_scheduler_options_each_scheduler_takes_pass():
     """The options schedulers.OPTIONS lists for a scheduler are accepted (the one list config checks against)."""
-    from cnnvideo.schedulers import OPTIONS
+    from cnnvideo.plan.schedulers import OPTIONS
 
     for name, keys in OPTIONS.items():
         cfg = config.from_dict({"scheduler": name, "scheduler_options": {k: 1 for k in keys}}, check_files=False)

@@ -1,10 +1,10 @@
-"""cnnvideo.costinputs: how worker profiles, codec times and the network CPU charge become CostInputs (one builder
+"""cnnvideo.plan.costinputs: how worker profiles, codec times and the network CPU charge become CostInputs (one builder
 for the master and `cnnvideo plan`)."""
 import numpy as np
 
-from cnnvideo.costinputs import build as cost_inputs
-from cnnvideo.costinputs import cpu_model, share_cpu
-from cnnvideo.costmodel import Plan, compute_costs
+from cnnvideo.plan.costinputs import build as cost_inputs
+from cnnvideo.plan.costinputs import cpu_model, share_cpu
+from cnnvideo.plan.costmodel import Plan, compute_costs
 
 
 def test_net_cpu_charge_follows_the_hop_bytes():
@@ -52,8 +52,8 @@ def test_share_cpu_matches_what_a_capped_worker_reports():
 
 def test_master_and_plan_use_the_same_builder():
     """The master plans with the core builder (no second copy), as `cnnvideo plan` does."""
-    from cnnvideo import costinputs
     from cnnvideo.master import role
+    from cnnvideo.plan import costinputs
     from cnnvideo.tools import planner
 
     assert role.cost_inputs is costinputs.build and role.cpu_model is costinputs.cpu_model
@@ -63,14 +63,14 @@ def test_master_and_plan_use_the_same_builder():
 def test_payload_share_scales_the_transfers_not_the_work():
     """A shaped link counts whole frames: with TCP_PAYLOAD_SHARE a transfer takes bytes / (rate x 1448/1514)
     (a 1 MB hop at 3 MB/s: 0.349 s, as measured, not 0.333 s); paced local links pace payload bytes (share 1)."""
-    from cnnvideo import costinputs
+    from cnnvideo.plan import costinputs
 
     seg = np.full((2, 3), 0.1)
     dense = np.array([1e6, 4e5, 2e5, 4e3])
     plain = cost_inputs(seg, [3e6, 3e6], dense)
     wire = cost_inputs(seg, [3e6, 3e6], dense, share=costinputs.payload_share("tc"))
     plan = Plan((0, 1, 3))
-    from cnnvideo.costmodel import stage_costs
+    from cnnvideo.plan.costmodel import stage_costs
 
     a, b = stage_costs(plan, plain), stage_costs(plan, wire)
     np.testing.assert_allclose(b[0::2], a[0::2] * 1514.0 / 1448.0)
@@ -88,7 +88,7 @@ def test_message_charge_is_cpu_times_messages_times_wall_per_cpu_with_more_in_fl
     from types import SimpleNamespace
 
     from cnnvideo.config import Config
-    from cnnvideo.costmodel import MESSAGES_PER_FRAME, stage_costs
+    from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME, stage_costs
 
     cpus = [SimpleNamespace(cfs_quota_s=0.04, cfs_period_s=0.1, wall_per_cpu=2.5),
             SimpleNamespace(cfs_quota_s=0.0, cfs_period_s=0.1, wall_per_cpu=0.0)]

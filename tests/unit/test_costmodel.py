@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from cnnvideo.costmodel import (
+from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
     frame_stage_costs,
@@ -134,7 +134,7 @@ def test_plan_helpers_and_validation():
 def test_codec_times_are_charged_to_the_work_stage():
     """With encode/decode times, worker w's stage = decode at its input cut + compute + encode at its output
     cut; a worker with no layers still decodes and re-encodes what it forwards."""
-    from cnnvideo.costmodel import compute_costs
+    from cnnvideo.plan.costmodel import compute_costs
 
     inp = _inputs()
     enc = np.array([[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]])
@@ -166,7 +166,7 @@ def test_burst_wall_bounds_and_identity():
     """A capped worker starting idle runs its first slice unthrottled: a burst shorter than the quota takes its
     CPU time; a long one saves at most two throttle waits (the first slice and the last), never more than the
     fluid time; monotone; uncapped = fluid."""
-    from cnnvideo.costmodel import burst_wall
+    from cnnvideo.plan.costmodel import burst_wall
 
     q, p = 0.04, 0.1  # cpus 0.4
     fluid = np.linspace(0.0, 2.0, 201)
@@ -185,7 +185,7 @@ def test_burst_wall_is_smooth_across_a_quota_multiple():
     (period - quota) x the share of phases that reach it); averaged over the CPU time's frame-to-frame spread the
     expectation is continuous, so a 1% change of a profile no longer flips a prediction between two values. It is
     the mean of the point model over the spread's samples."""
-    from cnnvideo.costmodel import burst_wall
+    from cnnvideo.plan.costmodel import burst_wall
 
     q, p = 0.04, 0.1  # cpus 0.4: 80 ms of CPU (0.2 s fluid) is two quotas
     fluid = np.arange(0.15, 0.25, 0.001) + 3.7e-4  # off the exact edges, where rounding picks a side
@@ -201,7 +201,7 @@ def test_burst_wall_is_smooth_across_a_quota_multiple():
 def test_burst_applies_to_work_stages_only():
     """With burst set, compute_costs are burst_wall of the fluid work (result transfer added after); transfers
     are unchanged."""
-    from cnnvideo.costmodel import burst_wall, compute_costs
+    from cnnvideo.plan.costmodel import burst_wall, compute_costs
 
     inp = _inputs()
     bursty = CostInputs(bytes_full=inp.bytes_full, bytes_delta=inp.bytes_delta, seg_time=inp.seg_time,
@@ -220,7 +220,7 @@ def test_message_cpu_adds_messages_times_fluid_to_each_work_stage():
     starts at the last cut: no message reaches it); transfers are unchanged."""
     import dataclasses
 
-    from cnnvideo.costmodel import MESSAGES_PER_FRAME, compute_costs
+    from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME, compute_costs
 
     inp = _inputs()
     charged = dataclasses.replace(inp, message_time=np.array([0.002, 0.005]))
@@ -245,7 +245,7 @@ def test_message_cpu_sits_inside_the_cfs_burst(monkeypatch):
     the same stays inside its quota slice (it grows by the 0.9 ms of CPU only, not by 9 ms of fluid time)."""
     import functools
 
-    from cnnvideo import costmodel
+    from cnnvideo.plan import costmodel
 
     monkeypatch.setattr(costmodel, "burst_wall", functools.partial(costmodel.burst_wall, phases=1, spread=0.0))
     plan = Plan((0, 1))
@@ -261,7 +261,7 @@ def test_message_cpu_sits_inside_the_cfs_burst(monkeypatch):
 def test_message_cpu_burst_is_burst_wall_of_the_sum():
     """Under the default burst (phase and CPU spread expectation) the stage is burst_wall(compute + messages)
     plus the result transfer, not burst_wall(compute) plus the messages after it."""
-    from cnnvideo.costmodel import MESSAGES_PER_FRAME, burst_wall, compute_costs
+    from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME, burst_wall, compute_costs
 
     inp = _one_capped_worker(0.097, 0.003)
     got = compute_costs(Plan((0, 1)), inp)[0] - inp.result_time()

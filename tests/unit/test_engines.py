@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from cnnvideo import engines
-from cnnvideo.engines import EngineError, EngineSpec, QParams, StageFactory, cpu_threads
-from cnnvideo.engines.ort_engine import _fixed_adaptive_pool, fix_pools
-from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
-from cnnvideo.graph import LayerGraph
-from cnnvideo.hop import HopReceiver, HopSender
-from cnnvideo.models import MODEL_NAMES, build_model
-from cnnvideo.video import synthetic_frames, write_video
+from cnnvideo.model import engines
+from cnnvideo.model.engines import EngineError, EngineSpec, QParams, StageFactory, cpu_threads
+from cnnvideo.model.engines.ort_engine import _fixed_adaptive_pool, fix_pools
+from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import MODEL_NAMES, build_model
+from cnnvideo.video.frames import synthetic_frames, write_video
+from cnnvideo.wire.hop import HopReceiver, HopSender
 
 ORT = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
 FRAME = (64, 96)
@@ -179,8 +179,8 @@ def test_int8_bias_correction_removes_the_mean_error(tmp_path):
     """Whole mobilenet_v2 (random weights) quantised with and without the output bias correction: with it, the mean
     of (int8 - fp32) logits over the calibration frames is zero per class (float rounding), without it it is not
     (on trained weights this is what lifts top-1 agreement: docs/results/engine)."""
-    from cnnvideo.engines.ort_engine import export_stage
-    from cnnvideo.engines.ort_int8 import quantize_stage
+    from cnnvideo.model.engines.ort_engine import export_stage
+    from cnnvideo.model.engines.ort_int8 import quantize_stage
 
     g = _graph("mobilenet_v2")
     k = g.num_segments
@@ -209,8 +209,8 @@ def test_int8_inner_cut_correction_acts_before_the_uint8_rounding(tmp_path):
     making 'y' and the subtraction stay fp32), so the uint8 output's mean error per channel shrinks."""
     import onnx
 
-    from cnnvideo.engines.ort_engine import export_stage
-    from cnnvideo.engines.ort_int8 import quantize_stage
+    from cnnvideo.model.engines.ort_engine import export_stage
+    from cnnvideo.model.engines.ort_int8 import quantize_stage
 
     g = _graph("mobilenet_v2")
     spec = CalibrationSpec(_video(tmp_path), count=6, start=0, stride=1)
@@ -237,8 +237,8 @@ def test_int8_keeps_the_half_resolution_stem_fp32():
     quantises the rest."""
     import onnx
 
-    from cnnvideo.engines.ort_engine import export_stage
-    from cnnvideo.engines.ort_int8 import _spatial_sizes, fp32_nodes
+    from cnnvideo.model.engines.ort_engine import export_stage
+    from cnnvideo.model.engines.ort_int8 import _spatial_sizes, fp32_nodes
 
     g = _graph("mobilenet_v2")
     model = onnx.shape_inference.infer_shapes(onnx.load_from_string(export_stage(g, 0, g.num_segments)[0]))

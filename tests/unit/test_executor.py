@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from cnnvideo import graph as graph_mod
-from cnnvideo.executor import StageExecutor, profile_segments
-from cnnvideo.graph import GraphError, LayerGraph
-from cnnvideo.models import MODEL_NAMES, Preprocess, build_model
+from cnnvideo.model import graph as graph_mod
+from cnnvideo.model.executor import StageExecutor, profile_segments
+from cnnvideo.model.graph import GraphError, LayerGraph
+from cnnvideo.model.zoo import MODEL_NAMES, Preprocess, build_model
 
 FRAME = (64, 64)  # small enough for speed, large enough for every zoo model (vgg16/alexnet need >= 32 + pools)
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from cnnvideo import graph as graph_mod
-from cnnvideo.graph import Cut, GraphError, LayerGraph
-from cnnvideo.models import Preprocess, build_model
+from cnnvideo.model import graph as graph_mod
+from cnnvideo.model.graph import Cut, GraphError, LayerGraph
+from cnnvideo.model.zoo import Preprocess, build_model
 
 HAS_FX = graph_mod._fx() is not None
 # Tiny and Block are not plain chains: without torch.fx (torch<1.8, the 32-bit Pi image) they cannot be graphed

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from cnnvideo.codec import CodecError
-from cnnvideo.hop import HopError, HopReceiver, HopSender, channel_nz
+from cnnvideo.wire.codec import CodecError
+from cnnvideo.wire.hop import HopError, HopReceiver, HopSender, channel_nz
 
 MAX = 1 << 28
 
@@ -22,7 +22,7 @@ def _float_stream(n, shape=(1, 8, 12, 16), seed=0):
 
 def _pixel_stream(n, seed=0):
     """uint8 NHWC frames from the synthetic static-camera clip."""
-    from cnnvideo.video import synthetic_frames
+    from cnnvideo.video.frames import synthetic_frames
 
     for f in synthetic_frames(n, (24, 32), seed=seed, noise=3):
         yield f[None]

@@ -2,7 +2,7 @@
 top-5 and the top-2 margin."""
 import numpy as np
 
-from cnnvideo import labels
+from cnnvideo.results import labels
 
 
 def test_categories_are_imagenet_1k():

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import browser  # noqa: E402
 
-from cnnvideo.liveview import LiveView  # noqa: E402
+from cnnvideo.results.liveview import LiveView  # noqa: E402
 
 
 def state():

@@ -1,8 +1,8 @@
 """The per-frame parts of report.json: a completed frame's record and a dropped one's reason, times and spans
 relative to the run's start, the layers each worker runs under a plan, and top-1 label counts."""
-from cnnvideo import report as rpt
 from cnnvideo.master import reporting
-from cnnvideo.report import FrameRecord
+from cnnvideo.results import report as rpt
+from cnnvideo.results.report import FrameRecord
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 
 

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from cnnvideo import report as rpt
 from cnnvideo.master.results import ResultsLog, plan_hops
+from cnnvideo.results import report as rpt
 
 TOP5 = [[249, "malamute", 0.7], [248, "Eskimo dog", 0.1], [250, "Siberian husky", 0.05], [1, "goldfish", 0.01],
         [2, "great white shark", 0.01]]

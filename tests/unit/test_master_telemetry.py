@@ -1,8 +1,8 @@
 """The master's telemetry: spans are all counted but kept only up to the limit, every span reaches the live view's
 hook, hops are listed in chain order with the end hop always there, and the engines report says per worker what
 was asked and what ran."""
-from cnnvideo import report as rpt
 from cnnvideo.master.telemetry import Telemetry, hop_order
+from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.master.thumbs import HELD, Thumbnails
-from cnnvideo.report import FrameRecord
+from cnnvideo.results.report import FrameRecord
 
 pytest.importorskip("cv2")
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from cnnvideo import models
-from cnnvideo.models import MODEL_NAMES, ModelError, Preprocess, build_model, is_torchvision_model
+from cnnvideo.model import zoo as models
+from cnnvideo.model.zoo import MODEL_NAMES, ModelError, Preprocess, build_model, is_torchvision_model
 
 
 def _state_equal(a, b):
@@ -52,7 +52,7 @@ def _digest_in_subprocess(name):
     """SHA-256 of a model's state dict computed in a fresh Python process."""
     code = (
         "import hashlib, torch\n"
-        "from cnnvideo.models import build_model\n"
+        "from cnnvideo.model.zoo import build_model\n"
         "sd = build_model(%r, seed=3).state_dict()\n"
         "h = hashlib.sha256()\n"
         "[h.update(k.encode() + sd[k].contiguous().numpy().tobytes()) for k in sorted(sd)]\n"

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from cnnvideo import labels, models
-from cnnvideo.models import ModelError, load_model
+from cnnvideo.model import zoo as models
+from cnnvideo.model.zoo import ModelError, load_model
+from cnnvideo.results import labels
 
 MOBILENET_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
 
@@ -27,9 +28,9 @@ def test_imagenet_mobilenet_loads_the_hash_checked_offline_file(trained_weights)
 
 def test_dog_photo_is_a_dog_class(trained_weights, dog_photo):
     """Trained MobileNetV2 (unsplit) classifies darknet's dog.jpg at 240x320 as a dog breed (ImageNet 151-268)."""
-    from cnnvideo.executor import StageExecutor
-    from cnnvideo.graph import LayerGraph
-    from cnnvideo.video import read_image
+    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.video.frames import read_image
 
     frame = read_image(dog_photo, (240, 320))
     graph = LayerGraph.from_model(models.build_model("mobilenet_v2", "imagenet"), (240, 320))

@@ -4,7 +4,7 @@ import io
 import numpy as np
 import pytest
 
-from cnnvideo.predict import (
+from cnnvideo.plan.predict import (
     Predictors,
     Recorder,
     channel_rates,
@@ -148,9 +148,9 @@ def test_record_video_learns_compression_of_a_compressible_clip():
     (the same value at every changed pixel): the learned input-hop ratio is well below 1."""
     import torch
 
-    from cnnvideo import codec
-    from cnnvideo.graph import LayerGraph
-    from cnnvideo.predict import fit_recorder, record_video
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.plan.predict import fit_recorder, record_video
+    from cnnvideo.wire import codec
 
     if codec._auto_code(1) == codec.NONE:
         pytest.skip("no compressor installed")
@@ -171,9 +171,9 @@ def test_record_video_learns_compression_of_a_compressible_clip():
 def _recorded_clip(n=12):
     import torch
 
-    from cnnvideo.graph import LayerGraph
-    from cnnvideo.predict import record_video
-    from cnnvideo.video import synthetic_frames
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.plan.predict import record_video
+    from cnnvideo.video.frames import synthetic_frames
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten()).eval()
@@ -195,7 +195,7 @@ def test_split_keeps_the_keyframe_with_the_head_and_every_delta_frame_once():
 def test_trainer_fit_fraction_holds_frames_out_for_validation():
     """trainer.fit_fraction: the predictors are fitted on the first fraction of the frames only (identical to a fit
     of that part) and validated on the rest; at 1.0 nothing is held out."""
-    from cnnvideo.predict import fit_recorder, validate
+    from cnnvideo.plan.predict import fit_recorder, validate
     from cnnvideo.trainer.role import fit_holding_out
 
     g, rec = _recorded_clip(12)

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from damage import DAMAGES  # noqa: E402
 
 from cnnvideo import config  # noqa: E402
-from cnnvideo.predict import Predictors  # noqa: E402
+from cnnvideo.plan.predict import Predictors  # noqa: E402
 
 
 @pytest.fixture(scope="module")

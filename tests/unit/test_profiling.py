@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from cnnvideo import engines
-from cnnvideo.graph import LayerGraph
-from cnnvideo.hop import HopSender
-from cnnvideo.profiling import WorkerProfile, profile_worker
+from cnnvideo.model import engines
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.plan.profiling import WorkerProfile, profile_worker
+from cnnvideo.wire.hop import HopSender
 
 
 def _graph():
@@ -64,7 +64,7 @@ def test_profile_arrays_round_trip_and_rejects_bad_shapes():
 def test_rescale_scales_every_part_by_one_factor():
     """rescale times whole passes now and scales compute, codec and wall/CPU by now / profiled: a profile
     inflated 20x comes back scaled down (factor < 1) and every array keeps its shape and proportions."""
-    from cnnvideo.profiling import rescale
+    from cnnvideo.plan.profiling import rescale
 
     g = _graph()
     prof = profile_worker(g, iters=2)
@@ -79,7 +79,7 @@ def test_rescale_scales_every_part_by_one_factor():
 def test_cfs_quota_reads_cgroup_v2_and_v1(tmp_path):
     """cpu.max (v2) or cpu/cpu.cfs_quota_us + cfs_period_us (v1) give (quota, period) seconds; 'max', -1 or
     nothing readable mean uncapped (0, 0)."""
-    from cnnvideo.profiling import cfs_quota
+    from cnnvideo.plan.profiling import cfs_quota
 
     v2 = tmp_path / "v2"
     v2.mkdir()
@@ -102,7 +102,7 @@ def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_secon
     torch passes now with that, so a profile whose seconds are 1000x smaller than torch's (a fast engine) but
     whose reference is torch's is scaled by about the same factor as the torch profile, not ~1000x up; an old
     profile without a reference falls back to the sum of its seconds."""
-    from cnnvideo.profiling import rescale, rescale_reference
+    from cnnvideo.plan.profiling import rescale, rescale_reference
 
     g = _graph()
     prof = profile_worker(g, iters=2)
@@ -123,7 +123,7 @@ def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_secon
 def test_engine_time_runs_long_enough_to_see_the_cap():
     """A short engine stage is timed back to back for at least min_wall seconds (so a CFS cap's throttling is
     averaged over several periods), at least `iters` times, at most max_runs; the result is a positive time."""
-    from cnnvideo.profiling import _engine_time
+    from cnnvideo.plan.profiling import _engine_time
 
     calls = []
 
@@ -149,7 +149,7 @@ def test_engine_profile_is_rescaled_by_its_own_stages_not_torch_passes(tmp_path,
     reference; rescale times those stages again, chained on the random frame, with no torch pass at all (a
     torch pass raises here): a profile inflated 20x comes back scaled down. The bounds survive the cache arrays,
     and bounds that do not cover the segments in order are refused."""
-    from cnnvideo import profiling
+    from cnnvideo.plan import profiling
 
     g = _graph()
     k = len(g.cuts) - 1

@@ -1,9 +1,9 @@
-"""cnnvideo.progress: the master's progress.json, rewritten atomically, read back by tools."""
+"""cnnvideo.results.progress: the master's progress.json, rewritten atomically, read back by tools."""
 import json
 import os
 import threading
 
-from cnnvideo import progress
+from cnnvideo.results import progress
 
 
 def test_update_rewrites_the_file_and_read_gets_it_back(tmp_path):

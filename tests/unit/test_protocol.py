@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from cnnvideo.hop import HopError, HopReceiver, peek_header
-from cnnvideo.protocol import HopPlanner, HopSettings, InputHop, OutputHop, check_plan, reporter
+from cnnvideo.wire.hop import HopError, HopReceiver, peek_header
+from cnnvideo.wire.protocol import HopPlanner, HopSettings, InputHop, OutputHop, check_plan, reporter
 
 
 def test_reporter_is_the_last_worker_with_work():

@@ -1,10 +1,10 @@
-"""cnnvideo.report.RunReport: the typed report.json every consumer writes and reads (schema version, contract
+"""cnnvideo.results.report.RunReport: the typed report.json every consumer writes and reads (schema version, contract
 field names kept)."""
 import json
 
 import pytest
 
-from cnnvideo import report as rpt
+from cnnvideo.results import report as rpt
 
 # README "Reading the report": these names are contracts
 CONTRACT = ("frames", "completed", "lost", "model", "mode", "scheduler", "workers", "throughput_fps", "latency_s",

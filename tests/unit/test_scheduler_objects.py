@@ -3,8 +3,8 @@ das re-deciding per group from the pipeline's state, adaptive switching plans on
 import numpy as np
 import pytest
 
-from cnnvideo.costmodel import CostInputs, random_inputs
-from cnnvideo.schedulers import (
+from cnnvideo.plan.costmodel import CostInputs, random_inputs
+from cnnvideo.plan.schedulers import (
     SCHEDULERS,
     AdaptiveScheduler,
     Compute,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cnnvideo.costmodel import CostInputs, Plan, random_inputs
-from cnnvideo.schedulers import (
+from cnnvideo.plan.costmodel import CostInputs, Plan, random_inputs
+from cnnvideo.plan.schedulers import (
     OPTIONS,
     SCHEDULERS,
     all_plans,
@@ -61,7 +61,7 @@ def test_lbs_breaks_near_ties_toward_the_smaller_tensor():
 
 def test_nsc_not_worse_than_lbs():
     """NSC starts at LBS and only accepts improving moves of the simulated time."""
-    from cnnvideo.costmodel import per_frame_time
+    from cnnvideo.plan.costmodel import per_frame_time
 
     for seed in range(10):
         inputs = random_inputs(3, 20, seed)

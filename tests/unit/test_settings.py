@@ -1,8 +1,9 @@
-"""cnnvideo.settings: the settings that change results, as fields plus a digest, and the one-line refusal."""
+"""cnnvideo.wire.settings: the settings that change results, as fields plus a digest, and the one-line refusal."""
 import json
 
-from cnnvideo import config, settings
+from cnnvideo import config
 from cnnvideo.rpc import convert
+from cnnvideo.wire import settings
 
 
 def _cfg(**data):

@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from streams import MjpegServer, free_port, pattern  # noqa: E402
 
-from cnnvideo.sources import Source, SourceError, SourceOptions, kind_of  # noqa: E402
-from cnnvideo.video import read_frames  # noqa: E402
+from cnnvideo.video.frames import read_frames  # noqa: E402
+from cnnvideo.video.sources import Source, SourceError, SourceOptions, kind_of  # noqa: E402
 
 
 def drain(src, limit=10 ** 6, pause=0.0, timeout=10.0):
@@ -113,7 +113,7 @@ def test_bad_sources_fail_with_one_line(tmp_path):
         with pytest.raises(SourceError, match="sends no decodable video frames"):
             drain(Source(srv.url, (48, 64)).open())
     assert time.time() - t0 < 30
-    from cnnvideo.sources import has_gstreamer
+    from cnnvideo.video.sources import has_gstreamer
 
     if not has_gstreamer():
         with pytest.raises(SourceError, match="no GStreamer support"):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from cnnvideo.video import VideoError, read_frames, synthetic_frames
+from cnnvideo.video.frames import VideoError, read_frames, synthetic_frames
 
 
 def test_reads_and_resizes_and_loops(synthetic_video):

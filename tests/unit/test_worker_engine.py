@@ -1,5 +1,5 @@
 """The worker engine in-process (no gRPC): two engines chained by their emit callables, fed by a stand-in master
-that follows cnnvideo.protocol; out-of-order arrival, plan changes with epochs, a missed keyframe, resync."""
+that follows cnnvideo.wire.protocol; out-of-order arrival, plan changes with epochs, a missed keyframe, resync."""
 from __future__ import annotations
 
 import queue
@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from cnnvideo.hop import HopReceiver
-from cnnvideo.protocol import HopPlanner, HopSettings, reporter
+from cnnvideo.wire.hop import HopReceiver
+from cnnvideo.wire.protocol import HopPlanner, HopSettings, reporter
 from cnnvideo.worker.engine import (
     EmitError,
     Payload,

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from damage import DAMAGES  # noqa: E402
 
 from cnnvideo import config  # noqa: E402
-from cnnvideo.pipeline import load_graph  # noqa: E402
+from cnnvideo.model.loading import load_graph  # noqa: E402
 from cnnvideo.worker.role import costs_cache_path, profile_cached  # noqa: E402
 
 

@@ -7,11 +7,11 @@ import time
 
 import numpy as np
 
-from cnnvideo.executor import StageExecutor
-from cnnvideo.graph import LayerGraph
-from cnnvideo.models import build_model
+from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
 from cnnvideo.tools.chain import LocalChain
-from cnnvideo.video import default_video, read_frames, synthetic_frames
+from cnnvideo.video.frames import default_video, read_frames, synthetic_frames
 
 
 def _frames(args, size):

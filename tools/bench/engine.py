@@ -23,7 +23,7 @@ class HeldoutError(ValueError):
 
 
 def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
-    from cnnvideo.video import read_frames, synthetic_frames
+    from cnnvideo.video.frames import read_frames, synthetic_frames
 
     if video and os.path.isfile(video):
         clip = list(read_frames(video, tuple(frame_size), start + n, loop=False))[start:]
@@ -34,7 +34,7 @@ def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
 
 def split_cut(graph) -> int:
     """The cut that halves torch fp32 compute (the lbs split of 2 equal workers)."""
-    from cnnvideo.profiling import profile_compute
+    from cnnvideo.plan.profiling import profile_compute
 
     seconds = profile_compute(graph, 1)[0]
     cum = np.cumsum(seconds)
@@ -61,7 +61,7 @@ def parse_heldout(text: str) -> Tuple[int, int, int]:
 def _heldout_frames(video: str, frame_size, heldout: Tuple[int, int, int], frames: int,
                     calibration: Tuple[int, int, int]) -> List[np.ndarray]:
     """The held-out frames; ValueError if the video lacks them or they overlap the evaluation or calibration."""
-    from cnnvideo.video import read_frames
+    from cnnvideo.video.frames import read_frames
 
     start, stride, count = heldout
     wanted = [start + i * stride for i in range(count)]
@@ -76,7 +76,7 @@ def _heldout_frames(video: str, frame_size, heldout: Tuple[int, int, int], frame
 
 
 def _agreement(outputs: np.ndarray, ref: np.ndarray) -> Dict[str, Any]:
-    from cnnvideo.labels import top1_agreement, top1_in_top5, top5_overlap
+    from cnnvideo.results.labels import top1_agreement, top1_in_top5, top5_overlap
 
     return {"top1_agreement": top1_agreement(list(outputs), list(ref)),
             "top5_overlap": top5_overlap(list(outputs), list(ref)),
@@ -85,7 +85,7 @@ def _agreement(outputs: np.ndarray, ref: np.ndarray) -> Dict[str, Any]:
 
 def _margins(ref: np.ndarray) -> Dict[str, Any]:
     """How close the reference's top-2 logits are: a frame whose margin is below an engine's error can flip."""
-    from cnnvideo.labels import top2_margin
+    from cnnvideo.results.labels import top2_margin
 
     m = np.array([top2_margin(r) for r in ref])
     return {"min": float(m.min()), "median": float(np.median(m)), "share_below_0.05": float(np.mean(m < 0.05)),
@@ -99,11 +99,11 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     import torch
 
     from cnnvideo.artifacts import calibration_path, onnx_dir
-    from cnnvideo.engines import EngineSpec, StageFactory, weights_digest
-    from cnnvideo.engines.quant import CalibrationSpec, load_or_measure
-    from cnnvideo.graph import LayerGraph
-    from cnnvideo.labels import top1_agreement
-    from cnnvideo.models import build_model
+    from cnnvideo.model.engines import EngineSpec, StageFactory, weights_digest
+    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.model.zoo import build_model
+    from cnnvideo.results.labels import top1_agreement
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, weights, 0), tuple(frame_size))
@@ -185,7 +185,7 @@ def run(args) -> int:
     """Entry point of `cnnvideo bench engine`."""
     import sys
 
-    from cnnvideo.engines import EngineError, ort_available
+    from cnnvideo.model.engines import EngineError, ort_available
 
     ok, why = ort_available()
     variants = [v for v in (args.engines or ",".join(VARIANTS)).split(",") if v]

@@ -16,8 +16,8 @@ BUDGET_MS = 200.0
 
 def measure(workers: int, cuts: int, repeat: int, seed: int = 0) -> Dict[str, Any]:
     """Median decision ms per scheduler over `repeat` random inputs, and optimal-vs-others objective checks."""
-    from cnnvideo.costmodel import random_inputs
-    from cnnvideo.schedulers import SCHEDULERS, objective, schedule
+    from cnnvideo.plan.costmodel import random_inputs
+    from cnnvideo.plan.schedulers import SCHEDULERS, objective, schedule
 
     times: Dict[str, List[float]] = {name: [] for name in SCHEDULERS}
     ratio: Dict[str, List[float]] = {name: [] for name in SCHEDULERS}

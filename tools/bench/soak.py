@@ -35,7 +35,7 @@ def _status_kb(pid: int) -> Dict[str, int]:
 
 
 def run(args) -> int:
-    from cnnvideo.video import synthetic_frames, write_video
+    from cnnvideo.video.frames import synthetic_frames, write_video
 
     work = args.out or tempfile.mkdtemp(prefix="cnnvideo-soak-")
     os.makedirs(work, exist_ok=True)
@@ -111,7 +111,7 @@ def run(args) -> int:
     done.set()
     for t in threads:
         t.join(5)
-    from cnnvideo import report as rpt
+    from cnnvideo.results import report as rpt
 
     path = os.path.join(work, "out", "report.json")
     report = rpt.read(path) if os.path.isfile(path) else {}

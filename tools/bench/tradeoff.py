@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.executor import StageExecutor
-from cnnvideo.graph import LayerGraph
-from cnnvideo.hop import HopReceiver, HopSender
-from cnnvideo.labels import top1
+from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.results.labels import top1
+from cnnvideo.wire.hop import HopReceiver, HopSender
 
 INPUT_THRESHOLDS = (0, 1, 2, 3, 4, 6, 8)
 LATER_SETTINGS = ((0.0, False), (0.0, True), (0.03, False), (0.1, False), (0.3, False), (1.0, False))  # (t, fp16)
@@ -258,8 +258,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
 
 
 def run(args) -> int:
-    from cnnvideo.models import load_model
-    from cnnvideo.video import default_video, read_frames
+    from cnnvideo.model.zoo import load_model
+    from cnnvideo.video.frames import default_video, read_frames
 
     size = tuple(args.frame_size)
     model, info = load_model(args.model, args.weights, 0)

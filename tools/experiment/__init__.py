@@ -25,7 +25,7 @@ EXPERIMENT.yml:
 Each compose run is a fresh master container against long-lived trainer/workers (every run starts with
 StartRun, which resets the workers' delta caches; tc rules are re-created whenever the rates change and
 after a mid-run change). Runs are grouped by the settings the trainer and workers depend on
-(cnnvideo.settings: thresholds, fp16, model, ...); they are re-created on each group's config, since they refuse
+(cnnvideo.wire.settings: thresholds, fp16, model, ...); they are re-created on each group's config, since they refuse
 a master whose settings differ. A mid-run change fires when the master's progress.json says the frame was sent.
 
 Modules: spec (the file, the matrix, each run's config), backends (local, compose), summary (rows and tables),
@@ -45,7 +45,7 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from cnnvideo import report as rpt
+from cnnvideo.results import report as rpt
 
 from .backends import ComposeBackend, LocalBackend
 from .charts import gantt, plots

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from cnnvideo import progress
+from cnnvideo.results import progress
 
 from .spec import ExperimentError, _merge, bandwidth_list, n_workers
 
@@ -178,8 +178,9 @@ class ComposeBackend:
         return cluster
 
     def roles_key(self, cfg: Dict[str, Any]) -> str:
-        """Digest of the settings of `cfg` the trainer and workers depend on (cnnvideo.settings.TRAINER_KEYS)."""
-        from cnnvideo import config, settings
+        """Digest of the settings of `cfg` the trainer and workers depend on (cnnvideo.wire.settings.TRAINER_KEYS)."""
+        from cnnvideo import config
+        from cnnvideo.wire import settings
 
         return settings.of(config.from_dict(self.roles_config(cfg), check_files=False), settings.TRAINER_KEYS).digest
 

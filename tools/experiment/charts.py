@@ -126,7 +126,7 @@ def timeline(series: Sequence[Tuple[str, Sequence[Tuple[int, float]]]], title: s
 
 
 def gantt(report: Dict[str, Any]) -> str:
-    from cnnvideo.report import StageSpan, gantt_svg
+    from cnnvideo.results.report import StageSpan, gantt_svg
 
     spans = [StageSpan(int(f), a, s, float(t0), float(t1), int(b)) for f, a, s, t0, t1, b in report.get("spans") or []]
     return gantt_svg(spans, ["m"] + ["w%d" % w for w in range(n_of(report))], max_frames=60)

@@ -132,9 +132,10 @@ def run_config(spec: Dict[str, Any], r: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def settings_key(spec: Dict[str, Any], r: Dict[str, Any]) -> str:
-    """Digest of the settings of run r that the long-lived trainer and workers depend on (cnnvideo.settings):
+    """Digest of the settings of run r that the long-lived trainer and workers depend on (cnnvideo.wire.settings):
     runs with the same key can share them; a new key needs them restarted with that run's config."""
-    from cnnvideo import config, settings
+    from cnnvideo import config
+    from cnnvideo.wire import settings
 
     cfg = config.from_dict(run_config(spec, r), check_files=False)
     return settings.of(cfg, settings.TRAINER_KEYS).digest

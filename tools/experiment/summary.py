@@ -98,7 +98,7 @@ def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: i
                    turnaround: float = 0.0) -> Optional[float]:
     """The cost model's pipeline recurrence fed with the run's own measured mean stage costs and turnaround (so it
     checks the timing model, not the profile): frames / simulated makespan."""
-    from cnnvideo.costmodel import simulate
+    from cnnvideo.plan.costmodel import simulate
 
     if frames <= 0 or any(c is None for c in stage_s):
         return None

@@ -18,7 +18,7 @@ def _stale() -> bool:
 if _stale():  # import-time fallback for source checkouts that skipped `make setup`
     import sys
 
-    from . import generate as _generate
+    from cnnvideo.rpc import generate as _generate
 
     _generate.ensure(quiet=True)
     del _generate

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import codec, hop
+from cnnvideo.wire import codec, hop
 
 
 def check_hop_payload(data: bytes, shape: Sequence[int], dtype: str, max_bytes: int) -> None:

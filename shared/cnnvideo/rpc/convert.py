@@ -5,7 +5,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from . import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2 as pb
 
 DTYPES = ("float32", "float64", "int32", "int64", "uint8", "bool")
 MAX_NDIM = 32  # numpy's own limit
@@ -61,12 +61,12 @@ def from_arrays(msgs) -> Dict[str, np.ndarray]:
 
 
 def settings_to_pb(settings) -> pb.Settings:
-    """cnnvideo.settings.Settings -> proto Settings (fields, their digest, who holds them)."""
+    """cnnvideo.wire.settings.Settings -> proto Settings (fields, their digest, who holds them)."""
     return pb.Settings(digest=settings.digest, fields=dict(settings.fields), role=settings.role)
 
 
 def settings_from_pb(msg: pb.Settings):
-    """(cnnvideo.settings.Settings, the digest it was sent with) from a proto Settings."""
-    from cnnvideo.settings import Settings
+    """(cnnvideo.wire.settings.Settings, the digest it was sent with) from a proto Settings."""
+    from cnnvideo.wire.settings import Settings
 
     return Settings(dict(msg.fields), msg.role), msg.digest

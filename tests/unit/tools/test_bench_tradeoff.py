@@ -2,10 +2,10 @@
 the picture has one point per swept setting."""
 import numpy as np
 
-from cnnvideo.graph import LayerGraph
-from cnnvideo.models import build_model
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
 from cnnvideo.tools.bench import tradeoff
-from cnnvideo.video import synthetic_frames
+from cnnvideo.video.frames import synthetic_frames
 
 
 def _result():

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from cnnvideo.executor import StageExecutor
-from cnnvideo.graph import LayerGraph
-from cnnvideo.models import build_model
+from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
 from cnnvideo.tools.chain import LocalChain
-from cnnvideo.video import synthetic_frames
+from cnnvideo.video.frames import synthetic_frames
 
 FRAME = (64, 96)
 N = 300

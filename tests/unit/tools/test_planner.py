@@ -5,8 +5,8 @@ import os
 import pytest
 import yaml
 
-from cnnvideo import engines
-from cnnvideo.schedulers import SCHEDULERS
+from cnnvideo.model import engines
+from cnnvideo.plan.schedulers import SCHEDULERS
 from cnnvideo.tools import cli
 
 

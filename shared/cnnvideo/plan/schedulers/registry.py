@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, Tuple
 
-from ..costmodel import (
+from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
 )
-from .groups import das
-from .plans import adaptive, cloud, edge, lbs, nsc, optimal
+from cnnvideo.plan.schedulers.groups import das
+from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, lbs, nsc, optimal
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cnnvideo.models import Preprocess, disable_inplace
+from cnnvideo.model.zoo import Preprocess, disable_inplace
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Union
 import numpy as np
 import torch
 
-from cnnvideo.graph import Cut, LayerGraph
+from cnnvideo.model.graph import Cut, LayerGraph
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class StageExecutor:
 
 def profile_segments(graph: LayerGraph, iters: int = 3) -> np.ndarray:
     """Seconds per segment (length K) under this process's CPU share: median CPU time over `iters` timed passes
-    of a random frame (after one warm-up), scaled by the passes' wall/CPU ratio (see cnnvideo.profiling)."""
-    from cnnvideo.profiling import profile_compute
+    of a random frame (after one warm-up), scaled by the passes' wall/CPU ratio (see cnnvideo.plan.profiling)."""
+    from cnnvideo.plan.profiling import profile_compute
 
     return profile_compute(graph, iters)[0]

@@ -14,8 +14,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..artifacts import atomic_tmp, calibration_file
-from . import EngineError, QParams
+from cnnvideo.artifacts import atomic_tmp, calibration_file
+from cnnvideo.model.engines import EngineError, QParams
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class CalibrationSpec:
 
 def read_calibration_frames(spec: CalibrationSpec, frame_size) -> np.ndarray:
     """(N, H, W, 3) uint8 frames; EngineError naming the video when it yields none at those positions."""
-    from cnnvideo.video import VideoError, read_frames
+    from cnnvideo.video.frames import VideoError, read_frames
 
     if spec.count <= 0:
         raise EngineError("int8 calibration without frames: calibration count is %d" % spec.count)

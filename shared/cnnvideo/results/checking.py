@@ -85,7 +85,7 @@ class OnlineChecker:
                 problem = None
                 err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
                 if out.size:
-                    from . import labels
+                    from cnnvideo.results import labels
 
                     same = labels.top1(out) == labels.top1(ref)
                     overlap = labels.top5_overlap([out], [ref]) or 0.0

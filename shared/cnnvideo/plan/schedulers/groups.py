@@ -8,12 +8,12 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..costmodel import (
+from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
     simulate,
 )
-from .plans import INF, lbs, optimal
+from cnnvideo.plan.schedulers.plans import INF, lbs, optimal
 
 log = logging.getLogger(__name__)
 

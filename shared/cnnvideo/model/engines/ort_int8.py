@@ -18,8 +18,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from . import EngineError, QParams
-from .ort_engine import _first_line, session
+from cnnvideo.model.engines import EngineError, QParams
+from cnnvideo.model.engines.ort_engine import _first_line, session
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from .hop import HopError, HopSender
+from cnnvideo.wire.hop import HopError, HopSender
 
 
 def reporter(cuts: Sequence[int]) -> int:

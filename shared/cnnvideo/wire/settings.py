@@ -87,7 +87,7 @@ def difference(mine: Settings, theirs: Settings, digest: str = "") -> str:
 
 def refusal(cfg: Any, keys: Sequence[str], role: str, msg: Any) -> str:
     """'' if the proto Settings `msg` of a request agrees with this role's config over `keys`, else why not."""
-    from .rpc.convert import settings_from_pb
+    from cnnvideo.rpc.convert import settings_from_pb
 
     theirs, digest = settings_from_pb(msg)
     return difference(of(cfg, keys, role), theirs, digest)

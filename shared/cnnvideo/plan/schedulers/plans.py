@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..costmodel import (
+from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
     per_frame_time,
@@ -234,7 +234,7 @@ def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **option
 def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: float = 0.3, gain: float = 0.1,
              min_samples: int = 2, **options) -> Plan:
     """Online-adaptive: the steady-state optimum of the inputs it is given. The master (AdaptiveScheduler)
-    re-plans every group with measured bandwidth and compute (cnnvideo.adapt: EWMA `alpha`, switch when the
+    re-plans every group with measured bandwidth and compute (cnnvideo.plan.adapt: EWMA `alpha`, switch when the
     new plan is faster by more than `gain`, estimates used after `min_samples` messages)."""
     return optimal(inputs, in_flight, delta)
 

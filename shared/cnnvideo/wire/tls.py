@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from .config import ConfigError, Tls
+from cnnvideo.config import ConfigError, Tls
 
 
 class Identity:
@@ -73,7 +73,7 @@ def load(tls: Tls, role: str) -> Optional[Identity]:
 
 def setup(cfg, role: str) -> Optional[Identity]:
     """Load the role's identity from `cfg.tls` and make every channel/server of this process use it."""
-    from .rpc import net
+    from cnnvideo.rpc import net
 
     ident = load(cfg.tls, role)
     net.use_tls(ident)

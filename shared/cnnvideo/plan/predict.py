@@ -27,7 +27,7 @@ FORMAT_VERSION = 2
 def estimate_bytes(nnz, numel, itemsize) -> np.ndarray:
     """Codec size model (min of dense, bitmap+values, index list + header); the codec's own when present."""
     try:
-        from .codec import estimate_bytes as codec_estimate
+        from cnnvideo.wire.codec import estimate_bytes as codec_estimate
     except ImportError:  # pragma: no cover - codec is part of the package
         codec_estimate = None
     if codec_estimate is not None:
@@ -344,7 +344,7 @@ def record_video(
     engines.QParams, int8): inner-cut tensors are sent as their uint8 quantised values, as int8 workers send them."""
     import torch
 
-    from .protocol import HopSettings
+    from cnnvideo.wire.protocol import HopSettings
 
     n_cuts = len(graph.cuts)
     items = cut_meta(graph, fp16, int8=bool(quant))[1]

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .costmodel import CostInputs
+from cnnvideo.plan.costmodel import CostInputs
 
 
 def ewma(prev: Optional[float], x: float, alpha: float) -> float:
@@ -131,8 +131,8 @@ class Estimates:
 def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flight: int, delta: bool,
            gain: float = 0.1) -> Tuple[Optional[Tuple[int, ...]], float, float, CostInputs]:
     """(new cuts or None, current period, best period, measured inputs) under the measured cost model."""
-    from .costmodel import Plan
-    from .schedulers import objective, optimal
+    from cnnvideo.plan.costmodel import Plan
+    from cnnvideo.plan.schedulers import objective, optimal
 
     measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale())
     cur = objective(Plan(tuple(current)), measured, in_flight, delta)

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..costmodel import (
+from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
     frame_stage_costs,
@@ -16,8 +16,8 @@ from ..costmodel import (
     simulate,
     stage_costs,
 )
-from .groups import das_decide
-from .registry import check_options, schedule
+from cnnvideo.plan.schedulers.groups import das_decide
+from cnnvideo.plan.schedulers.registry import check_options, schedule
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +171,10 @@ class GroupScheduler(Scheduler):
 
 class AdaptiveScheduler(Scheduler):
     """adaptive: starts at the steady-state optimum, re-plans every group with the measured bandwidth and
-    compute (cnnvideo.adapt)."""
+    compute (cnnvideo.plan.adapt)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        from .. import adapt
+        from cnnvideo.plan import adapt
 
         super().__init__(*args, **kwargs)
         inputs = self.inputs
@@ -184,7 +184,7 @@ class AdaptiveScheduler(Scheduler):
         self.measured_inputs: Optional[CostInputs] = None
 
     def plan_for(self, frame: int, state: Optional[PipelineState] = None) -> Plan:
-        from .. import adapt
+        from cnnvideo.plan import adapt
 
         current = self.initial_plan()
         if frame <= 0 or frame % self.group_size:
@@ -203,7 +203,7 @@ class AdaptiveScheduler(Scheduler):
         return self.current
 
     def observe(self, sample) -> None:
-        from .. import adapt
+        from cnnvideo.plan import adapt
 
         if isinstance(sample, Transfer):
             self.estimates.add_transfer(sample.hop, sample.nbytes, sample.seconds)

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from . import codec
+from cnnvideo.wire import codec
 
 log = logging.getLogger(__name__)
 

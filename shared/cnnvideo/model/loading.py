@@ -11,8 +11,8 @@ log = logging.getLogger(__name__)
 
 def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
-    from .graph import LayerGraph
-    from .models import load_model
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.model.zoo import load_model
 
     model, info = load_model(cfg.model, cfg.weights, cfg.seed)
     log.info("weights: %s", info.describe())
@@ -22,7 +22,7 @@ def load_graph(cfg):
 def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
-    from .models import WeightsInfo, load_model
+    from cnnvideo.model.zoo import WeightsInfo, load_model
 
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)

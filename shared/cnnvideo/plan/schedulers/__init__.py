@@ -9,11 +9,31 @@ validator, schedule) and `objects` (schedulers over a run, create).
 """
 from __future__ import annotations
 
-from ..costmodel import compute_costs
-from .groups import all_plans, das, das_decide, group_costs
-from .objects import RUNTIME, AdaptiveScheduler, Compute, GroupScheduler, PipelineState, Scheduler, Transfer, create
-from .plans import OptimalResult, adaptive, capacities, cloud, edge, lbs, nsc, objective, optimal, optimal_result
-from .registry import OPTIONS, RUNTIME_OPTIONS, SCHEDULERS, check_options, schedule
+from cnnvideo.plan.costmodel import compute_costs
+from cnnvideo.plan.schedulers.groups import all_plans, das, das_decide, group_costs
+from cnnvideo.plan.schedulers.objects import (
+    RUNTIME,
+    AdaptiveScheduler,
+    Compute,
+    GroupScheduler,
+    PipelineState,
+    Scheduler,
+    Transfer,
+    create,
+)
+from cnnvideo.plan.schedulers.plans import (
+    OptimalResult,
+    adaptive,
+    capacities,
+    cloud,
+    edge,
+    lbs,
+    nsc,
+    objective,
+    optimal,
+    optimal_result,
+)
+from cnnvideo.plan.schedulers.registry import OPTIONS, RUNTIME_OPTIONS, SCHEDULERS, check_options, schedule
 
 __all__ = [
     "OPTIONS",

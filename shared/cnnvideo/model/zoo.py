@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ConfigError
+from cnnvideo.config import ConfigError
 
 log = logging.getLogger(__name__)
 

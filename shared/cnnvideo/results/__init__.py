@@ -1,0 +1,1 @@
+"""What comes out: the run report, class labels, the exactness check, the live view and progress."""

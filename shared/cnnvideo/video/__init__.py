@@ -1,0 +1,1 @@
+"""Frames in: reading files, live sources (streams, devices) and synthetic clips."""

@@ -1,0 +1,1 @@
+"""What crosses a hop: the tensor codec, the hop protocol, run settings, TLS and link pacing."""
