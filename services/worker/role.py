@@ -22,7 +22,7 @@ from cnnvideo.rpc import net
 from cnnvideo.wire.pacing import pacer_for
 from cnnvideo.wire.protocol import check_plan
 from cnnvideo.worker import wire
-from cnnvideo.worker.engine import EmitError, Run, RunSettings, Task
+from cnnvideo.worker.runloop import EmitError, Run, RunSettings, Task
 from cnnvideo.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.wire import settings
 from cnnvideo.worker import wire
-from cnnvideo.worker.engine import Result, StageReport, StaleError, TaskError
+from cnnvideo.worker.runloop import Result, StageReport, StaleError, TaskError
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def test_checker_sees_every_import_form():
            "def f():\n    from cnnvideo.worker import engine\n    importlib.import_module('cnnvideo.trainer.main')\n")
     mods = imported_modules(src, "cnnvideo.rpc")
     assert "cnnvideo.master.role" in mods and "cnnvideo.tools.cli" in mods
-    assert "cnnvideo.worker.engine" in mods and "cnnvideo.trainer.main" in mods
+    assert "cnnvideo.worker.runloop" in mods and "cnnvideo.trainer.main" in mods
 
 
 def test_core_imports_no_role_and_no_tool():

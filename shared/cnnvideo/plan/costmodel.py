@@ -357,7 +357,7 @@ def burst_wall(fluid, quota, period, phases: int = 16, spread: float = BURST_CPU
 
 # gRPC messages a worker that gets the frame handles per frame: it serves the Process call that brings the frame
 # in, makes the Process call to the next worker or pushes the result on the master's Results stream, and pushes a
-# StageReport on the Stages stream (services/worker/engine.py `_process`, role.py `_emit`, servicer.py `_stream`)
+# StageReport on the Stages stream (services/worker/runloop.py `_process`, role.py `_emit`, servicer.py `_stream`)
 MESSAGES_PER_FRAME = 3
 
 

@@ -1,4 +1,4 @@
-"""The worker engine in-process (no gRPC): two engines chained by their emit callables, fed by a stand-in master
+"""The worker run loop in-process (no gRPC): two run loops chained by their emit callables, fed by a stand-in master
 that follows cnnvideo.wire.protocol; out-of-order arrival, plan changes with epochs, a missed keyframe, resync."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from cnnvideo.wire.hop import HopReceiver
 from cnnvideo.wire.protocol import HopPlanner, HopSettings, reporter
-from cnnvideo.worker.engine import (
+from cnnvideo.worker.runloop import (
     EmitError,
     Payload,
     Result,
