@@ -58,7 +58,7 @@ def _violations(folder: str, package: str, forbidden):
 def test_checker_sees_every_import_form():
     """The parser flags absolute, relative, lazy (in a function) and import_module imports (so the rules can fail)."""
     src = ("import cnnvideo.master.role\nfrom ..tools import cli\n"
-           "def f():\n    from cnnvideo.worker import engine\n    importlib.import_module('cnnvideo.trainer.main')\n")
+           "def f():\n    from cnnvideo.worker import runloop\n    importlib.import_module('cnnvideo.trainer.main')\n")
     mods = imported_modules(src, "cnnvideo.rpc")
     assert "cnnvideo.master.role" in mods and "cnnvideo.tools.cli" in mods
     assert "cnnvideo.worker.runloop" in mods and "cnnvideo.trainer.main" in mods
