@@ -12,7 +12,7 @@ from cnnvideo import artifacts
 from cnnvideo.config import Config
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-from cnnvideo.rpc import net
+from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
 log = logging.getLogger(__name__)
@@ -146,4 +146,4 @@ class TrainerRole:
     def matches(self, req: pb.PredictorRequest) -> str:
         """'' if the request's settings (cnnvideo.wire.settings.TRAINER_KEYS) are this trainer's, else the first key
         that differs, with both values."""
-        return settings.refusal(self.cfg, settings.TRAINER_KEYS, "trainer", req.settings)
+        return convert.refusal(self.cfg, settings.TRAINER_KEYS, "trainer", req.settings)

@@ -27,7 +27,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def _refuse_other_settings(self, request, context) -> None:
         """FAILED_PRECONDITION naming the first key where the request's settings differ from this worker's."""
-        why = settings.refusal(self.role.cfg, settings.WORKER_KEYS, "w%d" % self.role.worker_id, request.settings)
+        why = convert.refusal(self.role.cfg, settings.WORKER_KEYS, "w%d" % self.role.worker_id, request.settings)
         if why:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)
 

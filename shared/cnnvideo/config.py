@@ -9,14 +9,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from cnnvideo.errors import ConfigError  # noqa: F401 - re-exported: `from cnnvideo.config import ConfigError`
+
 MODES = ("full", "delta")
 ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.model.engines (which imports numpy; config stays light)
 PRECISIONS = ("fp32", "int8")
 ON_ERROR = ("fallback", "stop")
-
-
-class ConfigError(ValueError):
-    """A configuration key is unknown, missing or has a bad value; the message names the key."""
 
 
 @dataclass

@@ -304,7 +304,7 @@ def test_calibration_cache_truncated_or_foreign_is_named_and_measured_again(tmp_
 def test_no_runtime_falls_back_to_torch(tmp_path, monkeypatch):
     """Where onnxruntime does not import (armv7, the 32-bit Pi image) a stage runs on torch and says why; with
     `stop` the worker stops with that reason."""
-    monkeypatch.setattr(engines, "ort_available", lambda: (False, "onnxruntime is not installed here (test)"))
+    monkeypatch.setattr(engines.factory, "ort_available", lambda: (False, "onnxruntime is not installed here (test)"))
     g = _graph("mobilenet_v2")
     st = _factory(g, tmp_path).stage(0, 4)
     assert st.engine == "torch" and "not installed" in st.reason

@@ -52,9 +52,9 @@ def test_keys_the_config_lacks_are_left_out_and_engine_precision_count():
 
 
 def test_proto_round_trip_and_refusal():
-    """Settings travel as proto Settings; settings.refusal compares a request's with this role's config."""
+    """Settings travel as proto Settings; convert.refusal compares a request's with this role's config."""
     msg = convert.settings_to_pb(settings.of(_cfg(delta={"threshold": 0.5}), settings.WORKER_KEYS, "master"))
     back, digest = convert.settings_from_pb(msg)
     assert digest == back.digest and back.role == "master"
-    assert settings.refusal(_cfg(), settings.WORKER_KEYS, "w1", msg) == "delta.threshold: master 0.5, w1 0.0"
-    assert settings.refusal(_cfg(delta={"threshold": 0.5}), settings.WORKER_KEYS, "w1", msg) == ""
+    assert convert.refusal(_cfg(), settings.WORKER_KEYS, "w1", msg) == "delta.threshold: master 0.5, w1 0.0"
+    assert convert.refusal(_cfg(delta={"threshold": 0.5}), settings.WORKER_KEYS, "w1", msg) == ""

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cnnvideo.config import ConfigError
+from cnnvideo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

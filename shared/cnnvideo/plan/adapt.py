@@ -132,7 +132,7 @@ def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flig
            gain: float = 0.1) -> Tuple[Optional[Tuple[int, ...]], float, float, CostInputs]:
     """(new cuts or None, current period, best period, measured inputs) under the measured cost model."""
     from cnnvideo.plan.costmodel import Plan
-    from cnnvideo.plan.schedulers import objective, optimal
+    from cnnvideo.plan.schedulers.plans import objective, optimal
 
     measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale())
     cur = objective(Plan(tuple(current)), measured, in_flight, delta)

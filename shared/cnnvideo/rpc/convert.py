@@ -1,11 +1,13 @@
 """Typed arrays <-> proto Array (raw little-endian bytes + dtype + shape); validated, never pickled."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
 from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.wire import settings as run_settings
+from cnnvideo.wire.settings import Settings
 
 DTYPES = ("float32", "float64", "int32", "int64", "uint8", "bool")
 MAX_NDIM = 32  # numpy's own limit
@@ -67,6 +69,10 @@ def settings_to_pb(settings) -> pb.Settings:
 
 def settings_from_pb(msg: pb.Settings):
     """(cnnvideo.wire.settings.Settings, the digest it was sent with) from a proto Settings."""
-    from cnnvideo.wire.settings import Settings
-
     return Settings(dict(msg.fields), msg.role), msg.digest
+
+
+def refusal(cfg: Any, keys: Sequence[str], role: str, msg: Any) -> str:
+    """'' if the proto Settings `msg` of a request agrees with this role's config over `keys`, else why not."""
+    theirs, digest = settings_from_pb(msg)
+    return run_settings.difference(run_settings.of(cfg, keys, role), theirs, digest)

@@ -83,11 +83,3 @@ def difference(mine: Settings, theirs: Settings, digest: str = "") -> str:
         if a != b:
             return "%s: %s %s, %s %s" % (key, them, a, me, b)
     return ""
-
-
-def refusal(cfg: Any, keys: Sequence[str], role: str, msg: Any) -> str:
-    """'' if the proto Settings `msg` of a request agrees with this role's config over `keys`, else why not."""
-    from cnnvideo.rpc.convert import settings_from_pb
-
-    theirs, digest = settings_from_pb(msg)
-    return difference(of(cfg, keys, role), theirs, digest)

@@ -19,7 +19,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from cnnvideo.artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
-from cnnvideo.model.engines import EngineError, QParams, Stage, check_input, cpu_threads
+from cnnvideo.model.engines.base import EngineError, QParams, Stage, check_input, cpu_threads, first_line
+from cnnvideo.model.engines.ort_session import session
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,6 @@ def _export_bytes(module, sample) -> bytes:
     return buf.getvalue()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
-
-
 def _sample(graph, cut: int):
     import torch
 
@@ -136,7 +132,7 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
         if first is not None:
             names = [graph.layers[i].name for i in graph.segment_layers(first)]
             where = " at layer %s (segment %d)" % (", ".join(names), first)
-        raise EngineError("ONNX export of stage %d..%d failed%s: %s" % (start, end, where, _first_line(exc))) from None
+        raise EngineError("ONNX export of stage %d..%d failed%s: %s" % (start, end, where, first_line(exc))) from None
 
 
 def _failing_segment(graph, start: int, end: int) -> Optional[int]:
@@ -160,27 +156,6 @@ def _with_key(data: bytes, key: str) -> bytes:
     del model.metadata_props[:]
     model.metadata_props.add(key=META_KEY, value=key)
     return model.SerializeToString()
-
-
-def session(data: bytes, threads: int, where: str = "model", profile_prefix: str = ""):
-    """An ORT CPU session of `data` with `threads` intra-op threads, sequential, no spin-waiting (a spinning thread
-    burns a capped container's quota); EngineError naming `where` if ORT cannot load it. `profile_prefix`: ORT's
-    own per-node profiling into files starting there (studies only)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = int(threads)
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if profile_prefix:
-        so.enable_profiling, so.profile_file_prefix = True, profile_prefix
-    try:
-        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-        raise EngineError("%s is not a loadable ONNX model (%s)" % (where, _first_line(exc))) from None
 
 
 def load_cached(path: str, key: str, threads: int):

@@ -18,8 +18,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from cnnvideo.model.engines import EngineError, QParams
-from cnnvideo.model.engines.ort_engine import _first_line, session
+from cnnvideo.model.engines.base import EngineError, QParams, first_line
+from cnnvideo.model.engines.ort_session import session
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
-        raise EngineError("int8 quantisation is not available here: %s" % _first_line(exc)) from None
+        raise EngineError("int8 quantisation is not available here: %s" % first_line(exc)) from None
     ort.set_default_logger_severity(3)
     quiet = _DropRootRecords()
     logging.getLogger().addFilter(quiet)
@@ -212,7 +212,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - the quantiser raises many types
-        raise EngineError("int8 quantisation failed: %s" % _first_line(exc)) from None
+        raise EngineError("int8 quantisation failed: %s" % first_line(exc)) from None
     finally:
         logging.getLogger().removeFilter(quiet)
         for p in (src, pre, dst, dst + ".data"):

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from cnnvideo.artifacts import atomic_tmp, calibration_file
-from cnnvideo.model.engines import EngineError, QParams
+from cnnvideo.model.engines.base import EngineError, QParams
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from cnnvideo.model.engines import QParams, Stage, check_input
+from cnnvideo.model.engines.base import QParams, Stage, check_input
 
 
 class TorchStage(Stage):

@@ -1,0 +1,158 @@
+"""StageFactory: build (once, in memory) the stage a worker runs on the configured engine, with fallback."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from cnnvideo.model.engines.base import (
+    ENGINES,
+    PRECISIONS,
+    EngineError,
+    EngineSpec,
+    QParams,
+    Stage,
+    ort_available,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StageFactory:
+    """Builds the stages one worker runs on its engine, each once; thread-safe.
+
+    `key` names the model identity (model, weights digest, frame size) in cache keys; `calibration` returns the
+    int8 calibration (`quant.Calibration`) and is called only when int8 is asked for."""
+
+    def __init__(self, graph, spec: EngineSpec, cache_dir: str, key: str,
+                 calibration: Optional[Callable[[], object]] = None) -> None:
+        if spec.engine not in ENGINES:
+            raise EngineError("engine must be one of %s, got %r" % ("|".join(ENGINES), spec.engine))
+        if spec.precision not in PRECISIONS:
+            raise EngineError("precision must be one of %s, got %r" % ("|".join(PRECISIONS), spec.precision))
+        self.graph = graph
+        self.spec = spec
+        self.cache_dir = cache_dir
+        self.key = key
+        self._calibration_fn = calibration
+        self._calibration = None
+        self.int8_failed = ""  # why int8 was given up for fp32 (fallback), '' otherwise
+        self._stages: Dict[Tuple[int, int], Stage] = {}
+        self._lock = threading.Lock()  # guards the two dicts only, never held while a stage builds
+        self._building: Dict[Tuple[int, int], threading.Lock] = {}  # one lock per stage being built
+        self._calibration_lock = threading.Lock()
+        self.notes: List[str] = []  # one line per fallback, for the report
+
+    @property
+    def calibration(self):
+        """The int8 calibration (computed once, on first use); EngineError if there is none to be had."""
+        if self._calibration is None:
+            with self._calibration_lock:
+                if self._calibration is None:
+                    if self._calibration_fn is None:
+                        raise EngineError("int8 needs a calibration, and none was configured")
+                    self._calibration = self._calibration_fn()
+        return self._calibration
+
+    def qparams(self, cut: int) -> Optional[QParams]:
+        """Quantisation of the tensor at `cut` (None where it travels unquantised: the frame, the output, fp32)."""
+        if self.spec.precision != "int8" or self.int8_failed or cut <= 0 or cut >= self.graph.num_segments:
+            return None
+        try:
+            return self.calibration.qparams[cut]
+        except EngineError as exc:
+            if self.spec.on_error == "stop":
+                raise
+            self.int8_failed = str(exc)
+            note = "int8 given up, stages run fp32: %s" % exc
+            log.warning("%s", note)
+            self.notes.append(note)
+            return None
+
+    @property
+    def precision(self) -> str:
+        """The precision stages really run at ('fp32' after an int8 fallback)."""
+        return "fp32" if self.int8_failed else self.spec.precision
+
+    def stage(self, start: int, end: int) -> Stage:
+        """The stage from cut `start` to cut `end` (built on first use, once). A stage being built (a re-plan's
+        stage warming in the background) does not hold up callers of stages that are built already."""
+        key = (start, end)
+        with self._lock:
+            st = self._stages.get(key)
+            if st is not None:
+                return st
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                st = self._stages.get(key)
+            if st is None:
+                st = self._build(start, end)
+                with self._lock:
+                    self._stages[key] = st
+                    self._building.pop(key, None)
+        return st
+
+    def built(self, start: int, end: int) -> bool:
+        """True when stage(start, end) would return at once (it is built, or it runs no layers)."""
+        with self._lock:
+            return start == end or (start, end) in self._stages
+
+    def engines_used(self) -> List[str]:
+        """Labels of the engines the stages built so far really run on (e.g. ['onnxruntime-int8'])."""
+        with self._lock:
+            return sorted({"%s-%s" % (s.engine, s.precision) for s in self._stages.values() if not s.empty})
+
+    def _build(self, start: int, end: int) -> Stage:
+        from cnnvideo.model.engines.torch_engine import TorchStage
+
+        q_in, q_out = self.qparams(start), self.qparams(end)
+        if start == end or self.spec.engine == "torch":
+            return TorchStage(self.graph, start, end, q_in, q_out)
+        ok, why = ort_available()
+        try:
+            if not ok:
+                raise EngineError(why)
+            from cnnvideo.model.engines.ort_engine import build_ort_stage
+
+            return build_ort_stage(self, start, end, q_in, q_out)
+        except EngineError as exc:
+            if self.spec.on_error == "stop":
+                raise
+            note = "stage %d..%d runs on torch instead of %s: %s" % (start, end, self.spec.label, exc)
+            log.warning("%s", note)
+            self.notes.append(note)
+            st = TorchStage(self.graph, start, end, q_in, q_out)
+            st.reason = str(exc)
+            return st
+
+
+def weights_digest(graph) -> str:
+    """sha1 (16 hex) of every parameter and buffer of the whole model: a cached stage of other weights never loads."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for name, t in sorted(graph.stage_module(0, graph.num_segments).state_dict().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(t.detach().cpu().numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def factory_for(cfg, graph) -> StageFactory:
+    """The StageFactory of a Config: its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
+    frames of the trainer's video that the run does not evaluate (cached in cache_dir/calibration)."""
+    from cnnvideo.artifacts import calibration_path, onnx_dir
+    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+
+    spec = EngineSpec(cfg.engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
+    key = "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))
+    cal = CalibrationSpec(cfg.calibration_video, cfg.int8.calibration_frames, cfg.calibration_start,
+                          cfg.int8.calibration_stride)
+    cal_path = calibration_path(cfg.cache_dir, cfg.model, graph.frame_size)
+
+    def calibration():
+        return load_or_measure(graph, cal, cal_path, key)
+
+    return StageFactory(graph, spec, onnx_dir(cfg.cache_dir), key, calibration)
