@@ -8,6 +8,8 @@ every worker computes the same way, and travel with the tensor so the receiver c
 installed (armv7, the 32-bit Pi image) or a stage cannot be exported, it falls back to torch unless configured to
 stop, and says why (`Stage.engine` is the engine that really runs).
 """
+from __future__ import annotations
+
 from cnnvideo.model.engines.base import (  # noqa: F401 - the package's public names
     ENGINES,
     ON_ERROR,
