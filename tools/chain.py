@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.engines.torch_engine import TorchStage
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.wire.hop import HopReceiver
 from cnnvideo.wire.protocol import HopSettings
@@ -43,7 +43,7 @@ class LocalChain:
             raise ValueError("mode must be full or delta, got %r" % (mode,))
         self.cuts = list(cuts)
         self.mode = mode
-        self.stages = [StageExecutor(graph, a, b) for a, b in zip(self.cuts[:-1], self.cuts[1:])]
+        self.stages = [TorchStage(graph, a, b) for a, b in zip(self.cuts[:-1], self.cuts[1:])]
         hop_cuts = self.cuts[:-1] + [self.cuts[-1]]
         n = len(self.stages)
         names = ["m->w0"] + ["w%d->w%d" % (i, i + 1) for i in range(n - 1)] + ["w%d->m" % (n - 1)]

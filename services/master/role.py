@@ -127,7 +127,7 @@ class MasterRole:
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
-            from cnnvideo.model.executor import StageExecutor
+            from cnnvideo.model.engines.torch_engine import TorchStage
             from cnnvideo.model.graph import LayerGraph
             from cnnvideo.model.zoo import load_model
 
@@ -135,7 +135,7 @@ class MasterRole:
             self.weights_used = info.describe()
             log.info("weights: %s", self.weights_used)
             graph = LayerGraph.from_model(model, tuple(self.cfg.frame_size))
-            self.reference = StageExecutor(graph, 0, len(graph.cuts) - 1)
+            self.reference = TorchStage(graph, 0, len(graph.cuts) - 1)
         t2 = time.time()
         self.predictors = self._get_predictors()
         self.setup_s["predictors"] = time.time() - t2

@@ -102,7 +102,7 @@ def _frames(cfg, n, seed=0):
 
 def _valid_frames(c, run_id, n, plan=None):
     """Run n frames through w0 -> w1 as the master would; compare the outputs with the whole model in process."""
-    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.engines.torch_engine import TorchStage
     from cnnvideo.model.loading import load_graph
     from cnnvideo.rpc import cnnvideo_pb2 as pb
     from cnnvideo.wire.hop import HopReceiver, HopSender
@@ -138,7 +138,7 @@ def _valid_frames(c, run_id, n, plan=None):
     for call in calls:
         call.cancel()
     assert len(results) == n, open(c.logs["w0"]).read()[-2000:] + open(c.logs["w1"]).read()[-2000:]
-    ex = StageExecutor(graph, 0, k)
+    ex = TorchStage(graph, 0, k)
     rx = HopReceiver(64 << 20)
     for r, frame in zip(sorted(results, key=lambda r: r.seq), frames):
         got = np.array(rx.decode(r.output.data))

@@ -17,12 +17,12 @@ FRAMES = 12
 
 
 def _photo_top1(photo):
-    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.engines.torch_engine import TorchStage
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import build_model
 
     graph = LayerGraph.from_model(build_model("mobilenet_v2", "imagenet"), SIZE)
-    return labels.top1(StageExecutor(graph, 0, len(graph.cuts) - 1).run(photo))
+    return labels.top1(TorchStage(graph, 0, len(graph.cuts) - 1).run(photo))
 
 
 def test_dog_clip_through_three_workers_keeps_the_photo_class(tmp_path, trained_weights, dog_photo):

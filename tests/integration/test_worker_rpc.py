@@ -66,7 +66,7 @@ def _collect(stub, run_id, kind, sink, stop):
 
 
 def test_plan_changes_and_out_of_order_arrivals(cluster):
-    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.engines.torch_engine import TorchStage
     from cnnvideo.model.loading import load_graph
     from cnnvideo.rpc import cnnvideo_pb2 as pb
     from cnnvideo.wire.hop import HopReceiver, HopSender
@@ -117,7 +117,7 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
         for res in results[w]:
             outputs[res.frame_id] = (w, np.array(rx.decode(res.output.data)))
     graph = load_graph(cfg)
-    ex = StageExecutor(graph, 0, len(graph.cuts) - 1)
+    ex = TorchStage(graph, 0, len(graph.cuts) - 1)
     for f, frame in enumerate(frames):
         w, out = outputs[f]
         expected_worker = 0 if PLANS[f][1] == 23 else 1

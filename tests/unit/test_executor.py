@@ -1,4 +1,4 @@
-"""StageExecutor: chained stages equal the whole model for every zoo model; input checks; profiling."""
+"""TorchStage: chained stages equal the whole model for every zoo model; input checks; profiling."""
 import functools
 import random
 import zlib
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cnnvideo.model import graph as graph_mod
-from cnnvideo.model.executor import StageExecutor, profile_segments
+from cnnvideo.model.engines.torch_engine import TorchStage
+from cnnvideo.model.executor import profile_segments
 from cnnvideo.model.graph import GraphError, LayerGraph
 from cnnvideo.model.zoo import MODEL_NAMES, Preprocess, build_model
 
@@ -62,7 +63,7 @@ def test_chained_stages_reproduce_model(name, stages):
     frame = _frame(seed=stages)
     x = frame
     for a, b in zip(plan[:-1], plan[1:]):
-        x = StageExecutor(g, a, b).run(x)
+        x = TorchStage(g, a, b).run(x)
         assert x.shape == g.cuts[b].shape and x.dtype == np.dtype(g.cuts[b].dtype), (plan, b)
         assert x.flags.c_contiguous
     err = float(np.max(np.abs(x - _reference(model, frame))))
@@ -79,7 +80,7 @@ def _tiny_graph():
 def test_frame_input_checks():
     """A (H,W,3) frame gets a batch dim; a wrong shape or dtype raises ValueError naming expected and got."""
     _, g = _tiny_graph()
-    ex = StageExecutor(g, 0, g.num_segments)
+    ex = TorchStage(g, 0, g.num_segments)
     frame = _frame(size=(8, 8))
     np.testing.assert_array_equal(ex.run(frame[0]), ex.run(frame))
     with pytest.raises(ValueError) as err:
@@ -89,7 +90,7 @@ def test_frame_input_checks():
         ex.run(frame.astype(np.float32))
     assert "uint8" in str(err.value) and "float32" in str(err.value)
     with pytest.raises(ValueError):
-        StageExecutor(g, 1, 2).run(frame)
+        TorchStage(g, 1, 2).run(frame)
 
 
 def test_float_stage_and_readonly_input():
@@ -98,7 +99,7 @@ def test_float_stage_and_readonly_input():
     x = np.random.RandomState(1).randn(*g.cuts[1].shape).astype(np.float32)
     keep = x.copy()
     x.setflags(write=False)
-    out = StageExecutor(g, "preprocess", g.num_segments).run(x)
+    out = TorchStage(g, "preprocess", g.num_segments).run(x)
     with torch.no_grad():
         ref = model(torch.from_numpy(keep)).numpy()
     np.testing.assert_array_equal(out, ref)
@@ -110,14 +111,14 @@ def test_empty_stage_returns_input():
     """start == end forwards the input unchanged."""
     _, g = _tiny_graph()
     x = np.zeros(g.cuts[2].shape, dtype=np.float32)
-    assert StageExecutor(g, 2, 2).run(x) is x
+    assert TorchStage(g, 2, 2).run(x) is x
 
 
 def test_unknown_cut_raises():
     """An unknown cut name raises GraphError naming it."""
     _, g = _tiny_graph()
     with pytest.raises(GraphError, match="bogus"):
-        StageExecutor(g, 0, "bogus")
+        TorchStage(g, 0, "bogus")
 
 
 def test_profile_segments_shape_and_values():

@@ -28,13 +28,13 @@ def test_imagenet_mobilenet_loads_the_hash_checked_offline_file(trained_weights)
 
 def test_dog_photo_is_a_dog_class(trained_weights, dog_photo):
     """Trained MobileNetV2 (unsplit) classifies darknet's dog.jpg at 240x320 as a dog breed (ImageNet 151-268)."""
-    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.engines.torch_engine import TorchStage
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.video.frames import read_image
 
     frame = read_image(dog_photo, (240, 320))
     graph = LayerGraph.from_model(models.build_model("mobilenet_v2", "imagenet"), (240, 320))
-    best = labels.topk(StageExecutor(graph, 0, len(graph.cuts) - 1).run(frame), 5)
+    best = labels.topk(TorchStage(graph, 0, len(graph.cuts) - 1).run(frame), 5)
     assert 151 <= best[0][0] <= 268, best
     assert best[0][1] == labels.categories()[best[0][0]]
 

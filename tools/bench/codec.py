@@ -175,13 +175,13 @@ class _HopStats:
 def measure(model_name: str, video: str, frames: int, frame_size: Tuple[int, int], threshold: float,
             input_threshold: float) -> Dict[str, object]:
     """Run the benchmark and return the JSON-ready result."""
-    from cnnvideo.model.executor import StageExecutor
+    from cnnvideo.model.engines.torch_engine import TorchStage
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import build_model
 
     model = build_model(model_name, weights="random", seed=SEED)
     graph = LayerGraph.from_model(model, frame_size)
-    stages = [StageExecutor(graph, k, k + 1) for k in range(len(graph.cuts) - 1)]
+    stages = [TorchStage(graph, k, k + 1) for k in range(len(graph.cuts) - 1)]
     stats = [_HopStats(c, input_threshold if c.index == 0 else threshold) for c in graph.cuts]
     count = 0
     t0 = time.perf_counter()

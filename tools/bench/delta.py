@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.engines.torch_engine import TorchStage
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
 from cnnvideo.tools.chain import LocalChain
@@ -43,7 +43,7 @@ def run(args) -> int:
     k = len(graph.cuts) - 1
     cuts = [0, k // 3, 2 * k // 3, k]
     video, frames = _frames(args, size)
-    whole = StageExecutor(graph, 0, k)
+    whole = TorchStage(graph, 0, k)
     reference = [whole.run(f) for f in frames]
     result = {
         "model": args.model,

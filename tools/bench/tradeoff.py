@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.engines.torch_engine import TorchStage
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.results.labels import top1
 from cnnvideo.wire.hop import HopReceiver, HopSender
@@ -76,9 +76,9 @@ def sweep(graph: LayerGraph, frames: Sequence[np.ndarray], cuts: Sequence[int],
     k = len(graph.cuts) - 1
     cuts = sorted(set(cuts))
     bounds = [0] + cuts + [k]
-    prefix = [StageExecutor(graph, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    suffix = {c: StageExecutor(graph, c, k) for c in cuts}
-    whole = StageExecutor(graph, 0, k)
+    prefix = [TorchStage(graph, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    suffix = {c: TorchStage(graph, c, k) for c in cuts}
+    whole = TorchStage(graph, 0, k)
     in_hops = {t: _Hop(t, False) for t in input_thresholds}
     in_agree = {t: 0 for t in input_thresholds}
     later = {(c, s): _Hop(*s) for c in cuts for s in settings}
@@ -132,7 +132,7 @@ def combined(graph: LayerGraph, frames: Sequence[np.ndarray], in_point: Dict[str
     with its threshold/fp16); the top-1 agreement of that whole split with the unsplit model."""
     k = len(graph.cuts) - 1
     c = later_point["cut"]
-    first, second, whole = StageExecutor(graph, 0, c), StageExecutor(graph, c, k), StageExecutor(graph, 0, k)
+    first, second, whole = TorchStage(graph, 0, c), TorchStage(graph, c, k), TorchStage(graph, 0, k)
     hop0, hop1 = _Hop(in_point["input_threshold"], False), _Hop(later_point["threshold"], later_point["fp16"])
     agree = 0
     for frame in frames:

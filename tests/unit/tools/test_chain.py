@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from cnnvideo.model.executor import StageExecutor
+from cnnvideo.model.engines.torch_engine import TorchStage
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
 from cnnvideo.tools.chain import LocalChain
@@ -17,7 +17,7 @@ def setup():
     graph = LayerGraph.from_model(build_model("alexnet", "random", 0), FRAME)
     k = len(graph.cuts) - 1
     cuts = [0, k // 3, 2 * k // 3, k]
-    whole = StageExecutor(graph, 0, k)
+    whole = TorchStage(graph, 0, k)
     frames = list(synthetic_frames(N, FRAME, seed=3))
     reference = [whole.run(f) for f in frames]
     return graph, cuts, frames, reference

@@ -2,7 +2,7 @@
 and quantises its output with the cut's calibration, so it can stand in for an int8 stage (fallback)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -10,14 +10,17 @@ from cnnvideo.model.engines.base import QParams, Stage, check_input
 
 
 class TorchStage(Stage):
-    """Eager torch fp32 compute between two cuts."""
+    """Eager torch fp32 compute between two cuts (indices or names): the one torch stage runner, used by the
+    workers, the master's reference model and the tools."""
 
     engine = "torch"
     precision = "fp32"
 
-    def __init__(self, graph, start: int, end: int, q_in: Optional[QParams] = None,
+    def __init__(self, graph, start: Union[int, str], end: Union[int, str], q_in: Optional[QParams] = None,
                  q_out: Optional[QParams] = None) -> None:
+        start, end = graph.cut_index(start), graph.cut_index(end)
         super().__init__(start, end, q_in, q_out)
+        self.graph = graph
         self.in_cut = graph.cuts[start]
         self.out_cut = graph.cuts[end]
         self.module = graph.stage_module(start, end)
@@ -26,7 +29,7 @@ class TorchStage(Stage):
         """Run the stage (see Stage.run)."""
         import torch
 
-        where = "cut %d (%s)" % (self.start, self.in_cut.name)
+        where = "cut %r" % self.in_cut.name
         if self.q_in is not None:
             x = self.q_in.dequantize(check_input(x, self.in_cut.shape, "uint8", where))
         else:
