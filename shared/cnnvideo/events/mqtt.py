@@ -85,6 +85,10 @@ class MqttSettings:
         """Raise EventsConfigError naming the first bad field."""
         if not isinstance(self.host, str) or not self.host:
             raise EventsConfigError("%s.host: must be a non-empty host name or address" % key)
+        try:  # what the resolver will do with it: an empty or over-long label raises UnicodeError, not OSError,
+            self.host.encode("idna")  # which would end paho's network thread instead of being retried
+        except UnicodeError:
+            raise EventsConfigError("%s.host: not a valid host name: %r" % (key, self.host)) from None
         if not isinstance(self.port, int) or not 0 < self.port < 65536:
             raise EventsConfigError("%s.port: must be 1-65535, got %r" % (key, self.port))
         validate_topic_prefix(self.topic_prefix, key + ".topic_prefix")
@@ -204,15 +208,24 @@ class MqttPublisher:
     # --- the caller's side
 
     def start(self) -> None:
-        """Begin connecting in the background (returns at once)."""
+        """Begin connecting in the background (returns at once; a second call does nothing)."""
+        if self._sender is not None:
+            return
         self._sender = threading.Thread(target=self._send_loop, name="mqtt-sender", daemon=True)
         self._sender.start()
         self.client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
         self.client.loop_start()
 
     def publish_event(self, event: Event) -> None:
-        """Queue one event (never blocks; when the queue is full the oldest event is dropped and counted)."""
-        payload = event.to_json().encode("utf-8")
+        """Queue one event (never blocks, never raises; when the queue is full the oldest event is dropped and
+        counted)."""
+        try:
+            payload = event.to_json().encode("utf-8")
+        except (TypeError, ValueError) as e:
+            self.log.warning("events.mqtt: event not sent, it is not JSON: %s", e)
+            with self._lock:
+                self._dropped += 1
+            return
         with self._lock:
             if len(self._queue) >= self.settings.queue_max:
                 self._queue.popleft()

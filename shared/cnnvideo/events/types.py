@@ -76,6 +76,11 @@ class Event:
             raise ValueError("event type must be one of %s, got %r" % ("|".join(EVENT_TYPES), self.type))
         object.__setattr__(self, "box", as_box(self.box))
         object.__setattr__(self, "zones", tuple(self.zones))
+        for name in ("score", "capture_time"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v):
+                raise ValueError("event %s must be finite, got %r" % (name, v))
+            object.__setattr__(self, name, v)
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain JSON-able dict (lists, strings, numbers, None)."""

@@ -27,7 +27,8 @@ def test_settings_errors_name_the_key():
     cases = [(dict(port=0), "events.mqtt.port"), (dict(queue_max=0), "events.mqtt.queue_max"),
              (dict(tls_cert="c.pem"), "events.mqtt.tls_cert"), (dict(password="x"), "events.mqtt.password"),
              (dict(reconnect_min_s=5, reconnect_max_s=2), "events.mqtt.reconnect_max_s"),
-             (dict(host=""), "events.mqtt.host")]
+             (dict(host=""), "events.mqtt.host"), (dict(host="broker..lan"), "events.mqtt.host"),
+             (dict(host="x" * 64 + ".lan"), "events.mqtt.host")]
     for kw, key in cases:
         with pytest.raises(EventsConfigError) as info:
             MqttSettings(**kw)

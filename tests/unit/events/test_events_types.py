@@ -33,11 +33,13 @@ def test_script_label_stays_inert_data():
 
 
 def test_json_is_strict():
-    """Non-finite scores never reach JSON: Detection refuses them, and to_json refuses NaN (allow_nan=False)."""
+    """Non-finite numbers never reach JSON: Detection and Event refuse them (and to_json uses allow_nan=False)."""
     with pytest.raises(ValueError):
         Detection("person", float("nan"), (0, 0, 1, 1))
-    with pytest.raises(ValueError):
-        make_event(score=math.inf).to_json()
+    with pytest.raises(ValueError, match="score"):
+        make_event(score=math.inf)
+    with pytest.raises(ValueError, match="capture_time"):
+        make_event(capture_time=float("nan"))
 
 
 def test_detection_checks_box_and_label():
