@@ -155,7 +155,10 @@ class MqttPublisher:
         if settings.username is not None:
             self.client.username_pw_set(settings.username, settings.password)
         if settings.tls_ca is not None:
-            self.client.tls_set(ca_certs=settings.tls_ca, certfile=settings.tls_cert, keyfile=settings.tls_key)
+            try:
+                self.client.tls_set(ca_certs=settings.tls_ca, certfile=settings.tls_cert, keyfile=settings.tls_key)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                raise EventsConfigError("events.mqtt.tls_ca: cannot load the TLS files: %s" % e) from None
         self.client.will_set(self.available_topic, "offline", qos=1, retain=True)
         self.client.reconnect_delay_set(settings.reconnect_min_s, settings.reconnect_max_s)
         self.client.max_inflight_messages_set(min(settings.max_inflight, 20))
@@ -168,12 +171,12 @@ class MqttPublisher:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
         if reason_code.is_failure:
-            what = str(reason_code)
+            what = "connack:%s" % reason_code  # marked so the disconnect that follows is not logged again
             if self._failed_once != what:
                 self._failed_once = what
                 self.log.warning("events.mqtt: broker %s:%d refused the connection: %s; events are queued "
                                  "(bound %d) and the connection retried", self.settings.host, self.settings.port,
-                                 what, self.settings.queue_max)
+                                 reason_code, self.settings.queue_max)
             return
         self._failed_once = None
         self._connected = True
@@ -184,9 +187,21 @@ class MqttPublisher:
     def _on_disconnect(self, client, userdata, flags, reason_code, properties):
         was = self._connected
         self._connected = False
-        if was and not self._closing:
+        if self._closing:
+            return
+        if was:
             self.log.warning("events.mqtt: lost the broker %s:%d (%s); reconnecting with backoff up to %d s",
                              self.settings.host, self.settings.port, reason_code, self.settings.reconnect_max_s)
+            return
+        # closed before a CONNACK: with TLS 1.3 a refused client certificate ends up here, not in on_connect_fail
+        what = "the connection to %s:%d closed before the broker accepted it (%s%s)" % (
+            self.settings.host, self.settings.port, reason_code,
+            "; a TLS handshake failed or the client certificate was refused?" if self.settings.tls_ca else "")
+        if self._failed_once != what and not (self._failed_once or "").startswith("connack:"):
+            self._failed_once = what
+            self.log.warning("events.mqtt: %s; events are queued (bound %d) and the connection retried every "
+                             "%d-%d s", what, self.settings.queue_max, self.settings.reconnect_min_s,
+                             self.settings.reconnect_max_s)
 
     def _on_publish(self, client, userdata, mid, reason_code, properties):
         self._acks.append(mid)
@@ -196,7 +211,8 @@ class MqttPublisher:
         host, port = self.settings.host, self.settings.port
         try:
             socket.getaddrinfo(host, port)
-            what = "cannot connect to %s:%d (broker down or unreachable)" % (host, port)
+            what = "cannot connect to %s:%d (broker down or unreachable%s)" % (
+                host, port, ", or the TLS handshake failed" if self.settings.tls_ca else "")
         except OSError as e:
             what = "broker host %r does not resolve (%s)" % (host, e)
         if self._failed_once != what:

@@ -41,3 +41,12 @@ def test_topic_level_sanitises():
     assert topic_level("traffic light") == "traffic_light"
     assert topic_level("a/+/#") == "a____"
     assert topic_level("") == "_"
+
+
+def test_unreadable_tls_files_are_a_config_error(tmp_path):
+    """A CA file that does not exist is reported as events.mqtt.tls_ca when the publisher is made (not later)."""
+    pytest.importorskip("paho.mqtt.client")
+    from cnnvideo.events.mqtt import MqttPublisher
+
+    with pytest.raises(EventsConfigError, match=r"^events\.mqtt\.tls_ca: cannot load"):
+        MqttPublisher(MqttSettings(tls_ca=str(tmp_path / "missing-ca.pem")))
