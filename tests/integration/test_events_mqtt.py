@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -346,3 +347,70 @@ def test_nothing_listening_logs_and_goes_on(caplog):
     t = time.perf_counter()
     pub.close(timeout=1)
     assert time.perf_counter() - t < 2
+
+
+DNS_CHILD = """
+import json, logging, sys, time
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+from cnnvideo.events.mqtt import MqttPublisher, MqttSettings
+from cnnvideo.events.types import Event
+pub = MqttPublisher(MqttSettings(host="broker.invalid", queue_max=4, reconnect_min_s=1, reconnect_max_s=1))
+pub.start()
+t = time.perf_counter()
+for f in range(10):
+    pub.publish_event(Event(type="new", track_id=1, label="a", score=1, box=(0, 0, 1, 1), capture_time=1, frame=f))
+spent = time.perf_counter() - t
+time.sleep(2.5)
+s = pub.stats()
+t = time.perf_counter()
+pub.close(timeout=1)
+print(json.dumps({"spent": spent, "close": time.perf_counter() - t, "queued": s.queued, "dropped": s.dropped,
+                  "connected": s.connected}))
+"""
+
+
+def test_unresolvable_host_logs_and_goes_on():
+    """A broker host that does not resolve gives one clear warning (`does not resolve`) and the run goes on:
+    publish_event returns at once, drops are counted, close() keeps to its timeout. Run in a fresh network
+    namespace (`unshare -n`: only loopback) so the name lookup fails here and no packet leaves the machine."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -n` (root, or user namespaces) to keep the lookup off the network")
+    if shutil.which("ip") is None:
+        pytest.skip("needs `ip` to bring up loopback in the namespace (paho's thread uses a loopback socket pair)")
+    proc = subprocess.run([unshare, "-n", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"', sys.executable,
+                           DNS_CHILD], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("events.mqtt:")]
+    assert len(lines) == 1 and "broker host 'broker.invalid' does not resolve" in lines[0], proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["spent"] < 0.2 and out["close"] < 2.5
+    assert (out["queued"], out["dropped"], out["connected"]) == (4, 6, False)
+
+
+NO_LOOPBACK_CHILD = """
+import json, logging, sys
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+from cnnvideo.events.mqtt import MqttPublisher, MqttSettings
+from cnnvideo.events.types import Event
+pub = MqttPublisher(MqttSettings(queue_max=2))
+pub.start()
+for f in range(3):
+    pub.publish_event(Event(type="new", track_id=1, label="a", score=1, box=(0, 0, 1, 1), capture_time=1, frame=f))
+s = pub.stats()
+pub.close(timeout=1)
+print(json.dumps({"queued": s.queued, "dropped": s.dropped}))
+"""
+
+
+def test_no_loopback_does_not_stop_the_caller():
+    """paho's network thread needs a loopback socket pair; where even 127.0.0.1 is down (a fresh network
+    namespace) start() logs an error instead of raising, and publishing and close() still work."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -n` (root, or user namespaces)")
+    proc = subprocess.run([unshare, "-n", sys.executable, "-c", NO_LOOPBACK_CHILD], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "events.mqtt: cannot start the MQTT client" in proc.stderr
+    assert json.loads(proc.stdout) == {"queued": 2, "dropped": 1}

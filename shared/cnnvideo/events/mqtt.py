@@ -229,8 +229,12 @@ class MqttPublisher:
             return
         self._sender = threading.Thread(target=self._send_loop, name="mqtt-sender", daemon=True)
         self._sender.start()
-        self.client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
-        self.client.loop_start()
+        try:
+            self.client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
+            self.client.loop_start()  # makes a loopback socket pair first: fails where 127.0.0.1 is down
+        except (OSError, ValueError) as e:
+            self.log.error("events.mqtt: cannot start the MQTT client (%s); events are queued (bound %d) and "
+                           "dropped beyond that, the run goes on", e, self.settings.queue_max)
 
     def publish_event(self, event: Event) -> None:
         """Queue one event (never blocks, never raises; when the queue is full the oldest event is dropped and
