@@ -31,7 +31,10 @@ class TrackerSettings:
     matcher: `greedy` (highest IoU first) or `hungarian` (optimal total IoU; needs scipy).
     centroid_fallback_px: after IoU matching, pair the rest by centre distance up to this many pixels
         (0: off); helps when skipped frames let a fast object move past any overlap.
-    update_interval_s: least capture time between two `update` events of one track (0: every match).
+    update_interval_s: least capture time between two `update` events of one track (0: every match). Zones
+        and snapshots see a track through its events, so a larger interval also delays `entered`/`left` and
+        offers fewer frames for the snapshot; throttle what is published instead (EventPipeline's
+        publish_types) when that matters.
     """
 
     iou_threshold: float = 0.3

@@ -51,9 +51,11 @@ def test_anchor_is_the_box_bottom_centre():
 
 
 def walk(monitor, tracker, xs, y=150, label="person"):
-    """A person (40x100 box) walking through x positions, one frame each; the monitor's events."""
+    """A person (40x100 box) walking through x positions, one frame (0.1 s) each, continuing the frame count of
+    earlier walks on this monitor; the monitor's events."""
     out = []
-    for f, x in enumerate(xs):
+    for x in xs:
+        f = monitor.frames_walked = getattr(monitor, "frames_walked", -1) + 1
         out += monitor.update(tracker.update(f, 1000.0 + f * 0.1, [Detection(label, 0.9, (x, y, x + 40, y + 100))]))
     return out
 
