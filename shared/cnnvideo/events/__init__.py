@@ -17,9 +17,18 @@ import collections
 import dataclasses
 import logging
 import threading
-from typing import Any, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .types import EVENT_TYPES, Box, Detection, Event, EventsConfigError
+
+if TYPE_CHECKING:  # the heavier modules (numpy, cv2, paho, prometheus_client) load only when used
+    import numpy as np
+
+    from .metrics import Metrics
+    from .mqtt import MqttPublisher
+    from .snapshots import SnapshotKeeper
+    from .tracker import IouTracker
+    from .zones import ZoneMonitor
 
 LOG = logging.getLogger("cnnvideo.events")
 
@@ -34,9 +43,10 @@ class EventPipeline:
     result thread and `recent()` from its HTTP thread.
     """
 
-    def __init__(self, tracker, zones=None, snapshots=None, publisher=None, metrics=None, camera: str = "cam",
-                 recent_max: int = 200, snapshot_url_prefix: Optional[str] = None,
-                 publish_types: Optional[Sequence[str]] = None):
+    def __init__(self, tracker: IouTracker, zones: Optional[ZoneMonitor] = None,
+                 snapshots: Optional[SnapshotKeeper] = None, publisher: Optional[MqttPublisher] = None,
+                 metrics: Optional[Metrics] = None, camera: str = "cam", recent_max: int = 200,
+                 snapshot_url_prefix: Optional[str] = None, publish_types: Optional[Sequence[str]] = None):
         self.tracker = tracker
         self.zones = zones
         self.snapshots = snapshots
@@ -49,7 +59,7 @@ class EventPipeline:
         self._lock = threading.Lock()
 
     def process(self, frame_index: int, capture_time: float, detections: Sequence[Detection],
-                image=None) -> List[Event]:
+                image: Optional[np.ndarray] = None) -> List[Event]:
         """Run one processed frame's detections (and its RGB uint8 image, for snapshots); returns its events."""
         with self._lock:
             if self.metrics is not None:
@@ -62,7 +72,7 @@ class EventPipeline:
         with self._lock:
             return self._after(self.tracker.finish(capture_time, frame_index), None)
 
-    def _after(self, events: List[Event], image) -> List[Event]:
+    def _after(self, events: List[Event], image: Optional[np.ndarray]) -> List[Event]:
         if self.zones is not None:
             events = self.zones.update(events)
         out = []
@@ -136,7 +146,7 @@ def _settings(cls, config: Optional[Mapping[str, Any]], key: str, **fixed):
     return obj
 
 
-def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int], metrics=None,
+def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int], metrics: Optional[Metrics] = None,
                          key: str = "events", start_mqtt: bool = True) -> EventPipeline:
     """An EventPipeline from an `events:` config mapping; sections (each optional):
 
