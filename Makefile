@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml proto/cnnvideo.proto
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch torchvision
-	$(PY) -m pip install -q -e '.[dev,fast,ort]'
+	$(PY) -m pip install -q -e '.[dev,fast,ort,events]'
 	$(PY) -m cnnvideo.rpc.generate
 	touch $(STAMP)
 

@@ -1,0 +1,276 @@
+"""An IoU tracker that turns per-frame detections into tracks with stable ids and `new`/`update`/`end` events.
+
+Time is capture time, not the frame number: the master's drop policy can skip frames, so a track expires
+after `max_unseen_s` seconds of capture time without a match (and, optionally, after `max_unseen_updates`
+processed frames without one). A track is announced (`new`, and given its id) only after `min_frames`
+matched frames, so a one-frame false detection never becomes an event; ids are 1, 2, 3... in announcement
+order and never reused.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .types import Box, Detection, Event, EventsConfigError
+
+MATCHERS = ("greedy", "hungarian")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackerSettings:
+    """How detections are matched to tracks and when tracks are announced and ended.
+
+    iou_threshold: least IoU for a detection to continue a track.
+    min_frames: matched frames before a track is announced with `new` (1 = at once).
+    max_unseen_s: capture-time seconds without a match after which a track ends.
+    max_unseen_updates: processed frames without a match after which a track ends (None: time only).
+    labels: only these labels are tracked (None: all).
+    class_aware: a detection continues only a track of its own label.
+    matcher: `greedy` (highest IoU first) or `hungarian` (optimal total IoU; needs scipy).
+    centroid_fallback_px: after IoU matching, pair the rest by centre distance up to this many pixels
+        (0: off); helps when skipped frames let a fast object move past any overlap.
+    update_interval_s: least capture time between two `update` events of one track (0: every match). Zones
+        and snapshots see a track through its events, so a larger interval also delays `entered`/`left` and
+        offers fewer frames for the snapshot; throttle what is published instead (EventPipeline's
+        publish_types) when that matters.
+    """
+
+    iou_threshold: float = 0.3
+    min_frames: int = 3
+    max_unseen_s: float = 1.0
+    max_unseen_updates: Optional[int] = None
+    labels: Optional[FrozenSet[str]] = None
+    class_aware: bool = True
+    matcher: str = "greedy"
+    centroid_fallback_px: float = 0.0
+    update_interval_s: float = 0.0
+
+    def __post_init__(self):
+        if self.labels is not None:
+            object.__setattr__(self, "labels", frozenset(self.labels))
+        self.validate()
+
+    def validate(self, key: str = "events.tracker") -> None:
+        """Raise EventsConfigError naming the first bad field."""
+        if not 0.0 < self.iou_threshold <= 1.0:
+            raise EventsConfigError("%s.iou_threshold: must be in (0, 1], got %r" % (key, self.iou_threshold))
+        if int(self.min_frames) != self.min_frames or self.min_frames < 1:
+            raise EventsConfigError("%s.min_frames: must be an integer >= 1, got %r" % (key, self.min_frames))
+        if not self.max_unseen_s > 0:
+            raise EventsConfigError("%s.max_unseen_s: must be > 0 seconds, got %r" % (key, self.max_unseen_s))
+        if self.max_unseen_updates is not None and (int(self.max_unseen_updates) != self.max_unseen_updates
+                                                    or self.max_unseen_updates < 1):
+            raise EventsConfigError("%s.max_unseen_updates: must be an integer >= 1 or null, got %r"
+                                    % (key, self.max_unseen_updates))
+        if self.matcher not in MATCHERS:
+            raise EventsConfigError("%s.matcher: must be one of %s, got %r" % (key, "|".join(MATCHERS), self.matcher))
+        if self.matcher == "hungarian":
+            try:
+                import scipy.optimize  # noqa: F401
+            except ImportError:
+                raise EventsConfigError("%s.matcher: hungarian needs scipy, which is not installed" % key) from None
+        if self.centroid_fallback_px < 0:
+            raise EventsConfigError("%s.centroid_fallback_px: must be >= 0, got %r" % (key, self.centroid_fallback_px))
+        if self.update_interval_s < 0:
+            raise EventsConfigError("%s.update_interval_s: must be >= 0, got %r" % (key, self.update_interval_s))
+
+
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box in `a` (N, 4) with every box in `b` (M, 4), as an (N, M) array (broadcast, no loops)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    ix1 = np.maximum(a[:, None, 0], b[None, :, 0])
+    iy1 = np.maximum(a[:, None, 1], b[None, :, 1])
+    ix2 = np.minimum(a[:, None, 2], b[None, :, 2])
+    iy2 = np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(ix2 - ix1, 0, None) * np.clip(iy2 - iy1, 0, None)
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def centre_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Euclidean distance between the centres of every box in `a` (N, 4) and `b` (M, 4), as (N, M)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    ca = np.stack([(a[:, 0] + a[:, 2]) / 2, (a[:, 1] + a[:, 3]) / 2], axis=1)
+    cb = np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2], axis=1)
+    return np.linalg.norm(ca[:, None, :] - cb[None, :, :], axis=2)
+
+
+def greedy_assign(score: np.ndarray, valid: np.ndarray) -> List[Tuple[int, int]]:
+    """Pairs (row, col) taken best score first among `valid` cells, each row and column at most once."""
+    rows, cols = np.nonzero(valid)
+    if rows.size == 0:
+        return []
+    order = np.argsort(-score[rows, cols], kind="stable")
+    used_r, used_c, pairs = set(), set(), []
+    for r, c in zip(rows[order].tolist(), cols[order].tolist()):
+        if r not in used_r and c not in used_c:
+            used_r.add(r)
+            used_c.add(c)
+            pairs.append((r, c))
+    return pairs
+
+
+def hungarian_assign(score: np.ndarray, valid: np.ndarray) -> List[Tuple[int, int]]:
+    """Pairs maximising the total score over `valid` cells (scipy's linear_sum_assignment)."""
+    from scipy.optimize import linear_sum_assignment
+
+    if not valid.any():
+        return []
+    cost = np.where(valid, -score, 1e6)
+    rows, cols = linear_sum_assignment(cost)
+    return [(r, c) for r, c in zip(rows.tolist(), cols.tolist()) if valid[r, c]]
+
+
+@dataclasses.dataclass
+class Track:
+    """A tracker's state for one object; `track_id` is 0 until the track is announced."""
+
+    key: int
+    label: str
+    box: Box
+    score: float
+    first_seen: float
+    last_seen: float
+    hits: int = 1
+    misses: int = 0
+    track_id: int = 0
+    last_update_emitted: float = float("-inf")
+
+    @property
+    def confirmed(self) -> bool:
+        return self.track_id > 0
+
+
+class IouTracker:
+    """Greedy/Hungarian IoU tracker over capture time; `update()` per processed frame, `finish()` at the end."""
+
+    def __init__(self, settings: Optional[TrackerSettings] = None):
+        self.settings = settings or TrackerSettings()
+        self._tracks: List[Track] = []
+        self._next_key = 1
+        self._next_id = 1
+        self._last_time: Optional[float] = None
+
+    @property
+    def tracks(self) -> List[Track]:
+        """Announced tracks still alive (a copy of the list)."""
+        return [t for t in self._tracks if t.confirmed]
+
+    def counts(self) -> Dict[str, int]:
+        """Live announced tracks per label."""
+        out: Dict[str, int] = {}
+        for t in self._tracks:
+            if t.confirmed:
+                out[t.label] = out.get(t.label, 0) + 1
+        return out
+
+    def _event(self, kind: str, t: Track, frame: int, capture_time: float) -> Event:
+        return Event(type=kind, track_id=t.track_id, label=t.label, score=t.score, box=t.box,
+                     capture_time=capture_time, frame=frame)
+
+    def _match(self, tracks: List[Track], dets: List[Detection]) -> List[Tuple[int, int]]:
+        if not tracks or not dets:
+            return []
+        s = self.settings
+        tb = np.array([t.box for t in tracks], dtype=np.float64)
+        db = np.array([d.box for d in dets], dtype=np.float64)
+        same = np.ones((len(tracks), len(dets)), dtype=bool)
+        if s.class_aware:
+            tl = np.array([t.label for t in tracks], dtype=object)
+            dl = np.array([d.label for d in dets], dtype=object)
+            same = tl[:, None] == dl[None, :]
+        iou = iou_matrix(tb, db)
+        assign = hungarian_assign if s.matcher == "hungarian" else greedy_assign
+        pairs = assign(iou, same & (iou >= s.iou_threshold))
+        if s.centroid_fallback_px > 0:
+            free_t = np.ones(len(tracks), dtype=bool)
+            free_d = np.ones(len(dets), dtype=bool)
+            for r, c in pairs:
+                free_t[r] = False
+                free_d[c] = False
+            dist = centre_distances(tb, db)
+            valid = same & (dist <= s.centroid_fallback_px) & free_t[:, None] & free_d[None, :]
+            pairs += assign(-dist, valid)
+        return pairs
+
+    def update(self, frame: int, capture_time: float, detections: Sequence[Detection]) -> List[Event]:
+        """Match one processed frame's detections; returns its `update`, `new` and `end` events in that order.
+
+        `capture_time` is the frame's capture time in epoch seconds; a time earlier than the previous frame's
+        (a clock step) is treated as the previous time, so tracks never expire backwards.
+        """
+        s = self.settings
+        now = float(capture_time)
+        if self._last_time is not None and now < self._last_time:
+            now = self._last_time
+        self._last_time = now
+        ends: List[Event] = []
+        # a track unseen for too long ends before matching, so a returning object starts a new track
+        ends += self._expire(frame, now, by_misses=False)
+        dets = [d for d in detections if s.labels is None or d.label in s.labels]
+        pairs = self._match(self._tracks, dets)
+        matched_t = {r for r, _ in pairs}
+        matched_d = {c for _, c in pairs}
+        updates: List[Event] = []
+        news: List[Event] = []
+        for r, c in pairs:
+            t, d = self._tracks[r], dets[c]
+            t.box, t.score, t.last_seen = d.box, d.score, now
+            t.hits += 1
+            t.misses = 0
+            if not t.confirmed and t.hits >= s.min_frames:
+                self._announce(t, now)
+                news.append(self._event("new", t, frame, now))
+            elif t.confirmed and now - t.last_update_emitted >= s.update_interval_s:
+                t.last_update_emitted = now
+                updates.append(self._event("update", t, frame, now))
+        for i, t in enumerate(self._tracks):
+            if i not in matched_t:
+                t.misses += 1
+        for c, d in enumerate(dets):
+            if c in matched_d:
+                continue
+            t = Track(key=self._next_key, label=d.label, box=d.box, score=d.score, first_seen=now, last_seen=now)
+            self._next_key += 1
+            self._tracks.append(t)
+            if s.min_frames <= 1:
+                self._announce(t, now)
+                news.append(self._event("new", t, frame, now))
+        ends += self._expire(frame, now, by_misses=True)
+        return updates + news + ends
+
+    def _expire(self, frame: int, now: float, by_misses: bool) -> List[Event]:
+        """Drop tracks unseen for more than max_unseen_s (or max_unseen_updates misses); `end` for announced ones."""
+        s = self.settings
+        ends: List[Event] = []
+        alive: List[Track] = []
+        for t in self._tracks:
+            expired = now - t.last_seen > s.max_unseen_s or (
+                by_misses and s.max_unseen_updates is not None and t.misses > s.max_unseen_updates)
+            if not expired:
+                alive.append(t)
+            elif t.confirmed:
+                ends.append(self._event("end", t, frame, now))
+        self._tracks = alive
+        return ends
+
+    def _announce(self, t: Track, now: float) -> None:
+        t.track_id = self._next_id
+        t.last_update_emitted = now
+        self._next_id += 1
+
+    def finish(self, capture_time: float, frame: int = -1) -> List[Event]:
+        """End every announced track (the stream is over); unannounced candidates are dropped silently."""
+        now = float(capture_time)
+        if self._last_time is not None and now < self._last_time:
+            now = self._last_time
+        ends = [self._event("end", t, frame, now) for t in self._tracks if t.confirmed]
+        self._tracks = []
+        return ends
