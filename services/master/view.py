@@ -61,3 +61,40 @@ class ViewState:
         out.update(counters)
         out.update(extra())
         return out
+
+
+class LivePage:
+    """The master's live page (`live_view.port`): starts the server and answers its JSON from the role `m`."""
+
+    def __init__(self, m) -> None:
+        self.m = m
+
+    def start(self) -> None:
+        m = self.m
+        lv = m.cfg.live_view
+        if not lv.port:
+            return
+        from cnnvideo.results.liveview import LiveView
+
+        m.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
+        m.telemetry.on_span = m.view.note_span
+        m.live_view = LiveView(lv.port, self.state, lv.host)
+        m.live_view.start()
+
+    def state(self):
+        """The live page's JSON (from the HTTP thread)."""
+        m = self.m
+        with m.cond:
+            tr = m.tracker
+            st = m.feed.source.stats()
+            counters = {"mode": "live" if m.live else "offline", "processed": tr.completed,
+                        "captured": st["captured"], "skipped": st["skipped"],
+                        "skipped_share": round(st["skipped"] / st["captured"], 4) if st["captured"] else None,
+                        "in_flight": tr.in_flight(), "dropped": tr.dropped,
+                        "plan_layers": " | ".join(str(len(x)) for x in m.plan_layers(m.view.plan))
+                        if m.view.plan else ""}
+            chk = m.checker.summary() if m.checker is not None else {}
+            counters["checked"] = chk.get("checked")
+            counters["max_abs_err"] = chk.get("max_abs_err")
+            hops = [m.telemetry.hops[n] for n in sorted(m.telemetry.hops)]
+            return m.view.state(m.t_run or time.time(), counters, hops, dict)

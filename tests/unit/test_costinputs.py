@@ -52,7 +52,7 @@ def test_share_cpu_matches_what_a_capped_worker_reports():
 
 def test_master_and_plan_use_the_same_builder():
     """The master plans with the core builder (no second copy), as `cnnvideo plan` does."""
-    from cnnvideo.master import role
+    from cnnvideo.master import setup as role
     from cnnvideo.plan import costinputs
     from cnnvideo.tools import planner
 

@@ -4,7 +4,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from cnnvideo.master.role import MasterRole
+from cnnvideo.master.setup import Setup
 
 
 def _overlap(in_flight: int, workers: int = 2) -> int:
@@ -21,8 +21,8 @@ def _overlap(in_flight: int, workers: int = 2) -> int:
             state["now"] -= 1
         return "costs of w%d" % w
 
-    fake = SimpleNamespace(W=workers, cfg=SimpleNamespace(in_flight=in_flight), _setup_call=call)
-    assert MasterRole._all_costs(fake, "request") == ["costs of w%d" % w for w in range(workers)]
+    fake = SimpleNamespace(m=SimpleNamespace(W=workers, cfg=SimpleNamespace(in_flight=in_flight)), setup_call=call)
+    assert Setup.all_costs(fake, "request") == ["costs of w%d" % w for w in range(workers)]
     return state["most"]
 
 

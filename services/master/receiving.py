@@ -1,0 +1,127 @@
+"""The workers' two streams to the master: results (the last worker's output per frame, decoded and recorded)
+and stage reports (spans, engines, hop bytes, the compute and transfer times the scheduler observes)."""
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import numpy as np
+
+from cnnvideo.master.outputs import OutputError
+from cnnvideo.master.view import describe
+from cnnvideo.plan.schedulers import Compute, Transfer
+from cnnvideo.results import report as rpt
+from cnnvideo.rpc import net
+from cnnvideo.wire.hop import HopReceiver
+
+log = logging.getLogger(__name__)
+
+
+class StreamReader:
+    """Reads one generation's streams of worker w into the role `m` (its tracker, outputs, telemetry)."""
+
+    def __init__(self, m) -> None:
+        self.m = m
+
+    def results(self, w: int, call, gen: int) -> None:
+        m = self.m
+        receiver = HopReceiver(m.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
+        name = "worker w%d at %s" % (w, m.addresses[w])
+        try:
+            for res in call:
+                if res.run_id != m.run_id or res.generation != gen:
+                    log.warning("ignoring a result of run %s generation %d from w%d", res.run_id, res.generation, w)
+                    continue
+                now = time.time()
+                try:
+                    y = np.array(receiver.decode(res.output.data), copy=True)
+                except ValueError as exc:
+                    m.fault("worker w%d sent an undecodable result for frame %d: %s" % (w, res.frame_id, exc), gen)
+                    return
+                if not self._record(w, res, y, gen, now):
+                    return
+                m.publish()
+            if not m.closing:
+                m.fault("%s ended its result stream" % name, gen)
+        except grpc.RpcError as exc:
+            if not m.closing:
+                m.fault("%s is down (result stream lost: %s)" % (name, net.code_name(exc)), gen)
+
+    def _record(self, w: int, res, y: np.ndarray, gen: int, now: float) -> bool:
+        """Record one result (received at `now`, decoded just before this call); False when a resync made this
+        stream stale."""
+        m = self.m
+        t_dec = time.time()
+        f = res.frame_id
+        with m.cond:
+            if gen != m.tracker.generation:
+                return False  # a resync started: this stream's results are stale
+            if not m.tracker.complete(f, gen, w, t_dec):
+                log.warning("ignoring duplicate/unexpected result for frame %d from w%d", f, w)
+                return True
+            try:
+                m.outputs.put(f, y)
+            except OutputError as exc:
+                m.failure = m.failure or str(exc)
+            captured = m.feed.captured_at.get(f, t_dec)
+            m.capture_latency.append(t_dec - captured)
+            if m.view is not None:
+                m.view.note_result(f, t_dec - captured, describe(y), t_dec)
+                if m.live_view is not None:
+                    m.live_view.set_frame(m.feed.pixels.get(f))
+            rgb = m.feed.pixels.get(f)
+            m.thumbs.add(f, rgb)
+            m.feed.release(f)
+            m.last_event = now
+            hop = "w%d->m" % w
+            m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
+                                     res.output.keyframe)
+            if m.results is not None:
+                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data))
+            m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
+            m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
+            m.cond.notify_all()
+        if m.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
+            m.checker.offer(f, rgb, y)
+        return True
+
+    def stages(self, w: int, call, gen: int) -> None:
+        m = self.m
+        actor = "w%d" % w
+        name = "worker w%d at %s" % (w, m.addresses[w])
+        try:
+            for rep in call:
+                if rep.run_id != m.run_id or rep.generation != gen:
+                    continue
+                if rep.error:
+                    m.fault("worker w%d reports: %s" % (w, rep.error), gen)
+                    continue
+                with m.cond:
+                    if gen != m.tracker.generation:
+                        return
+                    self._stage_report(w, actor, rep)
+            if not m.closing:
+                m.fault("%s ended its stage stream" % name, gen)
+        except grpc.RpcError as exc:
+            if not m.closing:
+                m.fault("%s is down (stage stream lost: %s)" % (name, net.code_name(exc)), gen)
+
+    def _stage_report(self, w: int, actor: str, rep) -> None:
+        """Spans, engine, hop bytes and observations of one StageReport (holding the role's lock)."""
+        m = self.m
+        m.last_event = time.time()
+        if rep.engine:
+            m.telemetry.engine(w, rep.engine, rep.engine_note)
+        for st in rep.stages:
+            m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
+            if st.stage == "compute":
+                m.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
+        if rep.hop_out < m.W:
+            send = [st for st in rep.stages if st.stage == "send"]
+            wire = (send[0].end - send[0].start) if send else 0.0
+            hop = "w%d->w%d" % (w, rep.hop_out)
+            m.telemetry.hop(hop).add(rep.bytes_out, rep.dense_out, wire, rep.keyframe_out)
+            if m.results is not None:
+                m.results.hop(rep.frame_id, hop, rep.bytes_out)
+            m.scheduler.observe(Transfer(rep.hop_out, rep.bytes_out, wire))

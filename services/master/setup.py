@@ -1,0 +1,148 @@
+"""Before the first frame: connect, check the workers, get their costs, load the reference model, get the
+predictors, open the source and build the scheduler. A worker or trainer that restarts meanwhile is waited for
+(backoff, up to reliability.reconnect_s)."""
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+import numpy as np
+
+from cnnvideo.master.checks import check_infos, codec_times
+from cnnvideo.master.feed import SourceError
+from cnnvideo.master.links import MasterError, WorkerLinks
+from cnnvideo.master.outputs import OutputStore
+from cnnvideo.plan import schedulers
+from cnnvideo.plan.costinputs import build as cost_inputs
+from cnnvideo.plan.costinputs import cpu_model, payload_share
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import convert, net
+from cnnvideo.wire import settings
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 600.0  # servers may still be loading models / profiling
+SETUP_TIMEOUT_S = 1800.0  # trainer fitting on a slow machine
+# frames a deferred check holds (each an RGB frame: 1 MB at 480x720) before it starts checking during the run
+DEFER_QUEUE = 64
+
+
+class Setup:
+    """The master's setup steps, on the role `m` (its links, feed, scheduler and setup timings are set here)."""
+
+    def __init__(self, m) -> None:
+        self.m = m
+
+    def run(self) -> None:
+        m, cfg = self.m, self.m.cfg
+        OutputStore.remove_stale(m.out, keep=m.outputs.path)
+        t0 = time.time()
+        m.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
+        m.links.wait_serving(STARTUP_TIMEOUT_S)
+        m.links.fetch_infos(m.wait_s)
+        self.check_infos()
+        m.sending.cut0_shape = tuple(m.infos[0].cuts[0].shape)
+        request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
+                                 settings=m.settings_pb(settings.WORKER_KEYS))
+        costs = self.all_costs(request)
+        seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
+        codec_time = codec_times(costs, seg_time.shape[1] + 1)
+        m.setup_s["connect_info_costs"] = time.time() - t0
+        if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
+            self.load_reference()
+        t2 = time.time()
+        m.predictors = self.get_predictors()
+        m.setup_s["predictors"] = time.time() - t2
+        t1 = time.time()
+        try:
+            m.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+            if m.live:
+                m.feed.warm_up(min(cfg.group_size, 8) + 1)
+        except SourceError as exc:
+            raise MasterError(str(exc)) from None
+        m.setup_s["open_source"] = time.time() - t1
+        if cfg.check:
+            self.start_checker()
+        dense = np.array([c.bytes_dense for c in m.infos[0].cuts], dtype=np.float64)
+        frame_nz = m.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
+        delta = cfg.mode == "delta"
+        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, m.predictors, m.feed.mean_change(), *codec_time,
+                             delta_mode=delta, share=payload_share(cfg.local.links),
+                             turnaround=cfg.master_turnaround_s,
+                             **cpu_model(costs, cfg.in_flight, cfg.net_cpu_ns_per_byte, cfg.net_cpu_us_per_message))
+        m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
+                                        cfg.group_size, m.predictors, frame_nz)
+        m.scheduler.initial_plan()
+        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
+                 m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
+                 len(dense), cfg.scheduler)
+
+    def load_reference(self) -> None:
+        """The unsplit model the exactness check runs (torch, fp32)."""
+        from cnnvideo.model.engines.torch_engine import TorchStage
+        from cnnvideo.model.graph import LayerGraph
+        from cnnvideo.model.zoo import load_model
+
+        m = self.m
+        model, info = load_model(m.cfg.model, m.cfg.weights, m.cfg.seed)
+        m.weights_used = info.describe()
+        log.info("weights: %s", m.weights_used)
+        graph = LayerGraph.from_model(model, tuple(m.cfg.frame_size))
+        m.reference = TorchStage(graph, 0, len(graph.cuts) - 1)
+
+    def start_checker(self) -> None:
+        from cnnvideo.results.checking import OnlineChecker
+
+        m = self.m
+        block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked
+        defer = block and m.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
+        m.checker = OnlineChecker(m.reference.run, m.cfg.check_share,
+                                  queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer)
+
+    def all_costs(self, request) -> list:
+        """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the
+        concurrency the run will have: with more than one frame in flight all workers compute at once (asked
+        all at once: on a shared host each sees the others' load), with one they take turns (asked in turn).
+        On this 2-core host at caps 0.4 a worker computed 2-3.5x slower while the other computed too."""
+        m = self.m
+        if m.cfg.in_flight <= 1 or m.W <= 1:
+            return [self.setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(m.W)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=m.W) as pool:
+            futures = [pool.submit(self.setup_call, w, "Costs", request, SETUP_TIMEOUT_S) for w in range(m.W)]
+            return [f.result() for f in futures]
+
+    def setup_call(self, w: int, method: str, request, timeout: float):
+        """A setup call to worker w that waits out a restart of it (reliability.restart)."""
+        m = self.m
+        if m.wait_s > 0:
+            return m.links.call_waiting(w, method, request, timeout, m.wait_s)
+        return m.links.call(w, method, request, timeout)
+
+    def check_infos(self) -> None:
+        m = self.m
+        check_infos(m.infos, m.cfg.model, m.cfg.frame_size, m.addresses)
+
+    def get_predictors(self):
+        from cnnvideo.plan.predict import Predictors
+
+        m, cfg = self.m, self.m.cfg
+        req = pb.PredictorRequest(settings=m.settings_pb(settings.TRAINER_KEYS))
+        backoff = net.Backoff(cfg.reliability.reconnect_s)
+        while True:
+            try:
+                msg = m.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
+                break
+            except grpc.RpcError as exc:
+                retry = cfg.reliability.restart and exc.code() in (grpc.StatusCode.UNAVAILABLE,
+                                                                   grpc.StatusCode.CANCELLED)
+                if not retry or not backoff.wait():
+                    raise MasterError("trainer at %s: GetPredictors failed: %s" % (cfg.cluster.trainer,
+                                                                                   net.code_name(exc))) from None
+                log.warning("trainer at %s unavailable (%s); retrying", cfg.cluster.trainer, net.code_name(exc))
+        try:
+            return Predictors.from_arrays(convert.from_arrays(msg.arrays))
+        except ValueError as exc:
+            raise MasterError("trainer sent unusable predictors: %s" % exc) from None
