@@ -1,7 +1,8 @@
 """results.jsonl: one JSON line per finished frame, appended as results arrive (what the CNN saw, when, where).
 
 A line is {"frame", "capture_time", "result_time" (Unix seconds), "top5": [[index, name, score], ...], "cuts",
-"bytes": {hop: bytes}}. Hop byte counts come from three places (the master's own send, the workers' stage
+"bytes": {hop: bytes}}, and for a detector "boxes": [{"label", "score", "box": [x1, y1, x2, y2]}] in frame pixels
+(after "top5"). Hop byte counts come from three places (the master's own send, the workers' stage
 reports, the result itself) in any order, so a line is written once the result and every hop of its plan are
 known; close() writes whatever is still incomplete (a worker's report lost with a crash).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from cnnvideo.wire.protocol import reporter
 
@@ -50,11 +51,16 @@ class ResultsLog:
             self.pending[frame]["bytes"][name] = int(nbytes)
             self._maybe_write(frame)
 
-    def result(self, frame: int, result_time: float, top5: List[list], hop: str, nbytes: int) -> None:
-        """The frame's result arrived (over hop `hop`, `nbytes` bytes) with its top-5."""
+    def result(self, frame: int, result_time: float, top5: List[list], hop: str, nbytes: int,
+               boxes: Optional[Sequence[Any]] = None) -> None:
+        """The frame's result arrived (over hop `hop`, `nbytes` bytes) with its top-5, and for a detector its
+        `boxes` (cnnvideo.events.types.Detection: label, score, box x1, y1, x2, y2 in frame pixels)."""
         e = self._entry(frame)
         e["result_time"] = round(float(result_time), 6)
         e["top5"] = [[int(i), str(n), float(s)] for i, n, s in top5]
+        if boxes is not None:
+            e["boxes"] = [{"label": str(d.label), "score": round(float(d.score), 4),
+                           "box": [round(float(v), 1) for v in d.box]} for d in boxes]
         e["bytes"][hop] = int(nbytes)
         self._maybe_write(frame)
 
@@ -64,8 +70,8 @@ class ResultsLog:
             self._write(self.pending.pop(frame))
 
     def _write(self, e: Dict[str, Any]) -> None:
-        order = ("frame", "capture_time", "result_time", "top5", "cuts", "bytes")
-        self.fh.write(json.dumps({k: e.get(k) for k in order}) + "\n")
+        order = ("frame", "capture_time", "result_time", "top5", "boxes", "cuts", "bytes")
+        self.fh.write(json.dumps({k: e.get(k) for k in order if k != "boxes" or k in e}) + "\n")
         self.fh.flush()
         self.written += 1
 

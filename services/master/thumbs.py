@@ -1,8 +1,8 @@
 """report.html's strip of labelled frames: thumbnails taken as frames finish (frames are not kept), at most
-2 x 24 held, the stride doubling when full."""
+2 x 24 held, the stride doubling when full. A detector run's thumbnails show the boxes and a count caption."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -16,21 +16,34 @@ class Thumbnails:
 
     def __init__(self) -> None:
         self.uris: Dict[int, str] = {}
+        self.captions: Dict[int, str] = {}  # a detector run's frames: "3 people"
         self.every = 1
 
-    def add(self, frame: int, rgb) -> None:
-        """Keep a thumbnail of frame `frame` (an RGB uint8 image, or None) if it is on the stride."""
+    def add(self, frame: int, rgb, detections: Optional[Sequence] = None) -> None:
+        """Keep a thumbnail of frame `frame` (an RGB uint8 image, or None) if it is on the stride; with
+        `detections` (a detector's, in frame pixels) the boxes are drawn on it and its caption is the count."""
         if rgb is None or frame % self.every:
             return
-        uri = rpt.thumbnail_uri(rgb)
+        uri = rpt.thumbnail_uri(rgb, detections=detections)
         if uri:
             self.uris[frame] = uri
+            if detections is not None:
+                from cnnvideo.results.detections import caption
+
+                self.captions[frame] = caption(detections)
         if len(self.uris) > HELD:
             self.every *= 2
             self.uris = {k: v for k, v in self.uris.items() if k % self.every == 0}
+            self.captions = {k: v for k, v in self.captions.items() if k in self.uris}
 
     def pick(self, records, n: int = 24) -> List[tuple]:
-        """Up to n evenly spread labelled frames as (frame, thumbnail URI, top-1 name, score)."""
-        done = [r for r in records if r.top5 and r.frame in self.uris]
+        """Up to n evenly spread labelled frames as (frame, thumbnail URI, top-1 name, score), or for a detector
+        run (frames added with detections) as (frame, thumbnail URI, caption such as "3 people", None)."""
+        if self.captions:
+            done = [r for r in records if r.done_at is not None and r.frame in self.captions]
+        else:
+            done = [r for r in records if r.top5 and r.frame in self.uris]
         picked = [done[i] for i in sorted({int(round(i)) for i in np.linspace(0, len(done) - 1, min(n, len(done)))})]
+        if self.captions:
+            return [(r.frame, self.uris[r.frame], self.captions[r.frame], None) for r in picked]
         return [(r.frame, self.uris[r.frame], r.top5[0][1], r.top5[0][2]) for r in picked]

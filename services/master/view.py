@@ -15,6 +15,13 @@ RECENT = 4000  # spans kept for it
 LATENCIES = 500  # capture-to-result latencies in the figures shown
 
 
+def describe_detections(detections) -> str:
+    """A detector's one-line result: the count caption, e.g. "3 people"."""
+    from cnnvideo.results.detections import caption
+
+    return caption(detections)
+
+
 def describe(y: np.ndarray) -> str:
     """A one-line result: the top class of a classifier output with its softmax score (ImageNet names)."""
     from cnnvideo.results.labels import topk
@@ -37,10 +44,15 @@ class ViewState:
     def note_span(self, span: rpt.StageSpan) -> None:
         self.spans.append(span)
 
-    def note_result(self, frame: int, latency: float, result: str, at: float) -> None:
+    def note_result(self, frame: int, latency: float, result: str, at: float,
+                    detections: Optional[Dict[str, int]] = None) -> None:
+        """A frame finished: `result` is its one-line description; a detector run also gives the frame's
+        {label: boxes} (cnnvideo.results.detections.label_counts), shown as counts on the page."""
         self.latencies.append(latency)
         self.done_at.append(at)
         self.latest = {"frame": frame, "result": result}
+        if detections is not None:
+            self.latest["detections"] = dict(detections)
 
     def state(self, t0: float, counters: Dict[str, Any], hops: Sequence[rpt.HopStats],
               extra: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:

@@ -3,7 +3,10 @@
 GET /            the page (inline JS and SVG, no external assets)
 GET /state.json  what the page draws: processed fps, latency, skipped share, bytes and rate per hop, current
                  plan, latest result, recent stage spans (a rolling Gantt chart); built by the caller's callback
-GET /frame.jpg   the latest completed frame as JPEG
+GET /frame.jpg   the latest completed frame as JPEG (a detector's boxes drawn on it)
+
+A detector run's state has `latest.detections` ({label: boxes} of the latest frame): the page then shows the
+person count and every label's count (as text: labels come from a model file).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -31,7 +34,8 @@ td,th{padding:2px 8px;text-align:right} th{background:#eee}
 <h2>cnn-video live <span id="mode" class="k"></span></h2>
 <div class="row">
  <div class="card"><img id="frame" alt="latest frame"><div>frame <b id="frame_id">-</b>
-  result <b id="result">-</b></div></div>
+  result <b id="result">-</b></div>
+  <div id="det_row" hidden>people <b id="people">-</b> <span id="det_counts" class="k"></span></div></div>
  <div class="card">
   <div>processed <b id="processed">0</b> frames, <b id="fps">-</b> fps</div>
   <div>latency p50 <b id="lat_p50">-</b> s, p95 <b id="lat_p95">-</b> s, max <b id="lat_max">-</b> s</div>
@@ -80,6 +84,12 @@ async function tick(){
       `<td>${h.messages}</td></tr>`).join("");
     if(st.latest && st.latest.frame!==lastFrame){
       lastFrame=st.latest.frame; set("frame_id", st.latest.frame); set("result", st.latest.result);
+      const det=st.latest.detections;
+      document.getElementById("det_row").hidden=!det;
+      if(det){
+        set("people", det.person||0);
+        set("det_counts", "("+(Object.keys(det).map(k=>k+": "+det[k]).join(", ")||"nothing found")+")");
+      }
       document.getElementById("frame").src="frame.jpg?f="+lastFrame;
     }
     gantt(st);
@@ -100,6 +110,7 @@ class LiveView:
         self.state = state
         self.lock = threading.Lock()
         self.frame: Optional[np.ndarray] = None  # RGB of the latest completed frame
+        self.detections: Optional[Sequence[Any]] = None  # its detections (drawn when encoded)
         self.jpeg: Optional[bytes] = None
         self.requests = 0
         owner = self
@@ -145,10 +156,12 @@ class LiveView:
         log.info("live view on http://%s:%d/", self.httpd.server_address[0], self.port)
         return self.port
 
-    def set_frame(self, rgb: np.ndarray) -> None:
-        """The latest completed frame (kept by reference; encoded only when a browser asks)."""
+    def set_frame(self, rgb: np.ndarray, detections: Optional[Sequence[Any]] = None) -> None:
+        """The latest completed frame (kept by reference; encoded only when a browser asks), with a detector's
+        detections (frame pixels) to draw on it then."""
         with self.lock:
             self.frame = rgb
+            self.detections = detections
             self.jpeg = None
 
     def frame_jpeg(self) -> Optional[bytes]:
@@ -156,7 +169,12 @@ class LiveView:
             if self.jpeg is None and self.frame is not None:
                 import cv2
 
-                ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(self.frame[:, :, ::-1]))
+                rgb = self.frame
+                if self.detections:
+                    from cnnvideo.results.detections import draw_boxes
+
+                    rgb = draw_boxes(rgb, self.detections)
+                ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]))
                 self.jpeg = buf.tobytes() if ok else None
             return self.jpeg
 

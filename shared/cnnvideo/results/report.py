@@ -391,8 +391,9 @@ def gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int
     return "".join(parts)
 
 
-def thumbnail_uri(frame, width: int = 128) -> str:
-    """An RGB uint8 frame as a small inline JPEG (data: URI); '' without OpenCV."""
+def thumbnail_uri(frame, width: int = 128, detections: Optional[Sequence[Any]] = None) -> str:
+    """An RGB uint8 frame as a small inline JPEG (data: URI), with a detector's boxes (frame pixels) drawn on it
+    after the resize (so they stay visible); '' without OpenCV."""
     try:
         import cv2
     except ImportError:
@@ -400,20 +401,27 @@ def thumbnail_uri(frame, width: int = 128) -> str:
     import base64
 
     h, w = frame.shape[:2]
-    small = cv2.resize(frame[:, :, ::-1], (width, max(int(round(h * width / float(w))), 1)),
-                       interpolation=cv2.INTER_AREA)
-    ok, buf = cv2.imencode(".jpg", small, [int(cv2.IMWRITE_JPEG_QUALITY), 80])
+    small = cv2.resize(frame, (width, max(int(round(h * width / float(w))), 1)), interpolation=cv2.INTER_AREA)
+    if detections:
+        from cnnvideo.results.detections import draw_boxes
+
+        small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=1)
+    ok, buf = cv2.imencode(".jpg", small[:, :, ::-1], [int(cv2.IMWRITE_JPEG_QUALITY), 80])
     return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""
 
 
 def thumbs_html(thumbs: Sequence[tuple]) -> str:
-    """A strip of (frame id, data URI, top-1 label, score) thumbnails, each captioned with its label."""
+    """A strip of (frame id, data URI, caption[, score]) thumbnails: a classifier's caption is the top-1 label
+    with its score, a detector's a count such as "3 people" (score None or left out). Captions are escaped."""
     if not thumbs:
         return "<p>no labelled frames</p>"
     cells = []
-    for frame, uri, label, score in thumbs:
-        cells.append('<figure class="thumb"><img src="%s" alt="frame %d"><figcaption>#%d %s<br>%.2f</figcaption>'
-                     '</figure>' % (uri, frame, frame, html.escape(label), score))
+    for t in thumbs:
+        frame, uri, label = t[:3]
+        score = t[3] if len(t) > 3 else None
+        cells.append('<figure class="thumb"><img src="%s" alt="frame %d"><figcaption>#%d %s%s</figcaption>'
+                     '</figure>' % (html.escape(uri), frame, frame, html.escape(str(label)),
+                                    "" if score is None else "<br>%.2f" % score))
     return '<div class="strip">%s</div>' % "".join(cells)
 
 
@@ -436,6 +444,13 @@ def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Se
         ("plan (layers per worker)", "; ".join("w%d: %d layers" % (i, len(p)) for i, p in
                                                enumerate(report.get("plan") or []))),
     ]
+    if report.get("detections") is not None:  # a detector run (cnnvideo.results.detections)
+        rows.append(("detections (label: boxes / frames with one / most in a frame)",
+                     "; ".join("%s: %s / %s / %s" % (k, d.get("boxes"), d.get("frames_with"), d.get("max_per_frame"))
+                               for k, d in (report.get("detections") or {}).items()) or "none"))
+        agree = report.get("detection_agreement") or {}
+        rows.append(("detection precision / recall / F1 against the unsplit model",
+                     "%s / %s / %s" % (agree.get("precision"), agree.get("recall"), agree.get("f1"))))
     hop_rows = "".join(
         "<tr><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.3f</td><td>%s</td><td>%d</td></tr>"
         % (esc(h["name"]), h["bytes_sent"], h["bytes_dense"],
@@ -453,7 +468,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{m
 .thumb img{display:block;width:128px}</style></head>
 <body><h1>cnn-video run report</h1>
 <table>%s</table>
-<h2>What the CNN saw (top-1 ImageNet label per frame)</h2>%s
+<h2>What the CNN saw (%s)</h2>%s
 <h2>Hops</h2>
 <table><tr><th>hop</th><th>bytes sent</th><th>bytes dense (float32)</th><th>sent/dense</th><th>transfer s</th>
 <th>effective MB/s</th><th>keyframes</th></tr>%s</table>
@@ -462,6 +477,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px} h2{m
 </body></html>
 """ % (
         "".join("<tr><th>%s</th><td>%s</td></tr>" % (esc(k), esc(str(v))) for k, v in rows),
+        "boxes and count per frame" if report.get("detections") is not None else "top-1 ImageNet label per frame",
         thumbs_html(thumbs or []),
         hop_rows,
         _latency_svg(records),
