@@ -64,7 +64,7 @@ class MasterRole:
         self.addresses = list(cfg.cluster.workers)
         self.max_bytes = cfg.max_message_bytes
         self.timeout = cfg.limits.rpc_timeout_s
-        self.wait_s = cfg.reliability.reconnect_s if cfg.reliability.restart else 0.0  # for a restarting peer
+        self.wait_s = cfg.reliability.peer_wait_s if cfg.reliability.restart else 0.0  # for a restarting peer
         self.links: Optional[WorkerLinks] = None
         self.cond = threading.Condition()
         self.failure: Optional[str] = None
@@ -112,7 +112,7 @@ class MasterRole:
     def start(self) -> None:
         """Connect, check the workers, get their costs, get predictors, open the source (live: take a few frames
         to see the input change), build the scheduler. A worker or trainer that restarts meanwhile is waited for
-        (backoff, up to reliability.reconnect_s)."""
+        (backoff, up to reliability.peer_wait_s)."""
         OutputStore.remove_stale(self.out, keep=self.outputs.path)
         t0 = time.time()
         self.links = WorkerLinks(self.addresses, self.cfg.cluster.trainer, self.max_bytes, self.timeout)
@@ -160,9 +160,9 @@ class MasterRole:
         mean_nz = self.feed.mean_change()
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
                              delta_mode=delta, share=payload_share(self.cfg.local.links),
-                             turnaround=self.cfg.master_turnaround_s,
-                             **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte,
-                                         self.cfg.net_cpu_us_per_message))
+                             turnaround=self.cfg.cost_model.master_turnaround_s,
+                             **cpu_model(costs, self.cfg.in_flight, self.cfg.cost_model.net_cpu_ns_per_byte,
+                                         self.cfg.cost_model.net_cpu_us_per_message))
         self.scheduler = schedulers.create(self.cfg.scheduler, inputs, self.cfg.in_flight, delta,
                                            self.cfg.scheduler_options, self.cfg.group_size, self.predictors, frame_nz)
         self.scheduler.initial_plan()
@@ -196,7 +196,7 @@ class MasterRole:
         from cnnvideo.plan.predict import Predictors
 
         req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
-        backoff = net.Backoff(self.cfg.reliability.reconnect_s)
+        backoff = net.Backoff(self.cfg.reliability.peer_wait_s)
         while True:
             try:
                 msg = self.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
@@ -528,7 +528,7 @@ class MasterRole:
 
     # ------------------------------------------------------------------ faults: resync and re-send
     def _recover(self, fault: str) -> None:
-        """After `fault`: start a new generation, wait (with backoff, up to reliability.reconnect_s) until every
+        """After `fault`: start a new generation, wait (with backoff, up to reliability.peer_wait_s) until every
         worker serves, detect restarted ones, reset every hop state on both sides (all hops keyframe) and queue
         the frames that were in flight for re-sending (or drop those out of retries)."""
         rel = self.cfg.reliability
@@ -540,7 +540,7 @@ class MasterRole:
         log.warning("resync %d (generation %d): %s; %d frames to re-send", self.tracker.resyncs, gen, fault,
                     len(again))
         self.links.cancel_streams()
-        backoff = net.Backoff(rel.reconnect_s)
+        backoff = net.Backoff(rel.peer_wait_s)
         while self.failure is None:
             down = self.links.down()
             if not down:
@@ -553,7 +553,7 @@ class MasterRole:
             else:
                 problem = "%s is down" % self.links.name(down[0])
             if not backoff.wait():
-                self.fail("%s and did not come back within %.0f s (fault: %s)" % (problem, rel.reconnect_s, fault))
+                self.fail("%s and did not come back within %.0f s (fault: %s)" % (problem, rel.peer_wait_s, fault))
                 return
         with self.cond:
             self.last_event = time.time()
