@@ -1,4 +1,4 @@
-"""The per-message CPU probe (the cost model's `net_cpu_us_per_message`): what one gRPC message costs a worker in
+"""The per-message CPU probe (`cost_model.net_cpu_us_per_message`): what one gRPC message costs a worker in
 CPU time, apart from its bytes. Two OS processes on 127.0.0.1 with the project's proto and cnnvideo.rpc.net
 channel and server: the server serves Worker.Process (a bare Ack) and Worker.Results / Worker.Stages (streams of
 FrameResult / StageReport); the client, per payload size, (a) sends N FrameTask messages through Process and

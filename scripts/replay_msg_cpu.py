@@ -1,10 +1,10 @@
-"""Replay committed cost-model runs with and without the per-message CPU charge (`net_cpu_us_per_message`).
+"""Replay committed cost-model runs with and without the per-message CPU charge (`cost_model.net_cpu_us_per_message`).
 
 Each run's report stores the model's steady stage costs of its main plan (`predicted_stage_s`: t0, c0, t1, c1) and
 its predicted makespan, not the CostInputs. So per work stage this recovers the fluid seconds the model of that
 commit charged: at 1 frame in flight by inverting its burst_wall (a point burst before 155c69f, the +-10% spread
 after) on c minus the result transfer; at more the stage is the fluid time. It then re-runs today's model on them
-(`before`: smoothed burst, master_turnaround_s 0.02) and the same plus MESSAGES_PER_FRAME x us per message (`after`:
+(`before`: smoothed burst, master turnaround 0.02 s) and the same plus MESSAGES_PER_FRAME x us per message (`after`:
 inside the burst at x period/quota, else x wall/CPU ~ 1/cap). Frame 0 (a keyframe on every hop) keeps the stored
 run's extra transfer time: the hops' measured keyframe bytes (total - 7 x steady) / rate, scaled so the
 stored model reproduces the stored makespan. Errors as results.md: fps error = measured / predicted - 1.
@@ -20,7 +20,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from cnnvideo.config import Config
+from cnnvideo.config import CostModel
 from cnnvideo.plan.costmodel import burst_wall, message_count, simulate
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "results")
@@ -29,7 +29,7 @@ EXPERIMENTS = {"costmodel480-c01-smooth": (0.1, 0.02), "costmodel480-c01-r2": (0
                "costmodel480-smooth": (0.1, 0.02), "costmodel480-m1t": (0.0, 0.02), "costmodel480-r3": (0.0, 0.0)}
 PERIOD = 0.1
 RESULT_BYTES = 4000.0  # MobileNetV2's 1000 float32 logits (dense bytes at the last cut)
-TURNAROUND = Config.master_turnaround_s
+TURNAROUND = CostModel.master_turnaround_s
 
 
 def invert_burst(wall: np.ndarray, quota: float, spread: float) -> np.ndarray:
@@ -153,8 +153,9 @@ HEADER = ("| variant | caps | in flight | runs | mean abs fps err: stored | befo
 
 
 def main(argv: List[str]) -> None:
-    for us in [float(a) for a in argv] or [Config.net_cpu_us_per_message]:
-        print("\nnet_cpu_us_per_message = %g (x %d messages per worker per frame)" % (us, message_count(1)[0]))
+    for us in [float(a) for a in argv] or [CostModel.net_cpu_us_per_message]:
+        print("\ncost_model.net_cpu_us_per_message = %g (x %d messages per worker per frame)"
+              % (us, message_count(1)[0]))
         print(HEADER)
         print("|" + "---|" * len(COLUMNS))
         for e in table(us):

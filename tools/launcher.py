@@ -1,7 +1,6 @@
 """`cnnvideo local`: run trainer, workers and master as local OS processes on free 127.0.0.1 ports."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -11,8 +10,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-import yaml
-
 from cnnvideo import config
 from cnnvideo.config import ConfigError
 from cnnvideo.results import report as rpt
@@ -20,29 +17,6 @@ from cnnvideo.results import report as rpt
 from . import linkemu
 
 log = logging.getLogger(__name__)
-
-# The built-in demo: AlexNet over two workers in delta mode on the sample video, checked against the master.
-DEFAULT_CONFIG: Dict[str, Any] = {
-    "model": "alexnet",
-    "weights": "random",
-    "seed": 0,
-    "video": "media/vtest.avi",
-    "frame_size": [240, 320],
-    "mode": "delta",
-    "check": True,
-    "frames": 30,
-    "in_flight": 3,
-    "group_size": 5,
-    "scheduler": "das",
-    "bandwidth": [3.0, 3.0],
-    "cluster": {"trainer": "127.0.0.1:50051", "workers": ["127.0.0.1:50060", "127.0.0.1:50061"]},
-    "trainer": {"frames": 40},
-    "local": {"links": "auto", "cpus": "auto"},  # like the cluster: shaped hops (tc or paced), capped roles
-}
-
-# With torchvision's trained MobileNetV2 in the torch hub cache (scripts/fetch_weights.sh), the demo runs it instead
-# and shows what it saw (ImageNet labels); without the file it stays AlexNet with random weights.
-TRAINED_DEMO: Dict[str, Any] = {"model": "mobilenet_v2", "weights": "imagenet"}
 
 STARTUP_TIMEOUT_S = 600.0  # model load + first profiling of big models on a busy machine
 
@@ -139,41 +113,23 @@ def stop_all(children: List[Child], timeout: float = 5.0) -> None:
         c.stop(max(deadline - time.time(), 0.1))
 
 
-def default_config() -> Dict[str, Any]:
-    """The built-in demo config: trained MobileNetV2 when its weights load offline, else DEFAULT_CONFIG."""
-    from cnnvideo.model.zoo import imagenet_available
-
-    data = json.loads(json.dumps(DEFAULT_CONFIG))
-    if imagenet_available(TRAINED_DEMO["model"]):
-        data.update(TRAINED_DEMO)
-    return data
-
-
-def effective_config(args) -> Tuple[config.Config, str]:
-    """Load (or take the built-in) config, apply --frames/--out, validate, and rewrite addresses to free ports."""
-    from cnnvideo.rpc.net import free_port
-
-    if args.config:
-        try:
-            with open(args.config) as fh:
-                data = yaml.safe_load(fh) or {}
-        except OSError as exc:
-            raise ConfigError("cannot read config file %s: %s" % (args.config, exc.strerror)) from None
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0]
-            raise ConfigError("config file %s is not valid YAML: %s" % (args.config, first)) from None
-        if not isinstance(data, dict):
-            raise ConfigError("config file %s must hold a mapping of keys" % args.config)
-    else:
-        data = default_config()
-    if args.frames is not None:
-        data["frames"] = args.frames
+def user_config(args) -> config.Config:
+    """The config file of -c, or the demo (config.DEMO_PATH: the same file as configs/local.yml) without it, with
+    --frames applied and validated (renamed keys and the model fallback resolved by config.load)."""
+    overrides = {"frames": args.frames} if args.frames is not None else None
     try:
-        cfg = config.from_dict(data)
+        return config.load(args.config or config.DEMO_PATH, overrides)
     except ConfigError as exc:
         if not args.config and "'video'" in str(exc):
             raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
         raise
+
+
+def effective_config(args) -> Tuple[config.Config, str]:
+    """Load the config (user_config), apply --out, and rewrite addresses to free ports."""
+    from cnnvideo.rpc.net import free_port
+
+    cfg = user_config(args)
     out = os.path.abspath(args.out or cfg.out)
     cfg.out = out
     if os.environ.get(linkemu.NETNS_ENV):  # the launcher inside the namespace: the outer one chose everything

@@ -185,17 +185,13 @@ class PortForward:
 
 # ---------------------------------------------------------------------- CPU caps
 def role_shares(cfg: Config) -> Dict[str, float]:
-    """CPU share per local role name (trainer, w0.., master) from `cpus` (worker keys as the planner reads them:
-    w<i>, worker<i>, worker, workers)."""
+    """CPU share per local role name (trainer, w0.., master) from `cpus` (Config.cpu_share: worker<i>, else
+    workers)."""
     out: Dict[str, float] = {}
-    for role in ("trainer", "master"):
-        if role in cfg.cpus:
-            out[role] = float(cfg.cpus[role])
-    for w in range(cfg.n_workers):
-        for key in ("w%d" % w, "worker%d" % w, "worker", "workers"):
-            if key in cfg.cpus:
-                out["w%d" % w] = float(cfg.cpus[key])
-                break
+    for role in ["trainer", "master"] + ["w%d" % w for w in range(cfg.n_workers)]:
+        share = cfg.cpu_share(role)
+        if share is not None:
+            out[role] = float(share)
     return out
 
 

@@ -3,9 +3,10 @@
 Segment and hop codec times are profiled locally (one thread; on the config's engine and precision, as a worker
 profiles: torch segment times scaled by ONNX Runtime stages, int8 codec times on the uint8 cut tensors) and
 divided by each worker's CPU share
-(`cpus: {w0: 0.07}`; keys `w<i>`, `worker<i>`, then `worker`/`workers` for all; shares above 1 count
-as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead) and
-the CPU per gRPC message (`net_cpu_us_per_message`, 3 a frame per worker; with 1 in flight inside the burst).
+(`cpus: {worker0: 0.07}`; `worker<i>`, else `workers` for all; shares above 1 count
+as 1), as is the network CPU charge (`cost_model.net_cpu_ns_per_byte`; with 1 frame in flight, CFS bursts instead)
+and the CPU per gRPC message (`cost_model.net_cpu_us_per_message`, 3 a frame per worker; with 1 in flight inside
+the burst).
 Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
 ~20 frames of the config's video (synthetic frames if the file is missing). CostInputs come from
 cnnvideo.plan.costinputs, the builder the master uses.
@@ -34,10 +35,8 @@ FIT_FRAMES = 20
 
 def worker_share(cfg: config_mod.Config, w: int) -> float:
     """CPU share of worker w from cfg.cpus (1.0 when not given; capped at 1 since profiles use one core)."""
-    for key in ("w%d" % w, "worker%d" % w, "worker", "workers"):
-        if key in cfg.cpus:
-            return min(float(cfg.cpus[key]), 1.0)
-    return 1.0
+    share = cfg.cpu_share("worker%d" % w)
+    return 1.0 if share is None else min(float(share), 1.0)
 
 
 def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
@@ -130,9 +129,10 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     dense = np.array([float(c.bytes_dense) for c in graph.cuts])
     inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
-                              share=costinputs.payload_share(cfg.local.links), turnaround=cfg.master_turnaround_s,
-                              **costinputs.cpu_model(cpus, cfg.in_flight, cfg.net_cpu_ns_per_byte,
-                                                     cfg.net_cpu_us_per_message))
+                              share=costinputs.payload_share(cfg.local.links),
+                              turnaround=cfg.cost_model.master_turnaround_s,
+                              **costinputs.cpu_model(cpus, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
+                                                     cfg.cost_model.net_cpu_us_per_message))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
 
 
@@ -188,10 +188,10 @@ def _split(plan: Plan, ctx: PlanContext, names: List[str]) -> List[Dict[str, Any
 
 
 def _load(args) -> config_mod.Config:
-    """Config from -c, or the built-in default (video check relaxed: synthetic frames if it is missing)."""
+    """Config from -c, or the demo config (config.DEMO_PATH; video check relaxed: synthetic frames if it is missing)."""
     if getattr(args, "config", None):
         return config_mod.load(args.config)
-    return config_mod.from_dict({}, check_files=False)
+    return config_mod.load_demo(check_files=False)
 
 
 def run(args) -> int:

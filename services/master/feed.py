@@ -21,7 +21,7 @@ WINDOW = 8  # sent-frame pairs in the running input-change window (live planning
 def source_options(cfg: Config) -> SourceOptions:
     s = cfg.source
     return SourceOptions(realtime=s.realtime, drop=s.drop, queue=s.queue, loop=s.loop, fps=s.fps,
-                         reconnect_s=s.reconnect_s)
+                         reopen_s=s.reopen_s)
 
 
 class Feed:

@@ -20,7 +20,7 @@ class Recovery:
         self.m = m
 
     def recover(self, fault: str) -> None:
-        """Start a new generation, wait (with backoff, up to reliability.reconnect_s) until every worker serves,
+        """Start a new generation, wait (with backoff, up to reliability.peer_wait_s) until every worker serves,
         detect restarted ones, reset every hop and queue the frames in flight for re-sending (or drop those out
         of retries)."""
         m = self.m
@@ -32,7 +32,7 @@ class Recovery:
                 m.feed.release(f)
         log.warning("resync %d (generation %d): %s; %d frames to re-send", m.tracker.resyncs, gen, fault, len(again))
         m.links.cancel_streams()
-        backoff = net.Backoff(rel.reconnect_s)
+        backoff = net.Backoff(rel.peer_wait_s)
         while m.failure is None:
             down = m.links.down()
             if not down:
@@ -45,7 +45,7 @@ class Recovery:
             else:
                 problem = "%s is down" % m.links.name(down[0])
             if not backoff.wait():
-                m.fail("%s and did not come back within %.0f s (fault: %s)" % (problem, rel.reconnect_s, fault))
+                m.fail("%s and did not come back within %.0f s (fault: %s)" % (problem, rel.peer_wait_s, fault))
                 return
         with m.cond:
             m.last_event = time.time()

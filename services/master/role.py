@@ -54,7 +54,7 @@ class MasterRole:
         self.addresses = list(cfg.cluster.workers)
         self.max_bytes = cfg.max_message_bytes
         self.timeout = cfg.limits.rpc_timeout_s
-        self.wait_s = cfg.reliability.reconnect_s if cfg.reliability.restart else 0.0  # for a restarting peer
+        self.wait_s = cfg.reliability.peer_wait_s if cfg.reliability.restart else 0.0  # for a restarting peer
         self.links: Optional[WorkerLinks] = None
         self.cond = threading.Condition()
         self.failure: Optional[str] = None

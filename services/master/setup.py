@@ -1,6 +1,6 @@
 """Before the first frame: connect, check the workers, get their costs, load the reference model, get the
 predictors, open the source and build the scheduler. A worker or trainer that restarts meanwhile is waited for
-(backoff, up to reliability.reconnect_s)."""
+(backoff, up to reliability.peer_wait_s)."""
 from __future__ import annotations
 
 import logging
@@ -69,8 +69,9 @@ class Setup:
         delta = cfg.mode == "delta"
         inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, m.predictors, m.feed.mean_change(), *codec_time,
                              delta_mode=delta, share=payload_share(cfg.local.links),
-                             turnaround=cfg.master_turnaround_s,
-                             **cpu_model(costs, cfg.in_flight, cfg.net_cpu_ns_per_byte, cfg.net_cpu_us_per_message))
+                             turnaround=cfg.cost_model.master_turnaround_s,
+                             **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
+                                             cfg.cost_model.net_cpu_us_per_message))
         m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
                                         cfg.group_size, m.predictors, frame_nz)
         m.scheduler.initial_plan()
@@ -130,7 +131,7 @@ class Setup:
 
         m, cfg = self.m, self.m.cfg
         req = pb.PredictorRequest(settings=m.settings_pb(settings.TRAINER_KEYS))
-        backoff = net.Backoff(cfg.reliability.reconnect_s)
+        backoff = net.Backoff(cfg.reliability.peer_wait_s)
         while True:
             try:
                 msg = m.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)

@@ -148,12 +148,12 @@ class WorkerRole:
 
     def _emit(self, task: Task) -> None:
         """Hand a task to worker i+1 (the engine's `emit`). While it is unreachable (down, restarting, or the hop
-        cut off) try again with backoff on a fresh channel, up to reliability.reconnect_s, as long as the task's
+        cut off) try again with backoff on a fresh channel, up to reliability.peer_wait_s, as long as the task's
         run is still the current one; EmitError if it stays unreachable or refuses."""
         import grpc
 
         retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-        backoff = net.Backoff(self.cfg.reliability.reconnect_s if self.cfg.reliability.restart else 0.0)
+        backoff = net.Backoff(self.cfg.reliability.peer_wait_s if self.cfg.reliability.restart else 0.0)
         msg = wire.task_to_pb(task)
         if self.pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
             self.pacer.wait(msg.ByteSize())

@@ -1,8 +1,17 @@
-"""Typed cluster/run configuration loaded from YAML; every bad key or value is a ConfigError naming it."""
+"""Typed cluster/run configuration loaded from YAML; every bad key or value is a ConfigError naming it.
+
+This module owns option validation: key names, types, ranges, renamed keys (RENAMED: the old name still loads,
+with a warning naming the new one), the `cpus` role names and the model `fallback` rule. Every key is listed with
+type, default and unit in docs/configuration.md (tests/unit/test_config_doc.py keeps the two in step).
+The demo config (`cnnvideo local` without -c, and configs/local.yml) is the package file DEMO_PATH.
+"""
 from __future__ import annotations
 
+import copy
 import dataclasses
+import logging
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,6 +24,25 @@ MODES = ("full", "delta")
 ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.model.engines (which imports numpy; config stays light)
 PRECISIONS = ("fp32", "int8")
 ON_ERROR = ("fallback", "stop")
+# The demo: `cnnvideo local` and `cnnvideo plan` without -c load this file; configs/local.yml is a symlink to it.
+DEMO_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.yml")
+
+log = logging.getLogger(__name__)
+
+# Renamed keys: old dotted key -> new dotted key. A file with the old key loads as if it named the new one, and a
+# warning names the new key; both at once is an error. (Units: MB = 10^6 bytes, MiB = 2^20 bytes.)
+RENAMED = {
+    "limits.max_message_mb": "limits.max_message_mib",  # it always was MiB
+    "source.reconnect_s": "source.reopen_s",  # how long a dropped stream is reopened
+    "reliability.reconnect_s": "reliability.peer_wait_s",  # how long a role waits for a restarting peer
+    "net_cpu_ns_per_byte": "cost_model.net_cpu_ns_per_byte",
+    "net_cpu_us_per_message": "cost_model.net_cpu_us_per_message",
+    "master_turnaround_s": "cost_model.master_turnaround_s",
+}
+# `cpus` role names: master, trainer, worker<i> (0 <= i < number of workers) and `workers` (every worker not named
+# on its own). Old spellings still load, with a warning naming the canonical one.
+CPUS_ROLES = ("master", "trainer", "workers")
+CPUS_OLD = {"worker": "workers"}  # plus w<i> -> worker<i>
 
 
 @dataclass
@@ -46,9 +74,9 @@ class TrainerOptions:
 
 @dataclass
 class Limits:
-    """Message size limits (MB) and RPC deadlines (s)."""
+    """Message size limit (MiB = 2^20 bytes) and RPC deadlines (s)."""
 
-    max_message_mb: float = 64.0
+    max_message_mib: float = 64.0  # largest gRPC message and decoded tensor
     rpc_timeout_s: float = 30.0
     worker_down_s: float = 10.0  # master gives up on a silent worker after this long
 
@@ -77,7 +105,7 @@ class Reliability:
     restart: bool = True  # roles come back after a crash (`cnnvideo local` restarts them; compose: on-failure)
     max_restarts: int = 5  # per role, by `cnnvideo local` (then the run fails as without restarts)
     retries: int = 3  # re-sends of a frame hit by a fault before it is dropped
-    reconnect_s: float = 60.0  # how long the master waits for a failed worker to serve again
+    peer_wait_s: float = 60.0  # how long the master (or a forwarding worker) waits for a failed peer to serve again
 
 
 @dataclass
@@ -89,7 +117,7 @@ class Source:
     queue: int = 4  # captured frames held at most besides those in flight
     loop: bool = True  # a file starts again at its end (frames: 0 with a looping file runs until a signal)
     fps: float = 0.0  # pace of a realtime file (0 = the file's own)
-    reconnect_s: float = 10.0  # a dropped stream is reopened with backoff for this long
+    reopen_s: float = 10.0  # a dropped stream is reopened with backoff for this long
     # live: schedulers and the cost model see only frames already captured; offline (a file read as fast as
     # asked): they may look ahead at the clip's input change, as before sources existed (e.g. experiments)
     mode: str = "live"
@@ -131,12 +159,40 @@ class Int8Options:
 
 
 @dataclass
+class CostModel:
+    """Calibration constants of the cost model (cnnvideo.plan.costinputs); measured, rarely changed."""
+
+    # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
+    # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
+    net_cpu_ns_per_byte: float = 25.0
+    # CPU us a worker spends per gRPC message it handles apart from the bytes (3 a frame: the Process call in, the
+    # call out or the result, the stage report); charged like net_cpu_ns_per_byte, and with 1 frame in flight
+    # inside the CFS burst. scripts/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
+    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: scripts/replay_msg_cpu.py.
+    net_cpu_us_per_message: float = 200.0
+    # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
+    # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
+    # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
+    master_turnaround_s: float = 0.02
+
+
+@dataclass
+class ModelChoice:
+    """One entry of `fallback`: a model and its weights."""
+
+    model: str = ""  # required
+    weights: str = "random"
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
     cluster: Cluster = field(default_factory=Cluster)
     model: str = "alexnet"
     weights: str = "random"  # imagenet | random | path to a state-dict file
+    # tried in order when `model` with `weights` cannot load here (model_unavailable); consumed at load
+    fallback: List[ModelChoice] = field(default_factory=list)
     seed: int = 0
     video: str = "media/vtest.avi"
     frame_size: Tuple[int, int] = (480, 720)  # height, width
@@ -154,8 +210,8 @@ class Config:
     group_size: int = 5
     scheduler: str = "optimal"
     scheduler_options: Dict[str, Any] = field(default_factory=dict)
-    bandwidth: List[float] = field(default_factory=lambda: [3.0, 3.0])  # MB/s, [0] = master->w0
-    cpus: Dict[str, float] = field(default_factory=dict)  # role -> CPU share (compose / reporting)
+    bandwidth: List[float] = field(default_factory=lambda: [3.0, 3.0])  # MB/s (10^6 bytes/s), [0] = master->w0
+    cpus: Dict[str, float] = field(default_factory=dict)  # role (CPUS_ROLES, worker<i>) -> CPU share
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     limits: Limits = field(default_factory=Limits)
     reliability: Reliability = field(default_factory=Reliability)
@@ -167,18 +223,7 @@ class Config:
     out: str = "out"
     profile_iters: int = 3
     profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
-    # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
-    # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
-    net_cpu_ns_per_byte: float = 25.0
-    # CPU us a worker spends per gRPC message it handles apart from the bytes (3 a frame: the Process call in, the
-    # call out or the result, the stage report); charged like net_cpu_ns_per_byte, and with 1 frame in flight
-    # inside the CFS burst. scripts/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
-    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: scripts/replay_msg_cpu.py.
-    net_cpu_us_per_message: float = 200.0
-    # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
-    # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
-    # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
-    master_turnaround_s: float = 0.02
+    cost_model: CostModel = field(default_factory=CostModel)
 
     @property
     def n_workers(self) -> int:
@@ -186,10 +231,10 @@ class Config:
 
     @property
     def max_message_bytes(self) -> int:
-        return int(self.limits.max_message_mb * 1024 * 1024)
+        return int(self.limits.max_message_mib * 1024 * 1024)
 
     def bandwidth_bytes(self) -> List[float]:
-        """Per-hop bandwidth in bytes/s, one per worker (hop into worker i)."""
+        """Per-hop bandwidth in bytes/s (`bandwidth` is MB/s, 10^6 bytes/s), one per worker (hop into worker i)."""
         bw = list(self.bandwidth)
         if len(bw) == 1:
             bw = bw * self.n_workers
@@ -204,6 +249,15 @@ class Config:
     def calibration_start(self) -> int:
         """First calibration frame: after the frames a run evaluates unless set."""
         return self.frames if self.int8.calibration_start < 0 else self.int8.calibration_start
+
+    def cpu_share(self, role: str) -> Optional[float]:
+        """The `cpus` share of a role ('master', 'trainer', 'worker<i>' or 'w<i>'), None when not capped; a worker
+        without its own key takes `workers`."""
+        m = re.match(r"^w(?:orker)?(\d+)$", role)
+        if m:
+            own = "worker%d" % int(m.group(1))
+            return self.cpus.get(own, self.cpus.get("workers"))
+        return self.cpus.get(role)
 
     def cache_path(self, *parts: str) -> str:
         path = os.path.join(os.path.expanduser(self.cache_dir), *parts)
@@ -317,8 +371,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     _choice(cfg.local.links, ("auto", "tc", "paced", "none"), "local.links")
     _choice(cfg.local.cpus, ("auto", "cgroup", "none"), "local.cpus")
     _positive(cfg.source.queue, "source.queue")
-    if cfg.source.fps < 0 or cfg.source.reconnect_s <= 0:
-        key = "source.fps" if cfg.source.fps < 0 else "source.reconnect_s"
+    if cfg.source.fps < 0 or cfg.source.reopen_s <= 0:
+        key = "source.fps" if cfg.source.fps < 0 else "source.reopen_s"
         raise ConfigError("config key '%s' must be %s" % (key, ">= 0" if key == "source.fps" else "> 0"))
     if not 0 <= cfg.live_view.port < 65536:
         raise ConfigError("config key 'live_view.port' must be 0 (off) or a TCP port, got %r" % cfg.live_view.port)
@@ -355,29 +409,117 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         )
     if not 0 <= cfg.delta.input_threshold <= 255:
         raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
-    if not cfg.net_cpu_ns_per_byte >= 0:
-        raise ConfigError("config key 'net_cpu_ns_per_byte' must be >= 0, got %r" % cfg.net_cpu_ns_per_byte)
-    if not cfg.net_cpu_us_per_message >= 0:
-        raise ConfigError("config key 'net_cpu_us_per_message' must be >= 0, got %r" % cfg.net_cpu_us_per_message)
-    if not cfg.master_turnaround_s >= 0:
-        raise ConfigError("config key 'master_turnaround_s' must be >= 0, got %r" % cfg.master_turnaround_s)
+    for f in dataclasses.fields(CostModel):
+        value = getattr(cfg.cost_model, f.name)
+        if not value >= 0:
+            raise ConfigError("config key 'cost_model.%s' must be >= 0, got %r" % (f.name, value))
     if cfg.delta.threshold < 0:
         raise ConfigError("config key 'delta.threshold' must be >= 0, got %r" % cfg.delta.threshold)
     if not 0 < cfg.trainer.fit_fraction <= 1:
         raise ConfigError("config key 'trainer.fit_fraction' must be in (0, 1], got %r" % cfg.trainer.fit_fraction)
-    if cfg.limits.max_message_mb <= 0:
-        raise ConfigError("config key 'limits.max_message_mb' must be > 0")
+    if cfg.limits.max_message_mib <= 0:
+        raise ConfigError("config key 'limits.max_message_mib' must be > 0, got %r" % cfg.limits.max_message_mib)
     if cfg.tls.enabled and not cfg.tls.dir and not (cfg.tls.ca and cfg.tls.cert and cfg.tls.key):
         raise ConfigError("config key 'tls' is enabled but names neither 'tls.dir' nor all of 'tls.ca', "
                           "'tls.cert', 'tls.key'")
     if cfg.reliability.max_restarts < 0 or cfg.reliability.retries < 0:
         key = "max_restarts" if cfg.reliability.max_restarts < 0 else "retries"
         raise ConfigError("config key 'reliability.%s' must be >= 0" % key)
-    if cfg.reliability.reconnect_s <= 0:
-        raise ConfigError("config key 'reliability.reconnect_s' must be > 0, got %r" % cfg.reliability.reconnect_s)
+    if cfg.reliability.peer_wait_s <= 0:
+        raise ConfigError("config key 'reliability.peer_wait_s' must be > 0, got %r" % cfg.reliability.peer_wait_s)
+    cfg.cpus = _canonical_cpus(cfg.cpus, cfg.n_workers)
     for role, share in cfg.cpus.items():
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
+    return cfg
+
+
+def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:
+    """`cpus` with canonical role names (master, trainer, worker<i>, workers); old spellings (w<i>, worker) are
+    renamed with a warning; an unknown role, a worker index outside the chain or one role named twice is an
+    error naming the key."""
+    out: Dict[str, float] = {}
+    for key, share in cpus.items():
+        new = CPUS_OLD.get(key, key)
+        m = re.match(r"^w(\d+)$", key)
+        if m:
+            new = "worker%d" % int(m.group(1))
+        m = re.match(r"^worker(\d+)$", new)
+        if m and int(m.group(1)) >= n_workers:
+            raise ConfigError("config key 'cpus.%s': no such worker (the chain has %d: worker0..worker%d)"
+                              % (key, n_workers, n_workers - 1))
+        if not m and new not in CPUS_ROLES:
+            raise ConfigError("config key 'cpus.%s' is not a role (known: master, trainer, worker0..worker%d, "
+                              "workers = every worker without its own key)" % (key, n_workers - 1))
+        if new in out:
+            raise ConfigError("config key 'cpus.%s' names the same role as 'cpus.%s'" % (key, new))
+        if new != key:
+            log.warning("config key 'cpus.%s' is an old spelling: use 'cpus.%s'", key, new)
+        out[new] = share
+    return out
+
+
+def upgrade(data: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of a config mapping with renamed keys (RENAMED) under their new names, a warning naming the new key
+    for each old one found; an old and a new key set at once is an error."""
+    data = copy.deepcopy(data)
+    for old, new in RENAMED.items():
+        *old_parents, old_leaf = old.split(".")
+        parent = data
+        for part in old_parents:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or old_leaf not in parent:
+            continue
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for part in new_parents:
+            if not isinstance(target.get(part, {}), dict):
+                break  # a section that is not a mapping: _build names it
+            target = target.setdefault(part, {})
+        else:
+            if new_leaf in target:
+                raise ConfigError("config keys '%s' and '%s' are both set: '%s' is the old name of '%s', keep only "
+                                  "'%s'" % (old, new, old, new, new))
+            target[new_leaf] = parent.pop(old_leaf)
+            log.warning("config key '%s' is renamed: use '%s' (same value and unit)", old, new)
+    return data
+
+
+def model_unavailable(model: str, weights: str) -> str:
+    """Why `model` with `weights` cannot run here, offline ('' = it can): the one rule `fallback` follows.
+    Unknown models, `imagenet` weights not in the torch hub cache (scripts/fetch_weights.sh), missing weight files."""
+    from cnnvideo.model import zoo  # local import: the zoo pulls in torch
+
+    if model not in zoo.MODEL_NAMES and not zoo.is_torchvision_model(model):
+        return "model %s is unknown to this build" % model
+    if weights == "imagenet" and not zoo.imagenet_available(model):
+        return "its ImageNet weights are not in the torch hub cache (scripts/fetch_weights.sh fetches mobilenet_v2's)"
+    if weights not in ("imagenet", "random") and not os.path.isfile(weights):
+        return "weights file %s not found" % weights
+    return ""
+
+
+def resolve_fallback(cfg: Config) -> Config:
+    """Apply `fallback`: the first of `model`/`weights`, then each fallback entry in order, that can run here
+    (model_unavailable) becomes the config's model and weights; one warning line says why when it is not the first.
+    The fallback list is consumed (the config that runs names one model). None can run: the first stays, and
+    validation or the weights check says why."""
+    if not cfg.fallback:
+        return cfg
+    for i, choice in enumerate(cfg.fallback):
+        if not choice.model:
+            raise ConfigError("config key 'fallback[%d].model' must name a model" % i)
+    choices = [ModelChoice(cfg.model, cfg.weights)] + list(cfg.fallback)
+    cfg.fallback = []
+    why = model_unavailable(choices[0].model, choices[0].weights)
+    if not why:
+        return cfg
+    for choice in choices[1:]:
+        if not model_unavailable(choice.model, choice.weights):
+            log.warning("model %s (weights: %s) cannot run here: %s; running the fallback %s (weights: %s)",
+                        choices[0].model, choices[0].weights, why, choice.model, choice.weights)
+            cfg.model, cfg.weights = choice.model, choice.weights
+            break
     return cfg
 
 
@@ -392,8 +534,9 @@ def _positive(value: int, key: str) -> None:
 
 
 def from_dict(data: Optional[Dict[str, Any]], check_files: bool = True) -> Config:
-    """Build and validate a Config from a plain mapping (e.g. parsed YAML)."""
-    return validate(_build(Config, data or {}), check_files=check_files)
+    """Build and validate a Config from a plain mapping (e.g. parsed YAML): renamed keys upgraded (with a warning),
+    the model `fallback` resolved, every value checked."""
+    return validate(resolve_fallback(_build(Config, upgrade(data or {}))), check_files=check_files)
 
 
 def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: bool = True) -> Config:
@@ -409,6 +552,46 @@ def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: boo
         raise ConfigError("config file %s must hold a mapping of keys" % path)
     data.update(overrides or {})
     return from_dict(data, check_files=check_files)
+
+
+def load_demo(overrides: Optional[Dict[str, Any]] = None, check_files: bool = True) -> Config:
+    """The demo config (DEMO_PATH): what `cnnvideo local` and `cnnvideo plan` run without -c."""
+    return load(DEMO_PATH, overrides, check_files=check_files)
+
+
+def type_name(tp: Any) -> str:
+    """A YAML-facing name of a field type, as docs/configuration.md writes it ('list of float', '[int, int]')."""
+    origin = getattr(tp, "__origin__", None)
+    args = getattr(tp, "__args__", ()) or ()
+    if dataclasses.is_dataclass(tp):
+        return "{%s}" % ", ".join(f.name for f in dataclasses.fields(tp))
+    if origin is typing.Union:
+        return "%s or null" % type_name([a for a in args if a is not type(None)][0])
+    if origin in (list, List):
+        return "list of %s" % type_name(args[0])
+    if origin in (tuple, Tuple):
+        return "[%s]" % ", ".join(type_name(a) for a in args)
+    if origin in (dict, Dict):
+        return "mapping" if args[1] is Any else "mapping of %s" % type_name(args[1])
+    return _type_name(tp)
+
+
+def key_table(cls: Any = Config, prefix: str = "") -> List[Tuple[str, str, Any]]:
+    """(dotted key, type name, default as YAML would load it) of every config key: sections expanded, list entries
+    that are sections as `key[].field` after the list itself. docs/configuration.md lists the same."""
+    hints = typing.get_type_hints(cls)
+    rows: List[Tuple[str, str, Any]] = []
+    for f in dataclasses.fields(cls):
+        tp, key = hints[f.name], prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            rows += key_table(tp, key + ".")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore
+        rows.append((key, type_name(tp), list(default) if isinstance(default, tuple) else default))
+        args = getattr(tp, "__args__", ()) or ()
+        if getattr(tp, "__origin__", None) in (list, List) and dataclasses.is_dataclass(args[0]):
+            rows += key_table(args[0], key + "[].")
+    return rows
 
 
 def to_dict(cfg: Config) -> Dict[str, Any]:

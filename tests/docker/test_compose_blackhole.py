@@ -1,6 +1,6 @@
 """A network fault on the compose cluster: the worker0 <-> worker1 hop is blackholed for 20 s mid-run, then
 restored. Nothing crashes: the hop's connection stalls (gRPC keepalive notices, worker0's forward fails with
-UNAVAILABLE and is tried again with backoff on fresh channels, up to reliability.reconnect_s), and once the
+UNAVAILABLE and is tried again with backoff on fresh channels, up to reliability.peer_wait_s), and once the
 route is back the run completes with every frame, none lost or dropped, results exact.
 
 The blackhole is a `blackhole` route to the peer's address in each container's network namespace (entered
@@ -103,7 +103,7 @@ class HopBytes:
 def test_hop_blackholed_for_20_s_run_completes_nothing_lost(wheels_present, tmp_path):
     run = ComposeRun(tmp_path, "cnnvideo-hole", "hole.yml", FRAMES, frame_size=[120, 160], in_flight=2,
                      group_size=5, scheduler="lbs", trainer={"frames": 20},
-                     reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
+                     reliability={"restart": True, "retries": 3, "peer_wait_s": 120.0})
     project, out, env, compose = run.project, run.out, run.env, run.compose
     log = hop = None
     cut = []

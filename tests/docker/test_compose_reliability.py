@@ -4,7 +4,7 @@ Fault 1 is a crash: SIGKILL to every process in worker1's container but its init
 compose's `restart: on-failure` brings the container back (docker's restart manager, no help from the test).
 Fault 2 is `docker kill worker1`. The engine (checked on 20.10) records that as a manual stop, which no
 restart policy undoes (not on-failure, not unless-stopped, not always), so the test plays the operator
-and `docker start`s it. Either way the master waits (reliability.reconnect_s) for the new instance, resyncs
+and `docker start`s it. Either way the master waits (reliability.peer_wait_s) for the new instance, resyncs
 every hop with keyframes and re-sends the frames in flight.
 
 The cluster runs detached and the test waits for the master: `up --exit-code-from master` implies
@@ -75,7 +75,7 @@ def test_worker1_killed_twice_compose_restarts_it_and_the_run_completes(wheels_p
     """report.json: completed == frames, lost 0, restarts >= 2, max_abs_err <= 1e-4; worker1 restarted by docker."""
     run = ComposeRun(tmp_path, "cnnvideo-kill", "reliability.yml", FRAMES, frame_size=[120, 160], in_flight=2,
                      group_size=5, trainer={"frames": 20},
-                     reliability={"restart": True, "retries": 3, "reconnect_s": 120.0})
+                     reliability={"restart": True, "retries": 3, "peer_wait_s": 120.0})
     project, out, env, compose = run.project, run.out, run.env, run.compose
     log = None
     t0 = time.time()

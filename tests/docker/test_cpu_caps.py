@@ -1,6 +1,8 @@
-"""CPU caps are real: the worker image profiles AlexNet under `--cpus 1.0` and `--cpus 0.5` and the
-test prints the ratio of the totals (expected ~2). A report, not a timed assertion: it only checks
-that both runs produced a profile."""
+"""CPU caps are real: the worker image profiles AlexNet under `--cpus 1.0` and `--cpus 0.5`, and the capped
+profile takes about twice as long (the README's figure: 2.32x). Measured interleaved, twice each, and the
+fastest of each compared, so that other work on a shared 2-core machine, which can only slow a run down, has to
+hit both runs at one cap to move the ratio; the bounds (1.5-4) leave room for that and still fail when a cap
+does nothing (ratio ~1) or is far off (0.25 of a core: ~4x)."""
 import json
 
 import pytest
@@ -15,6 +17,8 @@ PROFILE = (
     "g = LayerGraph.from_model(build_model('alexnet', 'random', 0), (240, 320));"
     "print(json.dumps(float(profile_segments(g, iters=5).sum())))"
 )
+REPEATS = 2
+MIN_RATIO, MAX_RATIO = 1.5, 4.0
 
 
 def profile_total(image: str, cpus: str) -> float:
@@ -25,7 +29,12 @@ def profile_total(image: str, cpus: str) -> float:
 
 def test_half_a_cpu_profiles_about_twice_as_slow(engine):
     image = build_image("worker")
-    full, half = profile_total(image, "1.0"), profile_total(image, "0.5")
-    print("\ncpu caps: alexnet 240x320 per frame %.4f s at cpus 1.0, %.4f s at cpus 0.5: ratio %.2f"
-          % (full, half, half / full))
-    assert full > 0 and half > 0
+    runs = {"1.0": [], "0.5": []}
+    for _ in range(REPEATS):
+        for cpus in runs:
+            runs[cpus].append(profile_total(image, cpus))
+    full, half = min(runs["1.0"]), min(runs["0.5"])
+    print("\ncpu caps: alexnet 240x320 per frame, fastest of %d: %.4f s at cpus 1.0, %.4f s at cpus 0.5: ratio %.2f "
+          "(all: %s)" % (REPEATS, full, half, half / full, runs))
+    assert full > 0
+    assert MIN_RATIO <= half / full <= MAX_RATIO, runs

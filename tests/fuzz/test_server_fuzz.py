@@ -68,7 +68,7 @@ def cluster(tmp_path_factory, synthetic_video):
     addrs = {"trainer": "127.0.0.1:%d" % net.free_port(), "w0": "127.0.0.1:%d" % net.free_port(),
              "w1": "127.0.0.1:%d" % net.free_port()}
     data = base_config(synthetic_video, str(tmp / "cache"), trainer={"frames": 8},
-                       limits={"max_message_mb": float(MAX_MB), "rpc_timeout_s": 5.0},
+                       limits={"max_message_mib": float(MAX_MB), "rpc_timeout_s": 5.0},
                        cluster={"trainer": addrs["trainer"], "workers": [addrs["w0"], addrs["w1"]]})
     path = write_config(str(tmp / "fuzz.yml"), data)
     argv = {"trainer": ["trainer"], "w0": ["worker", "-i", "0"], "w1": ["worker", "-i", "1"]}

@@ -19,13 +19,40 @@ def test_config_validates(path):
     assert cfg.n_workers >= 1
 
 
-def test_builtin_default_matches_configs_local():
-    import yaml
+def test_configs_local_is_the_demo_file():
+    """configs/local.yml is the package's demo file (a symlink to it, or the same bytes where a checkout made the
+    link a copy)."""
+    from cnnvideo import config
 
+    local = os.path.join(REPO, "configs", "local.yml")
+    if os.path.islink(local):
+        assert os.path.realpath(local) == os.path.realpath(config.DEMO_PATH)
+    with open(local, "rb") as a, open(config.DEMO_PATH, "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_local_without_c_runs_what_configs_local_says(tmp_path, monkeypatch):
+    """`cnnvideo local` without -c resolves (renamed keys, model fallback, defaults) to the same Config as loading
+    configs/local.yml, with and without --frames."""
+    from argparse import Namespace
+
+    from cnnvideo import config
     from cnnvideo.tools import launcher
 
-    with open(os.path.join(REPO, "configs", "local.yml")) as fh:
-        local = yaml.safe_load(fh)
-    for key, value in launcher.DEFAULT_CONFIG.items():
-        if key != "cluster":
-            assert local[key] == value, key
+    monkeypatch.chdir(tmp_path)  # the demo's relative video path, present as a file here
+    os.makedirs("media")
+    open(os.path.join("media", "vtest.avi"), "w").close()
+    local = os.path.join(REPO, "configs", "local.yml")
+    assert launcher.user_config(Namespace(config=None, frames=None)) == config.load(local)
+    assert launcher.user_config(Namespace(config=None, frames=7)) == config.load(local, {"frames": 7})
+    assert launcher.user_config(Namespace(config=local, frames=None)) == config.load(local)
+
+
+def test_plan_without_c_uses_the_demo():
+    """`cnnvideo plan` without -c plans the demo config (video check relaxed: synthetic frames if it is missing)."""
+    from argparse import Namespace
+
+    from cnnvideo import config
+    from cnnvideo.tools import planner
+
+    assert planner._load(Namespace(config=None)) == config.load(config.DEMO_PATH, check_files=False)

@@ -22,7 +22,7 @@ def _ok(proc, report):
     assert report["completed"] == report["frames"] and report["lost"] == 0
 
 
-def test_onnxruntime_fp32_cluster_is_exact(tmp_path, synthetic_video, cache_dir):
+def test_onnxruntime_fp32_cluster_matches_torch_within_1e4(tmp_path, synthetic_video, cache_dir):
     """mobilenet_v2 over 2 workers on ORT fp32: every frame within 1e-4 of torch, both workers ran ORT."""
     data = base_config(synthetic_video, cache_dir, model="mobilenet_v2", engine="onnxruntime", frames=10,
                        scheduler="lbs", trainer={"frames": 12})
@@ -43,7 +43,7 @@ def test_onnxruntime_int8_cluster_sends_uint8(tmp_path, synthetic_video, cache_d
     assert [e["ran"] for e in report["engines"]] == [["onnxruntime-int8"], ["onnxruntime-int8"]]
     inner = hop(report, "w0->w1")
     assert inner["bytes_sent"] <= 0.25 * inner["bytes_dense"] + 2048 * report["frames"], inner
-    assert report["top1_agreement"] is not None
+    assert 0.0 <= report["top1_agreement"] <= 1.0  # computed (a share), not None
 
 
 def test_adaptive_replan_waits_for_the_new_plans_stages(tmp_path, synthetic_video):
@@ -60,7 +60,8 @@ def test_adaptive_replan_waits_for_the_new_plans_stages(tmp_path, synthetic_vide
     cache = str(tmp_path / "cache")
     data = base_config(synthetic_video, cache, model="mobilenet_v2", engine="onnxruntime", frames=3,
                        scheduler="optimal", trainer={"frames": 12}, frame_size=[160, 240],
-                       bandwidth=[1000.0], master_turnaround_s=0.0)  # compute, not links or the master, sets the cut
+                       bandwidth=[1000.0],  # compute, not links or the master, sets the cut
+                       cost_model={"master_turnaround_s": 0.0})
     proc, report, _ = run_local(tmp_path, data, name="profile")  # profiles both workers into the cache
     _ok(proc, report)
     files = glob.glob(os.path.join(cache, "costs", "*onnxruntime-fp32*.npz"))

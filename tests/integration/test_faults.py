@@ -141,7 +141,7 @@ def test_random_sigkills_at_any_moment(tmp_path, synthetic_video):
     cache_dir = str(tmp_path / "cache")
     data = base_config(synthetic_video, cache_dir, frame_size=[64, 96], frames=FRAMES, in_flight=2,
                        scheduler="optimal", trainer={"frames": 8}, limits={"worker_down_s": 5},
-                       reliability={"restart": True, "max_restarts": 1000, "retries": 20, "reconnect_s": 90.0})
+                       reliability={"restart": True, "max_restarts": 1000, "retries": 20, "peer_wait_s": 90.0})
     cfg_path = write_config(str(tmp_path / "f.yml"), data)
     done = []
     t_start = time.time()

@@ -20,7 +20,7 @@ def cache_dir(tmp_path_factory):
 
 def test_worker1_killed_three_times_run_completes_exactly(tmp_path, synthetic_video, cache_dir):
     data = base_config(synthetic_video, cache_dir, frame_size=[64, 96], frames=200, in_flight=3, scheduler="lbs",
-                       reliability={"restart": True, "max_restarts": 5, "retries": 3, "reconnect_s": 120.0})
+                       reliability={"restart": True, "max_restarts": 5, "retries": 3, "peer_wait_s": 120.0})
     run = LocalRun(write_config(str(tmp_path / "r.yml"), data), str(tmp_path / "r"))
     for k, at in enumerate((31, 91, 151)):
         run.wait_for(lambda at=at, k=k: run.sent >= at and run.resyncs >= k, 600)

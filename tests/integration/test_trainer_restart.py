@@ -32,7 +32,7 @@ def test_trainer_killed_while_fitting_and_after_setup_run_completes(tmp_path, sy
     cache_dir = str(tmp_path / "cache")
     data = base_config(synthetic_video, cache_dir, frame_size=[64, 96], frames=300, in_flight=2, scheduler="lbs",
                        trainer={"frames": 200},
-                       reliability={"restart": True, "max_restarts": 5, "retries": 3, "reconnect_s": 120.0})
+                       reliability={"restart": True, "max_restarts": 5, "retries": 3, "peer_wait_s": 120.0})
     out = str(tmp_path / "run")
     run = LocalRun(write_config(str(tmp_path / "t.yml"), data), out)
     pattern = os.path.join(cache_dir, "predictors", "*.npz")

@@ -87,7 +87,7 @@ def test_message_charge_is_cpu_times_messages_times_wall_per_cpu_with_more_in_fl
     without an explicit figure cpu_model uses the config default."""
     from types import SimpleNamespace
 
-    from cnnvideo.config import Config
+    from cnnvideo.config import CostModel
     from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME, stage_costs
 
     cpus = [SimpleNamespace(cfs_quota_s=0.04, cfs_period_s=0.1, wall_per_cpu=2.5),
@@ -101,7 +101,7 @@ def test_message_charge_is_cpu_times_messages_times_wall_per_cpu_with_more_in_fl
     np.testing.assert_allclose(charged[1::2] - plain[1::2], 300e-6 * MESSAGES_PER_FRAME * np.array([2.5, 1.0]))
     np.testing.assert_allclose(charged[0::2], plain[0::2])
     default = cpu_model(cpus, 6, 25.0)["net_s_per_message"]
-    np.testing.assert_allclose(default, Config.net_cpu_us_per_message * 1e-6 * np.array([2.5, 1.0]))
+    np.testing.assert_allclose(default, CostModel.net_cpu_us_per_message * 1e-6 * np.array([2.5, 1.0]))
 
 
 def test_message_charge_with_one_in_flight_is_fluid_inside_the_burst():

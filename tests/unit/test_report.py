@@ -6,7 +6,7 @@ import pytest
 
 from cnnvideo.results import report as rpt
 
-# README "Reading the report": these names are contracts
+# docs/report-format.md "Contract fields": these names are contracts
 CONTRACT = ("frames", "completed", "lost", "model", "mode", "scheduler", "workers", "throughput_fps", "latency_s",
             "hops", "plan", "max_abs_err", "wall_s", "stages")
 

@@ -78,7 +78,7 @@ def test_stream_reads_over_http_and_reconnects():
         return pattern(15, (96, 128), seed=n)
 
     with MjpegServer(frames, fps=100.0, max_connections=2) as srv:
-        src = Source(srv.url, (48, 64), SourceOptions(drop="none", reconnect_s=2.0)).open()
+        src = Source(srv.url, (48, 64), SourceOptions(drop="none", reopen_s=2.0)).open()
         got = []
         with pytest.raises(SourceError, match="stopped sending frames.*1 reconnects"):
             while True:

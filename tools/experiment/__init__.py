@@ -304,13 +304,15 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
 
 def cost_model_facts(base: Dict[str, Any]) -> str:
     """The cost-model settings of the runs (config defaults where the experiment leaves them)."""
-    from cnnvideo.config import Config
+    from cnnvideo.config import Config, upgrade
 
     default = Config()
+    base = upgrade(base)  # old top-level cost-model keys: under cost_model
+    cost = base.get("cost_model") or {}
     return "profile_iters %s, profile_rescale %s, net_cpu_ns_per_byte %s, net_cpu_us_per_message %s" % (
         base.get("profile_iters", default.profile_iters), base.get("profile_rescale", default.profile_rescale),
-        base.get("net_cpu_ns_per_byte", default.net_cpu_ns_per_byte),
-        base.get("net_cpu_us_per_message", default.net_cpu_us_per_message))
+        cost.get("net_cpu_ns_per_byte", default.cost_model.net_cpu_ns_per_byte),
+        cost.get("net_cpu_us_per_message", default.cost_model.net_cpu_us_per_message))
 
 
 def run(args) -> int:

@@ -78,7 +78,7 @@ def steady_stages(report: Dict[str, Any]) -> List[Optional[float]]:
 
 def measured_turnaround(report: Dict[str, Any], in_flight: int) -> Optional[float]:
     """At 1 in flight, the median seconds from frame f's last span (its result decoded on the master) to frame
-    f + 1's first span (its encode): what the cost model's `master_turnaround_s` stands for. None at any other
+    f + 1's first span (its encode): what `cost_model.master_turnaround_s` stands for. None at any other
     in-flight cap, where a frame can also wait for the master's blocking send of the one before (at 6 in flight
     this gap was 0.58 s, the m->w0 queue, not turnaround), or without spans."""
     if in_flight != 1:

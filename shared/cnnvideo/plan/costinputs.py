@@ -52,9 +52,9 @@ def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float,
     the Process call in comes just before the compute, the call out and the stage report just after), with more
     x the wall/CPU ratio, like the per-byte charge."""
     if net_us_per_message is None:
-        from cnnvideo.config import Config
+        from cnnvideo.config import CostModel
 
-        net_us_per_message = Config.net_cpu_us_per_message
+        net_us_per_message = CostModel.net_cpu_us_per_message
     ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)
     if in_flight == 1:
         burst = np.array([[c.cfs_quota_s, c.cfs_period_s] for c in cpus], dtype=np.float64).reshape(-1, 2)

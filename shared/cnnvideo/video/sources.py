@@ -42,7 +42,7 @@ class SourceOptions:
     queue: int = 4  # captured frames held at most (bounded memory)
     loop: bool = True  # a file starts again at its end
     fps: float = 0.0  # pace of a realtime file (0 = the file's own)
-    reconnect_s: float = 10.0  # a dropped stream is reopened with backoff for this long
+    reopen_s: float = 10.0  # a dropped stream is reopened with backoff for this long
 
 
 @dataclass
@@ -216,11 +216,11 @@ class Source:
                 continue
             if self.captured == 0:
                 raise SourceError("source %s sends no decodable video frames" % _shown(self.video))
-            # a stream/device/pipeline that stopped: reopen with backoff until reconnect_s without a frame
+            # a stream/device/pipeline that stopped: reopen with backoff until reopen_s without a frame
             waited = time.time() - last_good
-            if waited > self.options.reconnect_s:
+            if waited > self.options.reopen_s:
                 raise SourceError("source %s stopped sending frames and did not come back within %.0f s "
-                                  "(%d reconnects)" % (_shown(self.video), self.options.reconnect_s, self.reconnects))
+                                  "(%d reconnects)" % (_shown(self.video), self.options.reopen_s, self.reconnects))
             log.warning("source %s: no frame; reconnecting in %.1f s", _shown(self.video), delay)
             self._cap.release()
             self._cap = None

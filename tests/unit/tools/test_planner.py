@@ -18,7 +18,7 @@ def _config(tmp_path, video):
         "frame_size": [96, 128],
         "cluster": {"workers": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]},
         "bandwidth": [3.0, 2.0, 1.0],
-        "cpus": {"w0": 0.1, "worker": 0.2},
+        "cpus": {"worker0": 0.1, "workers": 0.2},
         "profile_iters": 1,
         "cache_dir": str(tmp_path / "cache"),
     }))
