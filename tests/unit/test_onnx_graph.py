@@ -268,3 +268,26 @@ def test_onnx_stage_imports_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_frame_input_matches_torch_preprocess_and_model(tmp_path):
+    """With frame_input (what load_graph gives workers), cut 0 is LayerGraph's raw uint8 (1, H, W, 3) frame named
+    'input', the model's own input is a later cut (after the preprocess nodes, whose Transpose output is a cut
+    too); chained stages fed an (H, W, 3) frame equal torch's Preprocess + model within 1e-4."""
+    import torch
+
+    from cnnvideo.model.onnx_graph import load_graph
+    from cnnvideo.models import Preprocess
+
+    path = tmp_path / "mobilenet_v2.onnx"
+    model = _export("mobilenet_v2", path)
+    g = load_graph(str(path), SIZE)
+    assert (g.cuts[0].name, g.cuts[0].shape, g.cuts[0].dtype) == ("input", (1,) + SIZE + (3,), "uint8")
+    k = g.cut_index("image")
+    assert g.cuts[k].shape == (1, 3) + SIZE and g.cuts[k].dtype == "float32"
+    assert [layer.kind for layer in g.layers[:g.cuts[k].layer + 1]] == ["Transpose", "Cast", "Div", "Sub", "Div"]
+    frame = np.random.RandomState(3).randint(0, 256, size=SIZE + (3,)).astype(np.uint8)
+    with torch.no_grad():
+        want = model(Preprocess()(torch.from_numpy(frame[None]))).numpy()
+    np.testing.assert_allclose(_chain(g, [0, 1, k, 10, g.num_segments], frame), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_chain(g, [0, g.num_segments], frame), want, rtol=1e-4, atol=1e-4)

@@ -173,6 +173,57 @@ def fix_input(model, frame_size: Optional[Tuple[int, int]], path: str = "model")
     return inp.name, tuple(d if d is not None else want[a] for a, d in enumerate(dims))
 
 
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # as cnnvideo.models.Preprocess (which imports torch)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FRAME_INPUT = "input"  # LayerGraph's name of cut 0 (the raw frame)
+
+
+def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], path: str = "model",
+                       mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> str:
+    """Give the model (in place) the frame input LayerGraph stages take: uint8 (1, H, W, 3) RGB, cast to float,
+    /255, normalised by mean and std per channel (cnnvideo.models.Preprocess's ops in its order), transposed to
+    NCHW when the model's image input is NCHW. The new input's name (FRAME_INPUT unless taken)."""
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    inp = next(v for v in graph.input if v.name == input_name)
+    elem = inp.type.tensor_type.elem_type
+    axes = _image_axes(list(input_shape))
+    nchw = axes == (2, 3)
+    channels = input_shape[1] if nchw else input_shape[-1] if axes is not None else None
+    if elem != TensorProto.FLOAT or channels != 3 or input_shape[0] != 1:
+        raise OnnxModelError("%s: input %s is %s %s, not a float32 3-channel image, so frames cannot be fed to it"
+                             % (path, input_name, _np_dtype(elem), "x".join(str(d) for d in input_shape)))
+    taken = {v.name for v in graph.input} | {o for n in graph.node for o in n.output} | {
+        t.name for t in graph.initializer}
+    frame = _unique(FRAME_INPUT, set(taken))
+    pre = lambda s: _unique("preprocess/" + s, taken)  # noqa: E731 - one-line name maker
+    cshape = [1, 3, 1, 1] if nchw else [1, 1, 1, 3]
+    c255, cmean, cstd = pre("255"), pre("mean"), pre("std")
+    inits = [helper.make_tensor(c255, TensorProto.FLOAT, [], [255.0]),
+             helper.make_tensor(cmean, TensorProto.FLOAT, cshape, [float(v) for v in mean]),
+             helper.make_tensor(cstd, TensorProto.FLOAT, cshape, [float(v) for v in std])]
+    t0, t1, t2 = pre("cast"), pre("scaled"), pre("centred")
+    nodes = []
+    if nchw:
+        nodes.append(helper.make_node("Transpose", [frame], [pre("nchw")], perm=[0, 3, 1, 2], name=pre("transpose")))
+    src = nodes[0].output[0] if nodes else frame
+    nodes += [helper.make_node("Cast", [src], [t0], to=TensorProto.FLOAT, name=pre("to_float")),
+              helper.make_node("Div", [t0, c255], [t1], name=pre("div255")),
+              helper.make_node("Sub", [t1, cmean], [t2], name=pre("sub_mean")),
+              helper.make_node("Div", [t2, cstd], [input_name], name=pre("div_std"))]
+    h, w = (input_shape[2], input_shape[3]) if nchw else (input_shape[1], input_shape[2])
+    new_input = helper.make_tensor_value_info(frame, TensorProto.UINT8, [1, h, w, 3])
+    old_nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes + old_nodes)
+    graph.initializer.extend(inits)
+    kept = [v for v in graph.input if v.name != input_name]
+    del graph.input[:]
+    graph.input.extend([new_input] + kept)
+    return frame
+
+
 # ---------------------------------------------------------------- shapes
 
 
@@ -439,21 +490,26 @@ class OnnxGraph:
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def load(cls, path: str, frame_size: Optional[Tuple[int, int]] = None, probe: bool = True) -> OnnxGraph:
+    def load(cls, path: str, frame_size: Optional[Tuple[int, int]] = None, probe: bool = True,
+             frame_input: bool = False) -> OnnxGraph:
         """Load, fix the input for (H, W) frames, infer shapes and find the cuts. `probe`: measure the shapes
-        shape inference leaves open by one run on a zero input (else such a cut is an error)."""
+        shape inference leaves open by one run on a zero input (else such a cut is an error). `frame_input`:
+        cut 0 is the raw uint8 (1, H, W, 3) frame as in LayerGraph (see prepend_preprocess), cut 1 the model's
+        own input."""
         model = load_model(path)
-        return cls.from_proto(model, frame_size, path, probe)
+        return cls.from_proto(model, frame_size, path, probe, frame_input)
 
     @classmethod
     def from_proto(cls, model, frame_size: Optional[Tuple[int, int]] = None, path: str = "model",
-                   probe: bool = True) -> OnnxGraph:
+                   probe: bool = True, frame_input: bool = False) -> OnnxGraph:
         """As `load`, from a ModelProto (copied, never changed)."""
         import onnx
 
         m = onnx.ModelProto()
         m.CopyFrom(model)
         name, shape = fix_input(m, frame_size, path)
+        if frame_input:
+            name = prepend_preprocess(m, name, shape, path)
         m = _infer(m, path)
         if _fold_shapes(m.graph, _types(m.graph)):
             m = _infer(m, path)
@@ -638,5 +694,5 @@ def is_onnx_path(model: str) -> bool:
 
 
 def load_graph(path: str, frame_size: Sequence[int]) -> OnnxGraph:
-    """OnnxGraph of `path` for (H, W) frames (the config's frame_size)."""
-    return OnnxGraph.load(path, (int(frame_size[0]), int(frame_size[1])))
+    """OnnxGraph of `path` for (H, W) frames (the config's frame_size), fed raw uint8 frames like LayerGraph."""
+    return OnnxGraph.load(path, (int(frame_size[0]), int(frame_size[1])), frame_input=True)
