@@ -130,11 +130,19 @@ class MasterRole:
             from cnnvideo.graph import LayerGraph
             from cnnvideo.models import load_model
 
-            model, info = load_model(self.cfg.model, self.cfg.weights, self.cfg.seed)
-            self.weights_used = info.describe()
+            if self.cfg.model.lower().endswith(".onnx"):  # the unsplit ONNX model in one ORT session
+                from cnnvideo.model.onnx_stage import OnnxStage
+                from cnnvideo.pipeline import check_weights, load_graph
+
+                self.weights_used = check_weights(self.cfg).describe()
+                graph = load_graph(self.cfg)
+                self.reference = OnnxStage(graph, 0, len(graph.cuts) - 1)
+            else:
+                model, info = load_model(self.cfg.model, self.cfg.weights, self.cfg.seed)
+                self.weights_used = info.describe()
+                graph = LayerGraph.from_model(model, tuple(self.cfg.frame_size))
+                self.reference = StageExecutor(graph, 0, len(graph.cuts) - 1)
             log.info("weights: %s", self.weights_used)
-            graph = LayerGraph.from_model(model, tuple(self.cfg.frame_size))
-            self.reference = StageExecutor(graph, 0, len(graph.cuts) - 1)
         t2 = time.time()
         self.predictors = self._get_predictors()
         self.setup_s["predictors"] = time.time() - t2

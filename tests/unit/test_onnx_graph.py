@@ -71,12 +71,14 @@ def _residual_ref(x):
 def test_residual_branch_has_no_inner_cut(tmp_path):
     """Cuts fall before and after the residual branch a->b->c->(d=c+a), never inside it (b, c are not cuts); a
     constant read late (initializer W) and Shape of the input (folded once the input is fixed) do not block
-    cuts; every chain of stages equals numpy's result."""
+    cuts and are no layers; every chain of stages equals numpy's result."""
     g = OnnxGraph.load(_save(_residual_model(), tmp_path / "res.onnx"), (3, 4))
     assert [c.name for c in g.cuts] == ["x", "a", "d", "e", "f", "y"]
     assert g.cuts[0].shape == (1, 2, 3, 4) and g.cuts[0].layer == -1
     assert all(c.dtype == "float32" and c.numel == 24 and c.bytes_dense == 96 for c in g.cuts)
     assert g.num_segments == 5 and g.layers[g.cuts[2].layer].name == "add"
+    # constants are no layers: Shape(x) became a Constant once the input was fixed
+    assert [layer.name for layer in g.layers] == ["relu", "mul_w", "exp", "add", "sigmoid", "mul_w2", "reshape"]
     x = np.random.RandomState(0).randn(1, 2, 3, 4).astype(np.float32)
     ref = _residual_ref(x)
     for cuts in ([0, 5], [0, 1, 2, 3, 4, 5], [0, 2, 5], [0, 4, 5]):
@@ -291,3 +293,23 @@ def test_frame_input_matches_torch_preprocess_and_model(tmp_path):
         want = model(Preprocess()(torch.from_numpy(frame[None]))).numpy()
     np.testing.assert_allclose(_chain(g, [0, 1, k, 10, g.num_segments], frame), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_chain(g, [0, g.num_segments], frame), want, rtol=1e-4, atol=1e-4)
+
+
+def test_config_and_cache_names_for_an_onnx_file(tmp_path):
+    """`model: <path>.onnx` is accepted with engine onnxruntime; a missing file or engine torch is a ConfigError
+    naming the key; cache file names use a path-free tag of the file, and check_weights names the file."""
+    from cnnvideo import artifacts, config
+    from cnnvideo.config import ConfigError
+    from cnnvideo.pipeline import check_weights
+
+    path = _save(_residual_model(), tmp_path / "My Net.onnx")
+    cfg = config.from_dict({"model": path, "engine": "onnxruntime"}, check_files=False)
+    missing = config.from_dict({"model": str(tmp_path / "nope.onnx"), "engine": "onnxruntime"}, check_files=False)
+    with pytest.raises(ConfigError, match="'model': ONNX file not found"):
+        config.validate(missing)  # checking files: the model is checked before the (default) video
+    with pytest.raises(ConfigError, match="'engine' must be onnxruntime"):
+        config.from_dict({"model": path}, check_files=False)
+    tag = artifacts.model_tag(path)
+    assert tag.startswith("My_Net-onnx-") and "/" not in tag and artifacts.model_tag("resnet50") == "resnet50"
+    info = check_weights(cfg)
+    assert info.path == path and info.sha256 and path in info.describe()

@@ -242,6 +242,8 @@ def weights_digest(graph) -> str:
     """sha1 (16 hex) of every parameter and buffer of the whole model: a cached stage of other weights never loads."""
     import hashlib
 
+    if hasattr(graph, "digest"):  # an ONNX-file model (cnnvideo.model.onnx_graph): the weights are in the file
+        return graph.digest
     h = hashlib.sha1()
     for name, t in sorted(graph.stage_module(0, graph.num_segments).state_dict().items()):
         h.update(name.encode())

@@ -402,6 +402,7 @@ class _Analysis:
     order: List[int]  # node indices (into graph.node) in topological order
     deps: List[List[str]]  # per node index (into graph.node)
     const: Set[str]  # constant tensor names
+    const_nodes: Set[int]  # nodes computing constants only (not layers: every stage that needs one recomputes it)
     positions: List[Tuple[int, str]]  # (position, tensor) of each inner cut
     producer: Dict[str, int] = field(default_factory=dict)  # tensor -> node index
 
@@ -415,10 +416,12 @@ def _analyse(graph, input_name: str) -> _Analysis:
     const |= {v.name for v in graph.input if v.name != input_name and v.name in const}
     born: Dict[str, int] = {input_name: -1}
     last: Dict[str, int] = {}
+    const_nodes: Set[int] = set()
     for pos, i in enumerate(order):
         node = graph.node[i]
         if node.op_type not in _NONDETERMINISTIC and all(d in const for d in deps[i]):
             const.update(o for o in node.output if o)
+            const_nodes.add(i)
             continue
         for d in deps[i]:
             if d not in const:
@@ -446,7 +449,7 @@ def _analyse(graph, input_name: str) -> _Analysis:
             (t,) = live
             if born[t] == pos:
                 positions.append((pos, t))
-    return _Analysis(order, deps, const, positions, producer)
+    return _Analysis(order, deps, const, const_nodes, positions, producer)
 
 
 # ---------------------------------------------------------------- the graph
@@ -465,14 +468,16 @@ class OnnxGraph:
         self.path = path
         self.input_name = input_name
         self.frame_size = tuple(int(v) for v in frame_size) if frame_size is not None else None
+        self._digest: Optional[str] = None
         graph = model.graph
         self._types = _types(graph)
         an = _analyse(graph, input_name)
         self._an = an
-        self._pos = {i: pos for pos, i in enumerate(an.order)}
+        # layers: the non-constant nodes in topological order (LayerGraph leaves constants out too)
+        self._pos = {i: pos for pos, i in enumerate(i for i in an.order if i not in an.const_nodes)}
         taken: Set[str] = set()
         self.layers: List[OnnxLayer] = []
-        for pos, i in enumerate(an.order):
+        for i, pos in self._pos.items():
             node = graph.node[i]
             ins = sorted({self._pos[an.producer[d]] for d in an.deps[i]
                           if d not in an.const and d in an.producer and an.producer[d] in self._pos})
@@ -480,8 +485,8 @@ class OnnxGraph:
                                          node.op_type, tuple(ins), _node_macs(node, self._types)))
         outputs = tuple(o.name for o in graph.output)
         specs: List[Tuple[int, Tuple[str, ...]]] = [(-1, (input_name,))]
-        specs += [(pos, (t,)) for pos, t in an.positions if (t,) != outputs]
-        specs.append((len(an.order) - 1, outputs))
+        specs += [(self._pos[an.producer[t]], (t,)) for _, t in an.positions if (t,) != outputs]
+        specs.append((len(self.layers) - 1, outputs))
         self.cuts: List[OnnxCut] = self._describe(specs, probe)
         if self.num_segments < 2:
             raise OnnxModelError("%s has no inner cut: no single tensor separates its input from its outputs "
@@ -626,8 +631,7 @@ class OnnxGraph:
                 continue
             keep.add(i)
             node = graph.node[i]
-            pos = self._pos[i]
-            if not lo < pos <= hi and any(o not in an.const for o in node.output if o):
+            if i not in an.const_nodes and not lo < self._pos[i] <= hi:
                 raise OnnxModelError("stage %d..%d would need node %s from outside its cuts" % (start, end,
                                                                                                  node.name))
             for d in an.deps[i]:
@@ -666,6 +670,23 @@ class OnnxGraph:
         if m.ByteSize() < _MAX_PROTO:
             onnx.checker.check_model(m)
         return m
+
+    def stage_module(self, start_cut: Union[int, str], end_cut: Union[int, str]):
+        """The stage as a callable standing in for LayerGraph.stage_module's torch module (onnx_stage.OrtModule:
+        torch tensors in and out when given torch, numpy otherwise), so code written for LayerGraph (profiling,
+        predictors, executor, torch engine) runs ONNX models unchanged."""
+        from .onnx_stage import OrtModule
+
+        return OrtModule(self, self.cut_index(start_cut), self.cut_index(end_cut))
+
+    @property
+    def digest(self) -> str:
+        """sha1 (16 hex) of the model as split (input fixed, shapes folded): what stage caches are keyed by."""
+        import hashlib
+
+        if self._digest is None:
+            self._digest = hashlib.sha1(self.model.SerializeToString()).hexdigest()[:16]
+        return self._digest
 
     def stage_bytes(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> bytes:
         """stage_model serialised."""

@@ -54,6 +54,39 @@ class OnnxStage(Stage):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+class OrtModule:
+    """A stage standing in for a torch stage module (OnnxGraph.stage_module): called with a torch tensor it returns
+    a torch tensor (torch imported only then), with a numpy array a numpy array; eval() and a weightless
+    state_dict() as torch modules have. The session is built on first call."""
+
+    def __init__(self, graph: OnnxGraph, start: int, end: int, threads: int = 1) -> None:
+        self.graph = graph
+        self.start = start
+        self.end = end
+        self.threads = threads
+        self._stage = None
+
+    def eval(self) -> "OrtModule":
+        """No train/eval modes: self."""
+        return self
+
+    def state_dict(self) -> dict:
+        """No torch parameters (the weights live in the ONNX file: OnnxGraph.digest identifies them)."""
+        return {}
+
+    def __call__(self, x):
+        if self._stage is None:
+            self._stage = OnnxStage(self.graph, self.start, self.end, self.threads)
+        if isinstance(x, np.ndarray):
+            return self._stage.run(x)
+        import torch
+
+        y = self._stage.run(np.ascontiguousarray(x.detach().cpu().numpy()))
+        if isinstance(y, tuple):
+            return tuple(torch.from_numpy(np.array(t)) for t in y)
+        return torch.from_numpy(np.array(y))
+
+
 class OnnxStageFactory:
     """The stages one worker runs for an ONNX-file model, each built once; thread-safe. The subset of
     engines.StageFactory that workers and profiling call (stage, built, engines_used, precision, spec, notes)."""
