@@ -313,3 +313,22 @@ def test_config_and_cache_names_for_an_onnx_file(tmp_path):
     assert tag.startswith("My_Net-onnx-") and "/" not in tag and artifacts.model_tag("resnet50") == "resnet50"
     info = check_weights(cfg)
     assert info.path == path and info.sha256 and path in info.describe()
+
+
+def test_data_dependent_cut_shapes_are_measured_and_not_enforced(tmp_path):
+    """A cut whose shape depends on the data (NonZero) gets the shape measured on a zero input, marked not
+    static; stages across it are declared with its rank only and run on inputs of other sizes, equal to the
+    unsplit model."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("NonZero", ["a"], ["n"]),
+             helper.make_node("Cast", ["n"], ["c"], to=FLOAT),
+             helper.make_node("ReduceSum", ["c"], ["y"], keepdims=0)]
+    g = OnnxGraph.load(_save(_model(nodes, [_vi("x", [1, 4])], [_vi("y", [])]), tmp_path / "nz.onnx"))
+    by_name = {c.name: c for c in g.cuts}
+    assert [c.name for c in g.cuts] == ["x", "a", "n", "c", "y"]
+    assert by_name["n"].shape == (2, 0) and not by_name["n"].static and by_name["n"].dtype == "int64"
+    assert by_name["a"].static and by_name["y"].static and by_name["y"].shape == ()
+    x = np.array([[1.0, -2.0, 3.0, 0.5]], dtype=np.float32)
+    ref = g.full_session().run(None, {"x": x})[0]
+    assert ref == 0 + 0 + 0 + (0 + 2 + 3)  # row indices 0, 0, 0 plus column indices 0, 2, 3
+    for cuts in ([0, 2, 4], [0, 3, 4], [0, 1, 2, 3, 4]):
+        np.testing.assert_array_equal(_chain(g, cuts, x), ref)

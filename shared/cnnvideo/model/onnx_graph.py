@@ -654,8 +654,8 @@ class OnnxGraph:
             return helper.make_tensor_value_info(name, elem, shape if shape is not None else inferred)
 
         c_in, c_out = self.cuts[start], self.cuts[end]
-        inputs = [info(t, s) for t, s in zip(c_in.tensors, c_in.shapes)]
-        # a data-dependent output shape (measured on a zero input) is declared with its rank only
+        # a shape inference left open (measured on a zero input) is declared with its rank only
+        inputs = [info(t, s if c_in.static else [None] * len(s)) for t, s in zip(c_in.tensors, c_in.shapes)]
         outputs = [info(t, s if c_out.static else [None] * len(s)) for t, s in zip(c_out.tensors, c_out.shapes)]
         produced = {o for n in nodes for o in n.output if o}
         outs = set(c_out.tensors)

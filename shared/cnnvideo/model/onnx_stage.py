@@ -47,7 +47,11 @@ class OnnxStage(Stage):
         """Run the stage on the tensor at the start cut (a leading batch dim of 1 is added when missing); the
         tensor at the end cut, or a tuple of every model output at the last cut of a multi-output model."""
         where = "cut %d (%s)" % (self.start, self.in_cut.name)
-        x = check_input(x, self.in_cut.shape, self.in_cut.dtype, where)
+        if self.in_cut.static:
+            x = check_input(x, self.in_cut.shape, self.in_cut.dtype, where)
+        elif not isinstance(x, np.ndarray) or x.ndim != len(self.in_cut.shape) or x.dtype != self.in_cut.dtype:
+            raise ValueError("stage input at %s: expected %s of rank %d, got %s" % (
+                where, self.in_cut.dtype, len(self.in_cut.shape), getattr(x, "shape", type(x).__name__)))
         if self.empty:
             return x
         outs = self.session.run(self.output_names, {self.input_name: np.ascontiguousarray(x)})
