@@ -33,7 +33,6 @@ METHOD = "onnx"
 # ops whose output is not a function of their inputs: never treated as constants (they must run once, in order)
 _NONDETERMINISTIC = frozenset(("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                                "Multinomial", "Bernoulli", "Dropout"))
-_MAX_PROTO = 2 ** 31 - 1  # larger models are checked by path (external data)
 
 
 class OnnxModelError(ConfigError):
@@ -109,10 +108,7 @@ def load_model(path: str):
     if not model.graph.node or not model.graph.output:
         raise OnnxModelError("%s is not a readable ONNX model (truncated or not ONNX?): it holds no graph" % path)
     try:
-        if model.ByteSize() < _MAX_PROTO:
-            onnx.checker.check_model(model)
-        else:
-            onnx.checker.check_model(path)
+        onnx.checker.check_model(path)  # by path: no serialising of the weights in Python
     except Exception as exc:  # ValidationError
         raise OnnxModelError("%s is not a valid ONNX model: %s" % (path, _one_line(exc))) from None
     return model
@@ -227,14 +223,31 @@ def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], pat
 # ---------------------------------------------------------------- shapes
 
 
+_LIGHT_MAX = 4096  # initializers with more elements go into shape inference without their data (shapes only)
+_TENSOR_DATA = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
 def _infer(model, path: str):
-    """Shape-inferred copy of `model` (data propagation on); OnnxModelError naming the file on inconsistency."""
+    """`model` with shapes inferred (data propagation on), in place; OnnxModelError naming the file on
+    inconsistency. Inference runs on a copy without the data of large initializers (weights: only their shapes
+    matter; small ones, such as Reshape targets, keep theirs), since serialising the weights twice took seconds."""
     import onnx
 
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for t in light.graph.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) > _LIGHT_MAX:
+            for f in _TENSOR_DATA:
+                t.ClearField(f)
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # InferenceError
         raise OnnxModelError("%s: shape inference failed for the fixed input: %s" % (path, _one_line(exc))) from None
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    del model.graph.output[:]
+    model.graph.output.extend(inferred.graph.output)
+    return model
 
 
 def _types(graph) -> Dict[str, Tuple[int, Optional[Tuple[Optional[int], ...]]]]:
@@ -613,7 +626,6 @@ class OnnxGraph:
     def stage_model(self, start_cut: Union[int, str], end_cut: Union[int, str]):
         """The nodes from cut `start_cut` to cut `end_cut` as an ONNX ModelProto: input = the start cut's tensor
         (the model input at cut 0), outputs = the end cut's tensors (every model output at the last cut)."""
-        import onnx
         from onnx import helper
 
         start, end = self.cut_index(start_cut), self.cut_index(end_cut)
@@ -667,8 +679,6 @@ class OnnxGraph:
         m.functions.extend(self.model.functions)
         m.metadata_props.add(key="cnnvideo.stage", value="%s cuts %d..%d (%s..%s)" % (
             os.path.basename(self.path), start, end, c_in.name, c_out.name))
-        if m.ByteSize() < _MAX_PROTO:
-            onnx.checker.check_model(m)
         return m
 
     def stage_module(self, start_cut: Union[int, str], end_cut: Union[int, str]):
