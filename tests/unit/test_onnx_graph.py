@@ -332,3 +332,17 @@ def test_data_dependent_cut_shapes_are_measured_and_not_enforced(tmp_path):
     assert ref == 0 + 0 + 0 + (0 + 2 + 3)  # row indices 0, 0, 0 plus column indices 0, 2, 3
     for cuts in ([0, 2, 4], [0, 3, 4], [0, 1, 2, 3, 4]):
         np.testing.assert_array_equal(_chain(g, cuts, x), ref)
+
+
+def test_stage_io_renamed_like_exported_stages(tmp_path):
+    """stage_model(io_names=('x', 'y')) names the stage's input and output as the ORT engine's exported stages are
+    named (its int8 quantiser looks for them), computing the same; a name taken inside the stage is an error."""
+    g = OnnxGraph.load(_save(_residual_model(), tmp_path / "res.onnx"), (3, 4))
+    m = g.stage_model("a", "e", io_names=("x", "y"))
+    onnx.checker.check_model(m)
+    assert [i.name for i in m.graph.input] == ["x"] and [o.name for o in m.graph.output] == ["y"]
+    a = np.random.RandomState(1).rand(1, 2, 3, 4).astype(np.float32)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": a})[0], OnnxStage(g, 1, 3).run(a))
+    with pytest.raises(OnnxModelError, match="output 'f'"):
+        g.stage_model("a", "y", io_names=("x", "f"))

@@ -623,9 +623,12 @@ class OnnxGraph:
         return np.zeros(shape, dtype=_np_dtype(elem))
 
     # ------------------------------------------------------------ stages
-    def stage_model(self, start_cut: Union[int, str], end_cut: Union[int, str]):
+    def stage_model(self, start_cut: Union[int, str], end_cut: Union[int, str],
+                    io_names: Optional[Tuple[str, str]] = None):
         """The nodes from cut `start_cut` to cut `end_cut` as an ONNX ModelProto: input = the start cut's tensor
-        (the model input at cut 0), outputs = the end cut's tensors (every model output at the last cut)."""
+        (the model input at cut 0), outputs = the end cut's tensors (every model output at the last cut).
+        `io_names` (input, output): the stage's input and (single) output renamed so, through Identity nodes, as
+        the ORT engine's exported stages are named ('x', 'y'; its int8 quantiser relies on them)."""
         from onnx import helper
 
         start, end = self.cut_index(start_cut), self.cut_index(end_cut)
@@ -677,6 +680,8 @@ class OnnxGraph:
         m = helper.make_model(g, opset_imports=list(self.model.opset_import), producer_name="cnnvideo",
                               ir_version=self.model.ir_version)
         m.functions.extend(self.model.functions)
+        if io_names is not None:
+            _rename_io(m, io_names[0], io_names[1])
         m.metadata_props.add(key="cnnvideo.stage", value="%s cuts %d..%d (%s..%s)" % (
             os.path.basename(self.path), start, end, c_in.name, c_out.name))
         return m
@@ -710,6 +715,27 @@ class OnnxGraph:
     def full_session(self, threads: int = 1):
         """An ORT session of the whole (fixed, folded) model."""
         return _session(self.model.SerializeToString(), threads, self.path)
+
+
+def _rename_io(model, in_name: str, out_name: str) -> None:
+    """Name a single-input stage's input `in_name` and its single output `out_name` (in place), bridging to the
+    old names with Identity nodes; OnnxModelError if a name is already taken inside the stage."""
+    from onnx import helper
+
+    g = model.graph
+    old_in = g.input[0].name
+    old_out = g.output[0].name if len(g.output) == 1 else None
+    names = {t.name for t in g.initializer} | {n for node in g.node for n in list(node.input) + list(node.output)}
+    for new, old in ((in_name, old_in), (out_name, old_out)):
+        if old is not None and new != old and new in names:
+            raise OnnxModelError("cannot name the stage's %s %r: a tensor inside the stage is named so" % (
+                "input" if old == old_in else "output", new))
+    if in_name != old_in:
+        g.input[0].name = in_name
+        g.node.insert(0, helper.make_node("Identity", [in_name], [old_in], name="cnnvideo_stage_input"))
+    if old_out is not None and out_name != old_out:
+        g.output[0].name = out_name
+        g.node.append(helper.make_node("Identity", [old_out], [out_name], name="cnnvideo_stage_output"))
 
 
 def _session(data: bytes, threads: int, where: str):
