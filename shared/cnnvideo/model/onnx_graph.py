@@ -11,13 +11,18 @@ bodies read from the outer scope count as its inputs, and no cut goes inside it,
 before the backbone and its NMS loop after it end up in the first and the last stage. Nodes that no graph output
 depends on are dropped first (they could only hide cuts).
 
-Cut 0 is the graph input, the last cut is all graph outputs (several tensors for a detector). Cut and layer
-records mirror `cnnvideo.graph.Cut`/`Layer` (index, layer, name, shape, dtype, numel, bytes_dense), plus the
-tensor names of the cut and the multiply-accumulates (Conv, ConvTranspose, Gemm, MatMul; other ops count 0) of each
+Cut 0 is the graph input (with `frame_input`, as workers load it: a uint8 (1, H, W, 3) frame feeding
+preprocessing nodes prepended to the model, as LayerGraph's cut 0), the last cut is all graph outputs (several
+tensors for a detector). Layers are the non-constant nodes. Cut and layer records mirror `cnnvideo.graph.Cut` /
+`Layer` (index, layer, name, shape, dtype, numel, bytes_dense), plus the tensor names of the cut, whether its shape
+is static, and the multiply-accumulates (Conv, ConvTranspose, Gemm, MatMul; other ops count 0) of each layer and
 segment for cost models. `stage_model(a, b)` is the subgraph from cut a to cut b as an ONNX model (own extraction:
 walk back from cut b's tensors to cut a's, copying the initializers the nodes read, including from subgraph
 bodies); `session(a, b)` runs it in ONNX Runtime configured like the ORT stage engine (1 intra-op thread unless
-told otherwise).
+told otherwise); `stage_module(a, b)` stands in for LayerGraph's torch stage module.
+
+Limits: one data input; models over 2 GB (protobuf limit) are not handled; a cut whose shape depends on the data
+is measured on a zero input (`static` False) and not shape-checked, but hops still expect one shape per cut.
 """
 from __future__ import annotations
 

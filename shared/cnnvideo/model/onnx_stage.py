@@ -3,9 +3,11 @@ in an ONNX Runtime session, with the engines' stage interface (`Stage.run(x) -> 
 checked against the start cut). Imports no torch: a worker running an ONNX model needs onnx, onnxruntime and
 numpy only.
 
-fp32 only: int8 of ONNX-file models (calibration through the stages) is not done here. A stage ending at the last
-cut of a model with several outputs (a detector) returns a tuple of arrays, one per model output, in the model's
-output order; every other stage returns one array.
+OnnxStage runs fp32 (workers normally build stages through engines.StageFactory, whose ORT engine takes the
+stage from OnnxGraph instead of exporting torch, and quantises it for int8; OnnxStageFactory is the torch-free
+subset). A stage ending at the last cut of a model with several outputs (a detector) returns a tuple of arrays,
+one per model output, in the model's output order; every other stage returns one array. OrtModule is the stand-in
+for a torch stage module that OnnxGraph.stage_module returns.
 """
 from __future__ import annotations
 
