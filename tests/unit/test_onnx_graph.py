@@ -346,3 +346,37 @@ def test_stage_io_renamed_like_exported_stages(tmp_path):
     np.testing.assert_array_equal(sess.run(None, {"x": a})[0], OnnxStage(g, 1, 3).run(a))
     with pytest.raises(OnnxModelError, match="output 'f'"):
         g.stage_model("a", "y", io_names=("x", "f"))
+
+
+@pytest.mark.slow
+def test_detector_post_processing_stays_in_the_last_stage(tmp_path):
+    """torchvision's SSDlite detector (random weights) exported with its pre- and post-processing: the cut search
+    runs on its 3000+ nodes, the control-flow nodes (If/Loop of the box decoding and NMS) all fall in the last
+    segment, and a 3-stage split returns the model's three outputs (boxes, scores, labels) exactly."""
+    import inspect
+    import warnings
+
+    import torch
+    import torchvision
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = torchvision.models.detection.ssdlite320_mobilenet_v3_large(weights=None,
+                                                                           weights_backbone=None).eval()
+    path = str(tmp_path / "ssdlite.onnx")
+    kwargs = dict(opset_version=17, input_names=["image"], output_names=["boxes", "scores", "labels"])
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, ([torch.rand(3, 320, 320)],), path, **kwargs)
+    g = OnnxGraph.load(path)
+    assert g.cuts[-1].tensors == ("boxes", "scores", "labels") and g.num_segments > 10
+    control = [layer.index for layer in g.layers if layer.kind in ("If", "Loop", "Scan")]
+    assert control and min(control) > g.cuts[-2].layer
+    x = np.random.RandomState(0).rand(3, 320, 320).astype(np.float32)
+    ref = g.full_session().run(None, {"image": x})
+    out = _chain(g, [0, 2, g.num_segments // 2, g.num_segments], x)
+    assert len(out) == 3
+    for got, want in zip(out, ref):
+        np.testing.assert_array_equal(got, want)
