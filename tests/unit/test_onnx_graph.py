@@ -182,6 +182,8 @@ def test_dynamic_dims_that_cannot_be_fixed(tmp_path):
         OnnxGraph.load(image)
     g = OnnxGraph.load(image, (5, 7))  # the same model is fine once the frame size is known
     assert g.cuts[0].shape == (1, 3, 5, 7) and g.cuts[-1].shape == (1, 3, 5, 7)
+    # stage caches are keyed by the file and the fixed input
+    assert g.digest == OnnxGraph.load(image, (5, 7)).digest != OnnxGraph.load(image, (6, 7)).digest
     fixed = _save(_model(relu2, [_vi("x", [1, 8, 8, 3])], [_vi("y", [1, 8, 8, 3])]), tmp_path / "fixed.onnx")
     with pytest.raises(OnnxModelError, match="fixed size 8x8, the frame size is 5x7"):
         OnnxGraph.load(fixed, (5, 7))

@@ -701,11 +701,21 @@ class OnnxGraph:
 
     @property
     def digest(self) -> str:
-        """sha1 (16 hex) of the model as split (input fixed, shapes folded): what stage caches are keyed by."""
+        """sha1 (16 hex) of the model file (of the serialised model when it came from memory) and of the cut-0
+        tensor (input fixed for the frame size, frame input or not): what stage caches are keyed by."""
         import hashlib
 
         if self._digest is None:
-            self._digest = hashlib.sha1(self.model.SerializeToString()).hexdigest()[:16]
+            h = hashlib.sha1()
+            if os.path.isfile(self.path):
+                with open(self.path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+            else:
+                h.update(self.model.SerializeToString())
+            c = self.cuts[0]
+            h.update(repr((c.name, c.shape, c.dtype)).encode())
+            self._digest = h.hexdigest()[:16]
         return self._digest
 
     def stage_bytes(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> bytes:
