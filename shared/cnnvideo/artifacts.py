@@ -67,9 +67,9 @@ def predictor_path(cfg: Any) -> str:
 def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") -> str:
     """costs/<...>.npz: one worker profile per model, frame size, host (its CPU cap is in the compose host name),
     torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
-    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1], host, threads,
-                                           cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
-                                           "-fp16" if cfg.delta.fp16 else "")
+    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1], host,
+                                           threads, cfg.profile_iters, cfg.delta.threshold,
+                                           cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
     key += "-p%d" % PROFILE_FORMAT
     if engine != "torch-fp32":
         key += "-" + engine
