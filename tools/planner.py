@@ -8,7 +8,7 @@ as 1), as is the network CPU charge (`net_cpu_ns_per_byte`; with 1 frame in flig
 the CPU per gRPC message (`net_cpu_us_per_message`, 3 a frame per worker; with 1 in flight inside the burst).
 Delta bytes per cut come from the trainer's predictor cache when present, else from predictors fitted on
 ~20 frames of the config's video (synthetic frames if the file is missing). CostInputs come from
-cnnvideo.costinputs, the builder the master uses.
+cnnvideo.plan.costinputs, the builder the master uses.
 """
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from cnnvideo import artifacts, costinputs
+from cnnvideo import artifacts
+from cnnvideo.plan import costinputs
 from cnnvideo import config as config_mod
-from cnnvideo.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
-from cnnvideo.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
+from cnnvideo.plan.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
+from cnnvideo.plan.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
 
 def _frames(cfg: config_mod.Config, n: int):
     """n frames of the config's video, or synthetic frames when the file is missing."""
-    from cnnvideo.video import read_frames, synthetic_frames
+    from cnnvideo.video.frames import read_frames, synthetic_frames
 
     if os.path.isfile(cfg.video):
         return read_frames(cfg.video, cfg.frame_size, n), cfg.video
@@ -76,7 +77,7 @@ def engine_stages(cfg: config_mod.Config, graph):
         return None
     import dataclasses
 
-    from cnnvideo.engines import factory_for
+    from cnnvideo.model.engines import factory_for
 
     if cfg.engine_options.threads <= 0:
         cfg = dataclasses.replace(cfg, engine_options=dataclasses.replace(cfg.engine_options, threads=1))
@@ -95,9 +96,9 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     """Graph, profile, predictors and CostInputs for a config."""
     import torch
 
-    from cnnvideo.pipeline import load_graph
-    from cnnvideo.predict import Predictors, fit_recorder, record_video
-    from cnnvideo.profiling import profile_worker, senders_for
+    from cnnvideo.model.loading import load_graph
+    from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
+    from cnnvideo.plan.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = load_graph(cfg)  # a zoo model's LayerGraph, or an ONNX file's OnnxGraph

@@ -16,30 +16,32 @@ from typing import Dict, List, Optional, Sequence
 import grpc
 import numpy as np
 
-from cnnvideo import labels, schedulers, settings
-from cnnvideo import report as rpt
+from cnnvideo.results import labels
+from cnnvideo.plan import schedulers
+from cnnvideo.wire import settings
+from cnnvideo.results import report as rpt
 from cnnvideo.config import Config
-from cnnvideo.costinputs import build as cost_inputs
-from cnnvideo.costinputs import cpu_model, payload_share
-from cnnvideo.hop import HopReceiver
-from cnnvideo.pacing import pacer_for
-from cnnvideo.progress import ProgressFile
-from cnnvideo.protocol import HopPlanner, HopSettings
+from cnnvideo.plan.costinputs import build as cost_inputs
+from cnnvideo.plan.costinputs import cpu_model, payload_share
+from cnnvideo.wire.hop import HopReceiver
+from cnnvideo.wire.pacing import pacer_for
+from cnnvideo.results.progress import ProgressFile
+from cnnvideo.wire.protocol import HopPlanner, HopSettings
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
-from cnnvideo.schedulers import Compute, PipelineState, Transfer
+from cnnvideo.plan.schedulers import Compute, PipelineState, Transfer
 
-from . import reporting
-from .checks import check_infos, codec_times
-from .feed import Feed, SourceError
-from .links import MasterError, WorkerLinks
-from .outputs import OutputError, OutputStore
-from .results import ResultsLog
-from .telemetry import Telemetry
-from .thumbs import Thumbnails
-from .tracking import FrameTracker
-from .view import ViewState, describe
-from .warming import StageWarmer
+from cnnvideo.master import reporting
+from cnnvideo.master.checks import check_infos, codec_times
+from cnnvideo.master.feed import Feed, SourceError
+from cnnvideo.master.links import MasterError, WorkerLinks
+from cnnvideo.master.outputs import OutputError, OutputStore
+from cnnvideo.master.results import ResultsLog
+from cnnvideo.master.telemetry import Telemetry
+from cnnvideo.master.thumbs import Thumbnails
+from cnnvideo.master.tracking import FrameTracker
+from cnnvideo.master.view import ViewState, describe
+from cnnvideo.master.warming import StageWarmer
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +128,13 @@ class MasterRole:
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         self.setup_s["connect_info_costs"] = time.time() - t0
         if self.cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
-            from cnnvideo.executor import StageExecutor
-            from cnnvideo.graph import LayerGraph
-            from cnnvideo.models import load_model
+            from cnnvideo.model.executor import StageExecutor
+            from cnnvideo.model.graph import LayerGraph
+            from cnnvideo.model.zoo import load_model
 
             if self.cfg.model.lower().endswith(".onnx"):  # the unsplit ONNX model in one ORT session
                 from cnnvideo.model.onnx_stage import OnnxStage
-                from cnnvideo.pipeline import check_weights, load_graph
+                from cnnvideo.model.loading import check_weights, load_graph
 
                 self.weights_used = check_weights(self.cfg).describe()
                 graph = load_graph(self.cfg)
@@ -155,7 +157,7 @@ class MasterRole:
             raise MasterError(str(exc)) from None
         self.setup_s["open_source"] = time.time() - t1
         if self.cfg.check:
-            from cnnvideo.checking import OnlineChecker
+            from cnnvideo.results.checking import OnlineChecker
 
             block = not self.feed.source.live  # a file read as fast as asked may wait: every sample is checked
             defer = block and self.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
@@ -200,7 +202,7 @@ class MasterRole:
         check_infos(self.infos, self.cfg.model, self.cfg.frame_size, self.addresses)
 
     def _get_predictors(self):
-        from cnnvideo.predict import Predictors
+        from cnnvideo.plan.predict import Predictors
 
         req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
         backoff = net.Backoff(self.cfg.reliability.reconnect_s)
@@ -236,7 +238,7 @@ class MasterRole:
         lv = self.cfg.live_view
         if not lv.port:
             return
-        from cnnvideo.liveview import LiveView
+        from cnnvideo.results.liveview import LiveView
 
         self.view = ViewState(["m"] + ["w%d" % w for w in range(self.W)])
         self.telemetry.on_span = self.view.note_span
@@ -711,7 +713,7 @@ class MasterRole:
             if self.cfg.scheduler == "das" else None,
         }
     def _publish(self, state: str = "running") -> None:
-        """Rewrite progress.json (cnnvideo.progress) from the tracker's counters."""
+        """Rewrite progress.json (cnnvideo.results.progress) from the tracker's counters."""
         tr = self.tracker
         self.progress.update(state=state, sent=tr.next_new, completed=tr.completed, dropped=tr.dropped,
                              generation=tr.generation)

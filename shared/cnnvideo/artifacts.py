@@ -20,7 +20,7 @@ PROFILE_FORMAT = 5  # 3: profiles keep their torch pass (`reference`, for rescal
 
 def file_id(path: str) -> str:
     """Identity of a file for cache keys: absolute path, size and mtime (a stream, device or pipeline: its name)."""
-    from .sources import kind_of
+    from cnnvideo.video.sources import kind_of
 
     if kind_of(path) != "file":
         return path

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 MODES = ("full", "delta")
-ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.engines (which imports numpy; config stays light)
+ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.model.engines (which imports numpy; config stays light)
 PRECISIONS = ("fp32", "int8")
 ON_ERROR = ("fallback", "stop")
 
@@ -84,7 +84,7 @@ class Reliability:
 
 @dataclass
 class Source:
-    """How `video` is read (cnnvideo.sources): a file as fast as the chain allows, or frames on their own clock."""
+    """How `video` is read (cnnvideo.video.sources): a file as fast as the chain allows, or frames on their own clock."""
 
     realtime: bool = False  # play a file at its own fps, as if it were a camera
     drop: str = "oldest"  # newest | oldest | none: which captured frames are skipped when the chain is slower
@@ -99,7 +99,7 @@ class Source:
 
 @dataclass
 class LiveView:
-    """The master's live web page (cnnvideo.liveview); off unless `port` is set (0 = off)."""
+    """The master's live web page (cnnvideo.results.liveview); off unless `port` is set (0 = off)."""
 
     port: int = 0
     host: str = "127.0.0.1"
@@ -275,7 +275,8 @@ def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
 
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot; raise ConfigError naming the key."""
-    from . import models, schedulers  # local import: models pulls in torch
+    from cnnvideo.model import zoo as models  # local import: models pulls in torch
+    from cnnvideo.plan import schedulers
 
     if not cfg.cluster.workers:
         raise ConfigError("config key 'cluster.workers' must list at least one worker address")
@@ -295,7 +296,7 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
-    from .sources import kind_of
+    from cnnvideo.video.sources import kind_of
 
     if check_files and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
         raise ConfigError("config key 'video': file not found: %s" % cfg.video)

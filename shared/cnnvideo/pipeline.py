@@ -13,11 +13,11 @@ log = logging.getLogger(__name__)
 def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
     if cfg.model.lower().endswith(".onnx"):
-        from .model.onnx_graph import load_graph as load_onnx_graph
+        from cnnvideo.model.onnx_graph import load_graph as load_onnx_graph
 
         return load_onnx_graph(cfg.model, cfg.frame_size)
-    from .graph import LayerGraph
-    from .models import load_model
+    from cnnvideo.model.graph import LayerGraph
+    from cnnvideo.model.zoo import load_model
 
     model, info = load_model(cfg.model, cfg.weights, cfg.seed)
     log.info("weights: %s", info.describe())
@@ -27,7 +27,7 @@ def load_graph(cfg):
 def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
-    from .models import WeightsInfo, load_model, sha256_of
+    from cnnvideo.model.zoo import WeightsInfo, load_model, sha256_of
 
     if cfg.model.lower().endswith(".onnx"):  # the weights are in the file; `weights` is not used
         return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(cfg.model), sha256_of(cfg.model))

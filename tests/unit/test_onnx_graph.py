@@ -281,7 +281,7 @@ def test_frame_input_matches_torch_preprocess_and_model(tmp_path):
     import torch
 
     from cnnvideo.model.onnx_graph import load_graph
-    from cnnvideo.models import Preprocess
+    from cnnvideo.model.zoo import Preprocess
 
     path = tmp_path / "mobilenet_v2.onnx"
     model = _export("mobilenet_v2", path)
@@ -302,7 +302,7 @@ def test_config_and_cache_names_for_an_onnx_file(tmp_path):
     naming the key; cache file names use a path-free tag of the file, and check_weights names the file."""
     from cnnvideo import artifacts, config
     from cnnvideo.config import ConfigError
-    from cnnvideo.pipeline import check_weights
+    from cnnvideo.model.loading import check_weights
 
     path = _save(_residual_model(), tmp_path / "My Net.onnx")
     cfg = config.from_dict({"model": path, "engine": "onnxruntime"}, check_files=False)

@@ -82,7 +82,7 @@ def cpu_threads(threads: int = 0, root: str = "/sys/fs/cgroup") -> int:
     the cores this process may run on, at least 1."""
     if threads > 0:
         return int(threads)
-    from cnnvideo.profiling import cfs_quota
+    from cnnvideo.plan.profiling import cfs_quota
 
     try:
         cores = len(os.sched_getaffinity(0))
@@ -215,7 +215,7 @@ class StageFactory:
             return sorted({"%s-%s" % (s.engine, s.precision) for s in self._stages.values() if not s.empty})
 
     def _build(self, start: int, end: int) -> Stage:
-        from .torch_engine import TorchStage
+        from cnnvideo.model.engines.torch_engine import TorchStage
 
         q_in, q_out = self.qparams(start), self.qparams(end)
         if start == end or self.spec.engine == "torch":
@@ -224,7 +224,7 @@ class StageFactory:
         try:
             if not ok:
                 raise EngineError(why)
-            from .ort_engine import build_ort_stage
+            from cnnvideo.model.engines.ort_engine import build_ort_stage
 
             return build_ort_stage(self, start, end, q_in, q_out)
         except EngineError as exc:
@@ -254,8 +254,8 @@ def weights_digest(graph) -> str:
 def factory_for(cfg, graph) -> StageFactory:
     """The StageFactory of a Config: its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
     frames of the trainer's video that the run does not evaluate (cached in cache_dir/calibration)."""
-    from ..artifacts import calibration_path, onnx_dir
-    from .quant import CalibrationSpec, load_or_measure
+    from cnnvideo.artifacts import calibration_path, onnx_dir
+    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
 
     spec = EngineSpec(cfg.engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
     key = "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))

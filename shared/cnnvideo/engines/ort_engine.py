@@ -18,8 +18,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
-from . import EngineError, QParams, Stage, check_input, cpu_threads
+from cnnvideo.artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
+from cnnvideo.model.engines import EngineError, QParams, Stage, check_input, cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
     parts = [factory.key, "cuts %d..%d (%s..%s)" % (start, end, g.cuts[start].name, g.cuts[end].name),
              precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET]
     if precision == "int8":
-        from .ort_int8 import RECIPE
+        from cnnvideo.model.engines.ort_int8 import RECIPE
 
         parts += ["calibration %s" % factory.calibration.digest, "ort %s" % onnxruntime.__version__, RECIPE]
     return " | ".join(parts)
@@ -243,7 +243,7 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
         _store(fp32_path, data)
     if precision == "fp32":
         return data
-    from .ort_int8 import quantize_stage
+    from cnnvideo.model.engines.ort_int8 import quantize_stage
 
     inputs = factory.calibration.inputs(start)
     g = factory.graph

@@ -13,7 +13,7 @@ depends on are dropped first (they could only hide cuts).
 
 Cut 0 is the graph input (with `frame_input`, as workers load it: a uint8 (1, H, W, 3) frame feeding
 preprocessing nodes prepended to the model, as LayerGraph's cut 0), the last cut is all graph outputs (several
-tensors for a detector). Layers are the non-constant nodes. Cut and layer records mirror `cnnvideo.graph.Cut` /
+tensors for a detector). Layers are the non-constant nodes. Cut and layer records mirror `cnnvideo.model.graph.Cut` /
 `Layer` (index, layer, name, shape, dtype, numel, bytes_dense), plus the tensor names of the cut, whether its shape
 is static, and the multiply-accumulates (Conv, ConvTranspose, Gemm, MatMul; other ops count 0) of each layer and
 segment for cost models. `stage_model(a, b)` is the subgraph from cut a to cut b as an ONNX model (own extraction:
@@ -174,7 +174,7 @@ def fix_input(model, frame_size: Optional[Tuple[int, int]], path: str = "model")
     return inp.name, tuple(d if d is not None else want[a] for a, d in enumerate(dims))
 
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)  # as cnnvideo.models.Preprocess (which imports torch)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # as cnnvideo.model.zoo.Preprocess (which imports torch)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 FRAME_INPUT = "input"  # LayerGraph's name of cut 0 (the raw frame)
 
@@ -182,7 +182,7 @@ FRAME_INPUT = "input"  # LayerGraph's name of cut 0 (the raw frame)
 def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], path: str = "model",
                        mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> str:
     """Give the model (in place) the frame input LayerGraph stages take: uint8 (1, H, W, 3) RGB, cast to float,
-    /255, normalised by mean and std per channel (cnnvideo.models.Preprocess's ops in its order), transposed to
+    /255, normalised by mean and std per channel (cnnvideo.model.zoo.Preprocess's ops in its order), transposed to
     NCHW when the model's image input is NCHW. The new input's name (FRAME_INPUT unless taken)."""
     from onnx import TensorProto, helper
 
@@ -695,7 +695,7 @@ class OnnxGraph:
         """The stage as a callable standing in for LayerGraph.stage_module's torch module (onnx_stage.OrtModule:
         torch tensors in and out when given torch, numpy otherwise), so code written for LayerGraph (profiling,
         predictors, executor, torch engine) runs ONNX models unchanged."""
-        from .onnx_stage import OrtModule
+        from cnnvideo.model.onnx_stage import OrtModule
 
         return OrtModule(self, self.cut_index(start_cut), self.cut_index(end_cut))
 
@@ -754,8 +754,8 @@ def _rename_io(model, in_name: str, out_name: str) -> None:
 
 
 def _session(data: bytes, threads: int, where: str):
-    """ORT CPU session set up as cnnvideo.engines.ort_engine.session does (sequential, no spinning)."""
-    from cnnvideo.engines.ort_engine import session
+    """ORT CPU session set up as cnnvideo.model.engines.ort_engine.session does (sequential, no spinning)."""
+    from cnnvideo.model.engines.ort_engine import session
 
     return session(data, threads, where)
 

@@ -17,9 +17,9 @@ from typing import Dict, List, Tuple, Union
 
 import numpy as np
 
-from cnnvideo.engines import EngineSpec, Stage, check_input
+from cnnvideo.model.engines import EngineSpec, Stage, check_input
 
-from .onnx_graph import OnnxGraph
+from cnnvideo.model.onnx_graph import OnnxGraph
 
 log = logging.getLogger(__name__)
 
