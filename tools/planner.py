@@ -95,13 +95,12 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     """Graph, profile, predictors and CostInputs for a config."""
     import torch
 
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
+    from cnnvideo.model.loading import load_graph
     from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
     from cnnvideo.plan.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
-    graph = LayerGraph.from_model(build_model(cfg.model, cfg.weights, cfg.seed), cfg.frame_size)
+    graph = load_graph(cfg)  # a zoo model's LayerGraph, or an ONNX file's OnnxGraph
     stages = engine_stages(cfg, graph)
     prof = profile_worker(graph, cfg.profile_iters, senders_for(cfg.delta), cfg.max_message_bytes, stages=stages)
     profile = prof.seconds

@@ -81,11 +81,19 @@ class Setup:
 
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
+        m = self.m
+        if m.cfg.model.lower().endswith(".onnx"):  # the unsplit ONNX model in one ORT session
+            from cnnvideo.model.loading import check_weights, load_graph
+            from cnnvideo.model.onnx_stage import OnnxStage
+
+            m.weights_used = check_weights(m.cfg).describe()
+            graph = load_graph(m.cfg)
+            m.reference = OnnxStage(graph, 0, len(graph.cuts) - 1)
+            return
         from cnnvideo.model.engines.torch_engine import TorchStage
         from cnnvideo.model.graph import LayerGraph
         from cnnvideo.model.zoo import load_model
 
-        m = self.m
         model, info = load_model(m.cfg.model, m.cfg.weights, m.cfg.seed)
         m.weights_used = info.describe()
         log.info("weights: %s", m.weights_used)

@@ -29,6 +29,14 @@ def file_id(path: str) -> str:
     return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
 
 
+def model_tag(model: str) -> str:
+    """The model's name in cache file names: the zoo name, or for an ONNX file `<stem>-onnx-<sha8 of its path>`."""
+    if not model.lower().endswith(".onnx"):
+        return model
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(model)[:-5])
+    return "%s-onnx-%s" % (stem, hashlib.sha1(os.path.abspath(model).encode()).hexdigest()[:8])
+
+
 def training_video(cfg: Any) -> str:
     """The video the trainer plays: `trainer.video`, else the run's video."""
     return cfg.trainer.video or cfg.video
@@ -37,8 +45,9 @@ def training_video(cfg: Any) -> str:
 def predictor_key(cfg: Any) -> Dict[str, Any]:
     """Everything the fitted predictors depend on."""
     weights = cfg.weights if cfg.weights in ("imagenet", "random") else file_id(cfg.weights)
+    model = file_id(cfg.model) if cfg.model.lower().endswith(".onnx") else cfg.model  # an ONNX file: its identity
     key = {
-        "model": cfg.model, "weights": weights, "seed": cfg.seed, "video": file_id(training_video(cfg)),
+        "model": model, "weights": weights, "seed": cfg.seed, "video": file_id(training_video(cfg)),
         "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "fit_fraction": cfg.trainer.fit_fraction,
         "input_threshold": cfg.delta.input_threshold, "threshold": cfg.delta.threshold, "fp16": cfg.delta.fp16,
         "format": PREDICTOR_FORMAT,
@@ -53,15 +62,15 @@ def predictor_key(cfg: Any) -> Dict[str, Any]:
 def predictor_path(cfg: Any) -> str:
     """predictors/<model>-<sha16 of predictor_key>.npz under the cache folder."""
     digest = hashlib.sha1(json.dumps(predictor_key(cfg), sort_keys=True).encode()).hexdigest()[:16]
-    return cfg.cache_path("predictors", "%s-%s.npz" % (cfg.model, digest))
+    return cfg.cache_path("predictors", "%s-%s.npz" % (model_tag(cfg.model), digest))
 
 
 def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") -> str:
     """costs/<...>.npz: one worker profile per model, frame size, host (its CPU cap is in the compose host name),
     torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
-    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (cfg.model, cfg.frame_size[0], cfg.frame_size[1], host, threads,
-                                           cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
-                                           "-fp16" if cfg.delta.fp16 else "")
+    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1], host,
+                                           threads, cfg.profile_iters, cfg.delta.threshold,
+                                           cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
     key += "-p%d" % PROFILE_FORMAT
     if engine != "torch-fp32":
         key += "-" + engine
@@ -89,7 +98,7 @@ def calibration_path(cache_root: str, model: str, frame_size) -> str:
     """calibration/<model>-<H>x<W>: the int8 calibration statistics of a model at a frame size (the file holds
     the full key and is checked on load)."""
     return os.path.join(os.path.expanduser(cache_root), "calibration",
-                        "%s-%dx%d" % (model, frame_size[0], frame_size[1]))
+                        "%s-%dx%d" % (model_tag(model), frame_size[0], frame_size[1]))
 
 
 def calibration_file(calibration_base: str, digest: str) -> str:

@@ -337,7 +337,13 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
-    if cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
+    if cfg.model.lower().endswith(".onnx"):  # any ONNX file (cnnvideo.model.onnx_graph); weights are in the file
+        if check_files and not os.path.isfile(cfg.model):
+            raise ConfigError("config key 'model': ONNX file not found: %s" % cfg.model)
+        if cfg.engine != "onnxruntime":
+            raise ConfigError("config key 'engine' must be onnxruntime for an ONNX model file (%s), got %r"
+                              % (cfg.model, cfg.engine))
+    elif cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
         known = ", ".join(models.MODEL_NAMES)
         raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional
 
 import numpy as np
@@ -11,6 +12,10 @@ log = logging.getLogger(__name__)
 
 def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
+    if cfg.model.lower().endswith(".onnx"):
+        from cnnvideo.model.onnx_graph import load_graph as load_onnx_graph
+
+        return load_onnx_graph(cfg.model, cfg.frame_size)
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import load_model
 
@@ -22,8 +27,10 @@ def load_graph(cfg):
 def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
-    from cnnvideo.model.zoo import WeightsInfo, load_model
+    from cnnvideo.model.zoo import WeightsInfo, load_model, sha256_of
 
+    if cfg.model.lower().endswith(".onnx"):  # the weights are in the file; `weights` is not used
+        return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(cfg.model), sha256_of(cfg.model))
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)
     return load_model(cfg.model, cfg.weights, cfg.seed)[1]

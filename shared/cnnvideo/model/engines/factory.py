@@ -131,6 +131,8 @@ class StageFactory:
 
 def weights_digest(graph) -> str:
     """sha1 (16 hex) of every parameter and buffer of the whole model: a cached stage of other weights never loads."""
+    if hasattr(graph, "digest"):  # an ONNX-file model (cnnvideo.model.onnx_graph): the weights are in the file
+        return graph.digest
     import hashlib
 
     h = hashlib.sha1()

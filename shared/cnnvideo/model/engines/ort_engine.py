@@ -122,6 +122,11 @@ def _sample(graph, cut: int):
 
 def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
     """(ONNX bytes, notes) of the stage from cut `start` to cut `end`; EngineError naming the failing layer."""
+    if hasattr(graph, "stage_bytes"):  # an ONNX-file model: the stage is extracted from the file, not exported
+        try:
+            return graph.stage_model(start, end, io_names=("x", "y")).SerializeToString(), []
+        except Exception as exc:  # noqa: BLE001 - onnx raises its own types
+            raise EngineError("stage %d..%d of %s: %s" % (start, end, graph.path, first_line(exc))) from None
     sample = _sample(graph, start)
     module, notes = fix_pools(graph.stage_module(start, end), sample)
     try:
