@@ -192,6 +192,8 @@ def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], pat
     axes = _image_axes(list(input_shape))
     nchw = axes == (2, 3)
     channels = input_shape[1] if nchw else input_shape[-1] if axes is not None else None
+    if elem == TensorProto.UINT8 and not nchw and channels == 3 and input_shape[0] == 1:
+        return input_name  # the model reads raw frames (a TF detector's image_tensor): nothing to prepend
     if elem != TensorProto.FLOAT or channels != 3 or input_shape[0] != 1:
         raise OnnxModelError("%s: input %s is %s %s, not a float32 3-channel image, so frames cannot be fed to it"
                              % (path, input_name, _np_dtype(elem), "x".join(str(d) for d in input_shape)))
