@@ -9,6 +9,7 @@ import time
 import grpc
 import numpy as np
 
+from cnnvideo.artifacts import onnx_model_path
 from cnnvideo.master.checks import check_infos, codec_times
 from cnnvideo.master.feed import SourceError
 from cnnvideo.master.links import MasterError, WorkerLinks
@@ -82,7 +83,7 @@ class Setup:
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
         m = self.m
-        if m.cfg.model.lower().endswith(".onnx"):  # the unsplit ONNX model in one ORT session
+        if onnx_model_path(m.cfg.model):  # the unsplit ONNX model in one ORT session
             from cnnvideo.model.loading import check_weights, load_graph
             from cnnvideo.model.onnx_stage import OnnxStage
 

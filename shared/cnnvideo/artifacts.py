@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 PREDICTOR_FORMAT = 2  # bump when what a predictor file holds (or how it is fitted) changes
 PROFILE_FORMAT = 5  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
@@ -29,8 +29,20 @@ def file_id(path: str) -> str:
     return "%s:%d:%d" % (os.path.abspath(path), st.st_size, int(st.st_mtime))
 
 
+def onnx_model_path(model: str) -> Optional[str]:
+    """The ONNX file a config's `model:` names (a path ending in .onnx, or a short name of a model in the model
+    cache such as `person-ssdlite`), or None for a zoo (torchvision) model. The one rule for "is it an ONNX model"."""
+    if not isinstance(model, str):
+        return None
+    if model.lower().endswith(".onnx"):
+        return model
+    named = NAMED_ONNX_MODELS.get(model)
+    return os.path.join(models_dir(), named) if named else None
+
+
 def model_tag(model: str) -> str:
-    """The model's name in cache file names: the zoo name, or for an ONNX file `<stem>-onnx-<sha8 of its path>`."""
+    """The model's name in cache file names: the zoo name or short name, or for an ONNX file
+    `<stem>-onnx-<sha8 of its path>`."""
     if not model.lower().endswith(".onnx"):
         return model
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(model)[:-5])
@@ -45,7 +57,8 @@ def training_video(cfg: Any) -> str:
 def predictor_key(cfg: Any) -> Dict[str, Any]:
     """Everything the fitted predictors depend on."""
     weights = cfg.weights if cfg.weights in ("imagenet", "random") else file_id(cfg.weights)
-    model = file_id(cfg.model) if cfg.model.lower().endswith(".onnx") else cfg.model  # an ONNX file: its identity
+    path = onnx_model_path(cfg.model)
+    model = file_id(path) if path else cfg.model  # an ONNX file: its identity
     key = {
         "model": model, "weights": weights, "seed": cfg.seed, "video": file_id(training_video(cfg)),
         "frame_size": list(cfg.frame_size), "frames": cfg.trainer.frames, "fit_fraction": cfg.trainer.fit_fraction,
@@ -113,6 +126,7 @@ def models_dir() -> str:
 
 
 PERSON_DETECTOR = "person-ssdlite.onnx"  # SSDLite MobileNetV2, one class (1 = person), ONNX: scripts/fetch_detector.sh
+NAMED_ONNX_MODELS = {"person-ssdlite": PERSON_DETECTOR}  # short config names of models in models_dir()
 
 
 def person_detector_path() -> str:

@@ -337,9 +337,13 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
-    if cfg.model.lower().endswith(".onnx"):  # any ONNX file (cnnvideo.model.onnx_graph); weights are in the file
-        if check_files and not os.path.isfile(cfg.model):
-            raise ConfigError("config key 'model': ONNX file not found: %s" % cfg.model)
+    from cnnvideo.artifacts import onnx_model_path
+
+    onnx_path = onnx_model_path(cfg.model)
+    if onnx_path:  # an ONNX file or a short name of one (cnnvideo.model.onnx_graph); the weights are in the file
+        if check_files and not os.path.isfile(onnx_path):
+            raise ConfigError("config key 'model': ONNX file not found: %s%s" % (
+                onnx_path, "" if onnx_path == cfg.model else " (`make setup` fetches %s)" % cfg.model))
         if cfg.engine != "onnxruntime":
             raise ConfigError("config key 'engine' must be onnxruntime for an ONNX model file (%s), got %r"
                               % (cfg.model, cfg.engine))
@@ -494,8 +498,13 @@ def upgrade(data: Dict[str, Any]) -> Dict[str, Any]:
 def model_unavailable(model: str, weights: str) -> str:
     """Why `model` with `weights` cannot run here, offline ('' = it can): the one rule `fallback` follows.
     Unknown models, `imagenet` weights not in the torch hub cache (scripts/fetch_weights.sh), missing weight files."""
+    from cnnvideo.artifacts import onnx_model_path
     from cnnvideo.model import zoo  # local import: the zoo pulls in torch
 
+    onnx_path = onnx_model_path(model)
+    if onnx_path:
+        return "" if os.path.isfile(onnx_path) else "%s is not in the model cache (scripts/fetch_detector.sh)" % (
+            onnx_path)
     if model not in zoo.MODEL_NAMES and not zoo.is_torchvision_model(model):
         return "model %s is unknown to this build" % model
     if weights == "imagenet" and not zoo.imagenet_available(model):

@@ -7,15 +7,18 @@ from typing import Optional
 
 import numpy as np
 
+from cnnvideo.artifacts import onnx_model_path
+
 log = logging.getLogger(__name__)
 
 
 def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
-    if cfg.model.lower().endswith(".onnx"):
+    path = onnx_model_path(cfg.model)
+    if path:
         from cnnvideo.model.onnx_graph import load_graph as load_onnx_graph
 
-        return load_onnx_graph(cfg.model, cfg.frame_size)
+        return load_onnx_graph(path, cfg.frame_size)
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import load_model
 
@@ -29,8 +32,9 @@ def check_weights(cfg):
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
     from cnnvideo.model.zoo import WeightsInfo, load_model, sha256_of
 
-    if cfg.model.lower().endswith(".onnx"):  # the weights are in the file; `weights` is not used
-        return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(cfg.model), sha256_of(cfg.model))
+    path = onnx_model_path(cfg.model)
+    if path:  # the weights are in the file; `weights` is not used
+        return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(path), sha256_of(path))
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)
     return load_model(cfg.model, cfg.weights, cfg.seed)[1]

@@ -561,7 +561,10 @@ class OnnxGraph:
                     shapes.append(tuple(int(s) for s in shape))
                     dtypes.append(_np_dtype(elem))
             name = ts[0] if len(ts) == 1 else "+".join(ts)
-            cuts.append(OnnxCut(len(cuts), pos, name, shapes[0], dtypes[0], tuple(ts), tuple(shapes), tuple(dtypes),
+            shape, dtype = shapes[0], dtypes[0]
+            if len(ts) > 1:  # every model output, packed into one float32 row (see `pack_outputs`)
+                shape, dtype = (1, int(sum(int(np.prod(s, dtype=np.int64)) for s in shapes))), "float32"
+            cuts.append(OnnxCut(len(cuts), pos, name, shape, dtype, tuple(ts), tuple(shapes), tuple(dtypes),
                                 not any(t in measured for t in ts)))
         return cuts
 
@@ -687,6 +690,8 @@ class OnnxGraph:
         m = helper.make_model(g, opset_imports=list(self.model.opset_import), producer_name="cnnvideo",
                               ir_version=self.model.ir_version)
         m.functions.extend(self.model.functions)
+        if len(c_out.tensors) > 1:
+            pack_outputs(m, c_out)
         if io_names is not None:
             _rename_io(m, io_names[0], io_names[1])
         m.metadata_props.add(key="cnnvideo.stage", value="%s cuts %d..%d (%s..%s)" % (
@@ -732,6 +737,39 @@ class OnnxGraph:
     def full_session(self, threads: int = 1):
         """An ORT session of the whole (fixed, folded) model."""
         return _session(self.model.SerializeToString(), threads, self.path)
+
+
+PACKED = "cnnvideo_packed_outputs"
+
+
+def pack_outputs(model, cut: OnnxCut) -> None:
+    """Make a stage ending at a multi-output cut (a detector's boxes, scores, classes) give one float32 (1, N)
+    tensor, its outputs flattened and concatenated in order (in place): one tensor crosses the last hop, as for
+    every other model; `unpack_outputs` splits it again."""
+    from onnx import TensorProto, helper
+
+    g = model.graph
+    shape = helper.make_tensor("cnnvideo_pack_shape", TensorProto.INT64, [2], [1, -1])
+    g.initializer.append(shape)
+    flat = []
+    for t in cut.tensors:
+        f32, row = t + "/cnnvideo_float", t + "/cnnvideo_row"
+        g.node.extend([helper.make_node("Cast", [t], [f32], to=TensorProto.FLOAT),
+                       helper.make_node("Reshape", [f32, shape.name], [row])])
+        flat.append(row)
+    g.node.append(helper.make_node("Concat", flat, [PACKED], axis=1))
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info(PACKED, TensorProto.FLOAT, list(cut.shape)))
+
+
+def unpack_outputs(packed: np.ndarray, cut: OnnxCut) -> Dict[str, np.ndarray]:
+    """{model output name: array} from a packed (1, N) row of a multi-output cut (the inverse of pack_outputs)."""
+    flat = np.asarray(packed).reshape(-1)
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in cut.shapes]
+    if flat.size != sum(sizes):
+        raise ValueError("packed outputs of %s have %d elements, expected %d" % (cut.name, flat.size, sum(sizes)))
+    parts = np.split(flat, np.cumsum(sizes)[:-1])
+    return {t: p.reshape(s).astype(d) for t, p, s, d in zip(cut.tensors, parts, cut.shapes, cut.dtypes)}
 
 
 def _rename_io(model, in_name: str, out_name: str) -> None:

@@ -5,9 +5,9 @@ numpy only.
 
 OnnxStage runs fp32 (workers normally build stages through engines.StageFactory, whose ORT engine takes the
 stage from OnnxGraph instead of exporting torch, and quantises it for int8; OnnxStageFactory is the torch-free
-subset). A stage ending at the last cut of a model with several outputs (a detector) returns a tuple of arrays,
-one per model output, in the model's output order; every other stage returns one array. OrtModule is the stand-in
-for a torch stage module that OnnxGraph.stage_module returns.
+subset). A stage ending at the last cut of a model with several outputs (a detector) returns them packed in one
+float32 (1, N) row (onnx_graph.pack_outputs; unpack_outputs splits it), so every stage returns one array.
+OrtModule is the stand-in for a torch stage module that OnnxGraph.stage_module returns.
 """
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ import numpy as np
 
 from cnnvideo.model.engines import EngineSpec, Stage, check_input
 
-from cnnvideo.model.onnx_graph import OnnxGraph
-
 log = logging.getLogger(__name__)
 
 
@@ -30,7 +28,7 @@ class OnnxStage(Stage):
     engine = "onnxruntime"
     precision = "fp32"
 
-    def __init__(self, graph: OnnxGraph, start: int, end: int, threads: int = 1) -> None:
+    def __init__(self, graph, start: int, end: int, threads: int = 1) -> None:
         super().__init__(graph.cut_index(start), graph.cut_index(end), None, None)
         if self.start > self.end:
             raise ValueError("stage start cut %d is after end cut %d" % (self.start, self.end))
@@ -65,7 +63,7 @@ class OrtModule:
     a torch tensor (torch imported only then), with a numpy array a numpy array; eval() and a weightless
     state_dict() as torch modules have. The session is built on first call."""
 
-    def __init__(self, graph: OnnxGraph, start: int, end: int, threads: int = 1) -> None:
+    def __init__(self, graph, start: int, end: int, threads: int = 1) -> None:
         self.graph = graph
         self.start = start
         self.end = end
@@ -97,7 +95,7 @@ class OnnxStageFactory:
     """The stages one worker runs for an ONNX-file model, each built once; thread-safe. The subset of
     engines.StageFactory that workers and profiling call (stage, built, engines_used, precision, spec, notes)."""
 
-    def __init__(self, graph: OnnxGraph, threads: int = 1) -> None:
+    def __init__(self, graph, threads: int = 1) -> None:
         self.graph = graph
         self.threads = int(threads)
         self.spec = EngineSpec("onnxruntime", "fp32", self.threads, "stop")
