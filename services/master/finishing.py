@@ -97,6 +97,8 @@ class Finisher:
             "times": reporting.frame_times(records, m.t_run),
             "spans": reporting.span_rows(tel.spans, m.t_run),
         }
+        if m.detecting is not None:  # detector, detections per label, agreement with the unsplit model, people
+            extra.update(m.detecting.report())
         extra.update(m.scheduler.report(n_frames, main_plan))
         extra.update(self.live_extra(wall))
         os.makedirs(m.out, exist_ok=True)

@@ -9,9 +9,10 @@ import grpc
 import numpy as np
 
 from cnnvideo.master.outputs import OutputError
-from cnnvideo.master.view import describe
+from cnnvideo.master.view import describe, describe_detections
 from cnnvideo.plan.schedulers import Compute, Transfer
 from cnnvideo.results import report as rpt
+from cnnvideo.results.detections import label_counts
 from cnnvideo.rpc import net
 from cnnvideo.wire.hop import HopReceiver
 
@@ -66,19 +67,24 @@ class StreamReader:
                 m.failure = m.failure or str(exc)
             captured = m.feed.captured_at.get(f, t_dec)
             m.capture_latency.append(t_dec - captured)
-            if m.view is not None:
-                m.view.note_result(f, t_dec - captured, describe(y), t_dec)
-                if m.live_view is not None:
-                    m.live_view.set_frame(m.feed.pixels.get(f))
             rgb = m.feed.pixels.get(f)
-            m.thumbs.add(f, rgb)
+            dets = m.detecting.frame(f, m.model_outputs(y)) if m.detecting is not None else None
+            if m.view is not None:
+                if dets is None:
+                    m.view.note_result(f, t_dec - captured, describe(y), t_dec)
+                else:
+                    m.view.note_result(f, t_dec - captured, describe_detections(dets), t_dec,
+                                       detections=label_counts(dets))
+                if m.live_view is not None:
+                    m.live_view.set_frame(rgb, dets)
+            m.thumbs.add(f, rgb, dets)
             m.feed.release(f)
             m.last_event = now
             hop = "w%d->m" % w
             m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                      res.output.keyframe)
             if m.results is not None:
-                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data))
+                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data), boxes=dets)
             m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
             m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
             m.cond.notify_all()

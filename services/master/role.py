@@ -82,6 +82,8 @@ class MasterRole:
         self.setup_s: Dict[str, float] = {}
         self.t_run = 0.0
         self.reference = None  # the unsplit model for the exactness check
+        self.onnx_graph = None  # an ONNX model's graph (how its outputs are packed)
+        self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
         self.restarts = 0
         self.worker_restarts = [0] * self.W
         # a re-plan switches once every worker has built its stages (asked through the links made by start())
@@ -209,10 +211,19 @@ class MasterRole:
                 log.warning("fault: %s", message)
             self.cond.notify_all()
 
+    def model_outputs(self, y):
+        """{output name: array} of a result of a multi-output ONNX model (unpacked), else `y` itself."""
+        if self.onnx_graph is not None and len(self.onnx_graph.cuts[-1].tensors) > 1:
+            from cnnvideo.model.onnx_graph import unpack_outputs
+
+            return unpack_outputs(y, self.onnx_graph.cuts[-1])
+        return y
+
     def _label(self, frame: int, output) -> None:
-        """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record."""
+        """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record (a classifier's
+        outputs only)."""
         rec = self.tracker.records.get(frame)
-        if rec is not None:
+        if rec is not None and self.detecting is None and self.onnx_graph is None:
             rec.top5 = [list(t) for t in labels.topk(output, 5)]
 
     def plan_layers(self, cuts: List[int]) -> List[List[str]]:

@@ -50,6 +50,8 @@ class Setup:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         m.setup_s["connect_info_costs"] = time.time() - t0
+        if onnx_model_path(cfg.model):
+            self.load_onnx_outputs()
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
         t2 = time.time()
@@ -83,13 +85,12 @@ class Setup:
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
         m = self.m
-        if onnx_model_path(m.cfg.model):  # the unsplit ONNX model in one ORT session
-            from cnnvideo.model.loading import check_weights, load_graph
+        if m.onnx_graph is not None:  # the unsplit ONNX model in one ORT session
+            from cnnvideo.model.loading import check_weights
             from cnnvideo.model.onnx_stage import OnnxStage
 
             m.weights_used = check_weights(m.cfg).describe()
-            graph = load_graph(m.cfg)
-            m.reference = OnnxStage(graph, 0, len(graph.cuts) - 1)
+            m.reference = OnnxStage(m.onnx_graph, 0, len(m.onnx_graph.cuts) - 1)
             return
         from cnnvideo.model.engines.torch_engine import TorchStage
         from cnnvideo.model.graph import LayerGraph
@@ -101,14 +102,31 @@ class Setup:
         graph = LayerGraph.from_model(model, tuple(m.cfg.frame_size))
         m.reference = TorchStage(graph, 0, len(graph.cuts) - 1)
 
+    def load_onnx_outputs(self) -> None:
+        """An ONNX model's graph (its last cut says how the outputs are packed) and, for a detector, the part that
+        decodes each result into boxes."""
+        from cnnvideo.master.detecting import MasterDetections
+        from cnnvideo.model.loading import load_graph
+
+        m = self.m
+        m.onnx_graph = load_graph(m.cfg)
+        last = m.onnx_graph.cuts[-1]
+        m.detecting = MasterDetections.for_config(m.cfg.model, m.cfg.detect, m.cfg.frame_size,
+                                                  output_names=list(last.tensors))
+
     def start_checker(self) -> None:
         from cnnvideo.results.checking import OnlineChecker
 
         m = self.m
         block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked
         defer = block and m.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
+        compare = None
+        if m.detecting is not None:
+            def compare(out, ref):
+                return m.detecting.check(m.model_outputs(out), m.model_outputs(ref))
         m.checker = OnlineChecker(m.reference.run, m.cfg.check_share,
-                                  queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer)
+                                  queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer,
+                                  compare=compare)
 
     def all_costs(self, request) -> list:
         """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the

@@ -109,6 +109,15 @@ class Reliability:
 
 
 @dataclass
+class Detect:
+    """What a detector keeps (cnnvideo.results.detections): boxes scoring at least `score_threshold` (0..1), of
+    `labels` (empty = every label the model has). Refused on a classifier."""
+
+    score_threshold: float = 0.5
+    labels: List[str] = field(default_factory=list)
+
+
+@dataclass
 class Source:
     """How `video` is read (video.sources): a file as fast as the chain allows, or frames on their own clock."""
 
@@ -218,6 +227,7 @@ class Config:
     tls: Tls = field(default_factory=Tls)
     source: Source = field(default_factory=Source)
     live_view: LiveView = field(default_factory=LiveView)
+    detect: Detect = field(default_factory=Detect)
     local: Local = field(default_factory=Local)
     cache_dir: str = "~/.cache/cnnvideo"
     out: str = "out"
@@ -350,6 +360,9 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     elif cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
         known = ", ".join(models.MODEL_NAMES)
         raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
+    from cnnvideo.results.detections import check_settings, is_detector
+
+    check_settings(cfg.model, is_detector(cfg.model), cfg.detect, classifier={"weights": cfg.weights})
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
     from cnnvideo.video.sources import kind_of

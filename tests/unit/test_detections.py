@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from cnnvideo.config import Detect
 from cnnvideo.errors import ConfigError
 from cnnvideo.events.types import Detection
 from cnnvideo.master.detecting import MasterDetections
@@ -232,7 +233,7 @@ def test_check_settings_refuses_the_wrong_kind_of_setting():
     and an unknown detect key are each one-line ConfigErrors naming the key; fitting settings pass."""
     cases = [
         (("alexnet", False, {"score_threshold": 0.4}), "'detect.score_threshold' is a detector setting"),
-        (("alexnet", False, dt.Detect(labels=["person"])), "'detect.labels' is a detector setting"),
+        (("alexnet", False, Detect(labels=["person"])), "'detect.labels' is a detector setting"),
         (("person-ssdlite", True, None, {"weights": "imagenet"}), "'weights' ('imagenet') is a classifier"),
         (("person-ssdlite", True, {"score_threshold": 1.5}), "'detect.score_threshold' must be a number in 0..1"),
         (("person-ssdlite", True, {"labels": ["dog"]}), "'detect.labels': model 'person-ssdlite' has no label"),
@@ -243,10 +244,10 @@ def test_check_settings_refuses_the_wrong_kind_of_setting():
         with pytest.raises(ConfigError, match=re.escape(message)) as err:
             dt.check_settings(*args)
         assert "\n" not in str(err.value)
-    dt.check_settings("alexnet", False, dt.Detect())  # defaults: not set
+    dt.check_settings("alexnet", False, Detect())  # defaults: not set
     dt.check_settings("person-ssdlite", True, {"score_threshold": 0.3, "labels": ["person"]}, {"weights": "random"})
     assert dt.is_detector("person-ssdlite") and dt.is_detector("/m/person-ssdlite.onnx")
     assert not dt.is_detector("alexnet")
     assert dt.detector_for_outputs(["num_detections:0", "detection_boxes:0", "detection_scores:0",
                                     "detection_classes:0"]) is SPEC
-    assert dt.spec_for("person-ssdlite", dt.Detect(score_threshold=0.3)).score_threshold == 0.3
+    assert dt.spec_for("person-ssdlite", Detect(score_threshold=0.3)).score_threshold == 0.3

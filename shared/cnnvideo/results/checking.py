@@ -25,8 +25,12 @@ class OnlineChecker:
     """Compares sampled outputs with `reference(frame_rgb)` (the whole model) as the run goes."""
 
     def __init__(self, reference: Callable[[np.ndarray], np.ndarray], share: float = 1.0, queue: int = 4,
-                 block: bool = True, defer: bool = False) -> None:
+                 block: bool = True, defer: bool = False,
+                 compare: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None) -> None:
         self.reference = reference
+        # compare(output, reference output) for a model whose outputs are not ImageNet scores (a detector: its
+        # boxes matched); None = a classifier's top-1 and top-5 agreement
+        self.compare = compare
         # defer: nothing is checked until close() or a full queue (the reference's CPU stays out of the run)
         self.defer = bool(defer)
         self.draining = False
@@ -84,7 +88,10 @@ class OnlineChecker:
             else:
                 problem = None
                 err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
-                if out.size:
+                if self.compare is not None:
+                    self.compare(out, ref)
+                    same, overlap = False, 0.0
+                elif out.size:
                     from cnnvideo.results import labels
 
                     same = labels.top1(out) == labels.top1(ref)
@@ -125,7 +132,7 @@ class OnlineChecker:
     def agreement(self) -> Tuple[Optional[float], Optional[float]]:
         """(top-1 agreement, mean top-5 overlap) over the checked frames, None before any."""
         with self.cond:
-            if not self.checked:
+            if not self.checked or self.compare is not None:
                 return None, None
             return self.top1_same / float(self.checked), self.top5_overlap / float(self.checked)
 

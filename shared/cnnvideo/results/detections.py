@@ -7,8 +7,8 @@ the unsplit model, what the report counts, and the boxes drawn on thumbnails and
   match()        greedy same-label IoU matching; DetectionAgreement: precision/recall/F1 over frames
   DetectionCounts  report.json `detections`: per label total boxes, frames with one, most in a frame
   caption()      "3 people"; draw_boxes(): a copy of the frame with green boxes and label/score text (cv2)
-  Detect         the proposed `detect:` config section (score_threshold, labels); check_settings() refuses
-                 detector settings on a classifier and classifier settings on a detector (ConfigError)
+  check_settings()  refuses the `detect:` section's settings (config.Detect) on a classifier and classifier
+                 settings on a detector (ConfigError naming the key)
 
 Detections are cnnvideo.events.types.Detection: label, score and box (x1, y1, x2, y2) in pixels of the frame the
 master captured (the configured frame_size), so the events library takes them as they are.
@@ -97,19 +97,7 @@ def detector_for_outputs(output_names: Sequence[str]) -> Optional[DetectorSpec]:
     return None
 
 
-@dataclass
-class Detect:
-    """Proposed config section `detect:` (for config.Config: `detect: Detect = field(default_factory=Detect)`).
-
-    score_threshold: detections scoring below it are dropped (0..1).
-    labels: labels kept, e.g. [person]; empty = every label the model has.
-    """
-
-    score_threshold: float = 0.5
-    labels: List[str] = field(default_factory=list)
-
-
-DETECT_KEYS = tuple(f.name for f in dataclasses.fields(Detect))
+DETECT_KEYS = ("score_threshold", "labels")  # the fields of config.Detect (the `detect:` section)
 # settings that mean something only for an ImageNet classifier, with their defaults (the value a detector run
 # may carry without having set it)
 CLASSIFIER_DEFAULTS: Dict[str, Any] = {"weights": "random"}
@@ -125,7 +113,7 @@ def _given(cfg_detect: Any) -> Dict[str, Any]:
         if unknown:
             raise ConfigError("unknown config key 'detect.%s' (known: %s)" % (unknown[0], ", ".join(DETECT_KEYS)))
         return dict(cfg_detect)
-    default = Detect()
+    default = type(cfg_detect)()  # a config.Detect: its defaults
     return {k: getattr(cfg_detect, k) for k in DETECT_KEYS if getattr(cfg_detect, k) != getattr(default, k)}
 
 
