@@ -401,11 +401,13 @@ def thumbnail_uri(frame, width: int = 128, detections: Optional[Sequence[Any]] =
     import base64
 
     h, w = frame.shape[:2]
+    if detections is not None:
+        width = max(width, 240)  # a detector's thumbnails: big enough to see who is boxed
     small = cv2.resize(frame, (width, max(int(round(h * width / float(w))), 1)), interpolation=cv2.INTER_AREA)
     if detections:
         from cnnvideo.results.detections import draw_boxes
 
-        small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=1)
+        small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=2)
     ok, buf = cv2.imencode(".jpg", small[:, :, ::-1], [int(cv2.IMWRITE_JPEG_QUALITY), 80])
     return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""
 
