@@ -7,10 +7,6 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAX_README_WORDS = 1500
 
-# Pages other branches are writing at the same time. Until they are merged a link to one of them is allowed to
-# dangle, but only while the file is absent; the lead removes this allowance once both pages exist.
-PENDING_PAGES = {"docs/configuration.md", "docs/report-format.md"}
-
 # [text](target) and ![alt](target), with an optional "title"; the target ends at whitespace or ')'
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
@@ -48,12 +44,6 @@ def test_every_relative_link_resolves_to_an_existing_file():
             resolved = (page.parent / path).resolve()
             if resolved.is_file():
                 continue
-            try:
-                name = resolved.relative_to(ROOT).as_posix()
-            except ValueError:
-                name = str(resolved)
-            if name in PENDING_PAGES:
-                continue  # being written on another branch (see PENDING_PAGES)
             broken.append("%s: %s" % (page.relative_to(ROOT).as_posix(), target))
     assert not broken, "links to missing files:\n" + "\n".join(broken)
 
