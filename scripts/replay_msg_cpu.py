@@ -113,7 +113,8 @@ def load(name: str):
     import csv
 
     rows = {r["id"]: r for r in csv.DictReader(open(os.path.join(folder, "results.csv")))}
-    reports = [json.loads(line) for line in open(os.path.join(folder, "reports.jsonl")) if line.strip()]
+    raw = folder.replace(os.path.join("docs", "results"), "results-data")  # raw records live outside docs/
+    reports = [json.loads(line) for line in open(os.path.join(raw, "reports.jsonl")) if line.strip()]
     pairs = [(rp, rows[rp["experiment_run"]]) for rp in reports
              if rp.get("throughput_fps") and rp.get("predicted_makespan_s") and rp["experiment_run"] in rows]
     return float(caps["worker0"]), pairs

@@ -275,10 +275,22 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
         json.dump({"command": command, "facts": facts}, fh, indent=1, default=str)
     out_dir = os.path.join(spec["out"], spec["name"])
     paths = write_results(spec, rows, reports, out_dir, command, facts)
-    with open(os.path.join(out_dir, "reports.jsonl"), "w") as fh:
+    raw = raw_dir(out_dir)
+    os.makedirs(raw, exist_ok=True)
+    with open(os.path.join(raw, "reports.jsonl"), "w") as fh:
         for rid, rep in reports.items():
             fh.write(json.dumps(dict(trimmed(rep), experiment_run=rid)) + "\n")
     return rows, paths
+
+
+def raw_dir(out_dir: str) -> str:
+    """Where an experiment's raw run records (reports.jsonl) go: beside its pages, except that pages written into
+    docs/results/<name> keep their raw records in results-data/<name> (docs/ holds no raw records)."""
+    parts = os.path.normpath(os.path.abspath(out_dir)).split(os.sep)
+    for i in range(len(parts) - 1):
+        if parts[i] == "docs" and parts[i + 1] == "results":
+            return os.sep.join(parts[:i] + ["results-data"] + parts[i + 2:])
+    return out_dir
 
 
 def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
