@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence
 import grpc
 import numpy as np
 
+from cnnvideo.artifacts import trains_on_master_frames
 from cnnvideo.config import Config
 from cnnvideo.master import reporting
 from cnnvideo.master.checks import check_infos, codec_times
@@ -136,17 +137,27 @@ class MasterRole:
             log.info("weights: %s", self.weights_used)
             graph = LayerGraph.from_model(model, tuple(self.cfg.frame_size))
             self.reference = StageExecutor(graph, 0, len(graph.cuts) - 1)
+        training = None
+        t1 = time.time()
+        if trains_on_master_frames(self.cfg):  # a live source is opened once (here): the trainer fits on its frames
+            try:
+                self.feed.open()
+                training = self.feed.training_frames(self.cfg.trainer.frames)
+            except SourceError as exc:
+                raise MasterError(str(exc)) from None
+            self.setup_s["open_source"] = time.time() - t1
         t2 = time.time()
-        self.predictors = self._get_predictors()
+        self.predictors = self._get_predictors(training)
         self.setup_s["predictors"] = time.time() - t2
         t1 = time.time()
         try:
-            self.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+            if training is None:
+                self.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
             if self.live:
                 self.feed.warm_up(min(self.cfg.group_size, 8) + 1)
         except SourceError as exc:
             raise MasterError(str(exc)) from None
-        self.setup_s["open_source"] = time.time() - t1
+        self.setup_s["open_source"] = self.setup_s.get("open_source", 0.0) + time.time() - t1
         if self.cfg.check:
             from cnnvideo.results.checking import OnlineChecker
 
@@ -192,18 +203,22 @@ class MasterRole:
     def _check_infos(self) -> None:
         check_infos(self.infos, self.cfg.model, self.cfg.frame_size, self.addresses)
 
-    def _get_predictors(self):
+    def _get_predictors(self, training: Optional[List[np.ndarray]] = None):
+        """The trainer's predictors; `training`: the frames it fits on (sent first, again after a restart of it)."""
         from cnnvideo.plan.predict import Predictors
 
         req = pb.PredictorRequest(settings=self._settings(settings.TRAINER_KEYS))
         backoff = net.Backoff(self.cfg.reliability.reconnect_s)
         while True:
             try:
+                if training is not None:
+                    self.links.trainer.PutFrames(self._training_messages(training), timeout=SETUP_TIMEOUT_S)
                 msg = self.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
                 break
             except grpc.RpcError as exc:
                 retry = self.cfg.reliability.restart and exc.code() in (grpc.StatusCode.UNAVAILABLE,
                                                                         grpc.StatusCode.CANCELLED)
+                retry = retry or (training is not None and exc.code() == grpc.StatusCode.NOT_FOUND)  # lost them
                 if not retry or not backoff.wait():
                     raise MasterError("trainer at %s: GetPredictors failed: %s" % (self.cfg.cluster.trainer,
                                                                                    net.code_name(exc))) from None
@@ -212,6 +227,12 @@ class MasterRole:
             return Predictors.from_arrays(convert.from_arrays(msg.arrays))
         except ValueError as exc:
             raise MasterError("trainer sent unusable predictors: %s" % exc) from None
+
+    def _training_messages(self, frames: List[np.ndarray]):
+        """PutFrames' stream: the master's settings on the first frame."""
+        for i, rgb in enumerate(frames):
+            yield pb.TrainingFrame(settings=self._settings(settings.TRAINER_KEYS) if i == 0 else None,
+                                   height=rgb.shape[0], width=rgb.shape[1], rgb=np.ascontiguousarray(rgb).tobytes())
 
     # ------------------------------------------------------------------ the run
     def _on_signal(self, signum: int) -> None:
@@ -612,7 +633,8 @@ class MasterRole:
         return reporting.plan_layers(self.infos[0], cuts, self.W)
 
     def _finish(self, wall: float) -> int:
-        self.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + skipped)
+        self.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + skipped
+        # + to_trainer)
         max_err = self._check_results()
         n_frames = self.tracker.n_frames
         self.agreement = self.checker.agreement() if self.checker is not None else (None, None)
