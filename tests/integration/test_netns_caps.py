@@ -28,26 +28,39 @@ def need_tc():
         pytest.skip("tc in a network namespace is not possible here: %s" % why)
 
 
-def cgroup_quota(pid):
-    """(quota, period) in microseconds of the CFS cap of process `pid`, read from the host's cgroup files its
-    /proc/<pid>/cgroup names (v1 cpu controller, else v2 cpu.max); None if uncapped."""
+def cgroup_cpu(pid):
+    """The CFS cap of process `pid` and what it did, read from the host's cgroup files that /proc/<pid>/cgroup
+    names (v1 cpu controller, else v2): {"quota": (quota_us, period_us) or None if uncapped, "throttled": times
+    the cgroup was throttled, "throttled_s": seconds it spent throttled}."""
     with open("/proc/%d/cgroup" % pid) as fh:
         rows = [line.strip().split(":", 2) for line in fh]
+
+    def read(path):
+        with open(path) as fh:
+            return fh.read()
+
+    def stat(path):
+        return dict((k, int(v)) for k, v in (line.split() for line in read(path).splitlines()))
+
     for _, controllers, path in rows:
         if "cpu" in controllers.split(","):
             for d in ("cpu", "cpu,cpuacct"):
                 base = os.path.join("/sys/fs/cgroup", d, path.lstrip("/"))
                 if os.path.isfile(os.path.join(base, "cpu.cfs_quota_us")):
-                    quota = int(open(os.path.join(base, "cpu.cfs_quota_us")).read())
-                    period = int(open(os.path.join(base, "cpu.cfs_period_us")).read())
-                    return (quota, period) if quota > 0 else None
+                    quota = int(read(os.path.join(base, "cpu.cfs_quota_us")))
+                    period = int(read(os.path.join(base, "cpu.cfs_period_us")))
+                    st = stat(os.path.join(base, "cpu.stat"))
+                    return {"quota": (quota, period) if quota > 0 else None, "throttled": st["nr_throttled"],
+                            "throttled_s": st["throttled_time"] / 1e9}
     for _, controllers, path in rows:
         if controllers == "":
-            cpu_max = os.path.join("/sys/fs/cgroup", path.lstrip("/"), "cpu.max")
-            if os.path.isfile(cpu_max):
-                quota, period = open(cpu_max).read().split()
-                return None if quota == "max" else (int(quota), int(period))
-    return None
+            base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+            if os.path.isfile(os.path.join(base, "cpu.max")):
+                quota, period = read(os.path.join(base, "cpu.max")).split()
+                st = stat(os.path.join(base, "cpu.stat"))
+                return {"quota": None if quota == "max" else (int(quota), int(period)),
+                        "throttled": st.get("nr_throttled", 0), "throttled_s": st.get("throttled_usec", 0) / 1e6}
+    return {"quota": None, "throttled": 0, "throttled_s": 0.0}
 
 
 def profile_s(out, worker):
@@ -62,35 +75,44 @@ def profile_s(out, worker):
 def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
     """With tc links and cpus {worker0: 0.1, worker1: 0.1}: the report (and the run summary) says cgroup caps
     and tc links; each worker process sits, while it runs, in a cgroup with a CFS quota of 10 ms per 100 ms; and
-    the cap acts: a capped worker's profile passes take at least 6x their CPU time in wall time (1/cap = 10x),
-    and its profiled compute per frame is at least twice that of the same run capped at 1.0 CPU (a fresh
-    profile each: separate caches). Only twice: on this shared 2-core host a worker at 1.0 CPU competes with
-    the other worker, the trainer and other jobs, and was measured 2.5-3.5x slower than its own CPU time."""
+    the cap acts. The kernel throttled each capped worker for over a second by the time the first frame was
+    sent (19 s when measured; a run capped at 1.0 CPU: for at most a fifth of that, 0 s measured), and the
+    model's compute per frame in the run (summed over the workers: the two runs may cut it differently) is at
+    least twice that of the same run at 1.0 CPU (2.6-4.6x measured). The profiles' numbers are printed, not
+    asserted: on this shared 2-core host (load ~6) a worker at 1.0 CPU got so little CPU that its profile's
+    wall/CPU ratio was 4-10 too, so wall times tell the cap from contention only by a margin here."""
     need_tc()
-    out = {}
+    seen = {}
     for share in (0.1, 1.0):
-        # 240x320: a whole AlexNet pass takes several CFS periods of CPU, so the profile's wall/CPU ratio sees
-        # the throttling (at 96x128 a pass fits in one period's 10 ms quota as often as not)
-        data = base_config(synthetic_video, str(tmp_path / ("cache%g" % share)), frame_size=[240, 320], frames=4,
+        # 240x320: a whole AlexNet pass takes several CFS periods of CPU, so the throttling shows (at 96x128 a
+        # pass fits in one period's 10 ms quota as often as not)
+        data = base_config(synthetic_video, str(tmp_path / ("cache%g" % share)), frame_size=[240, 320], frames=8,
                            in_flight=2, check=False, trainer={"frames": 4}, cpus={"worker0": share, "worker1": share},
                            local={"links": "tc", "cpus": "auto"})
         name = "caps%g" % share
         run = LocalRun(write_config(str(tmp_path / (name + ".yml")), data), str(tmp_path / name))
         run.wait_for(lambda r=run: "w0" in r.pids and "w1" in r.pids, 120)
-        quotas = {w: cgroup_quota(run.pids[w]) for w in ("w0", "w1")}  # the processes the inner launcher made
+        quotas = {w: cgroup_cpu(run.pids[w])["quota"] for w in ("w0", "w1")}  # processes of the inner launcher
+        run.wait_for(lambda r=run: r.sent >= 1, 300)  # the workers have loaded and profiled
+        cpu = {w: cgroup_cpu(run.pids[w]) for w in ("w0", "w1")}
         code, report, log = run.finish(300)
         assert code == 0, log[-3000:]
         assert quotas == {w: (int(share * 100000), 100000) for w in ("w0", "w1")}, quotas
         assert report["link_emulation"] == "tc", report["link_emulation"]
         assert report["cpu_caps"]["method"].startswith("cgroup"), report["cpu_caps"]
         assert report["cpu_caps"]["shares"] == {"w0": share, "w1": share}
-        assert "cgroup" in run.stdout and "cpu caps" in run.stdout  # the run summary says it
-        out[share] = {w: profile_s(str(tmp_path / name), w) for w in ("w0", "w1")}
-        print("cap %g: profiled compute per frame %s, run compute per frame %s" % (
-            share, out[share], {w: report["stages"][w]["compute"]["mean_s"] for w in ("w0", "w1")}))
+        assert re.search(r"cpu caps +cgroup-v\d: w0 %g, w1 %g" % (share, share), run.stdout), run.stdout[-2000:]
+        seen[share] = {w: {"throttled_s": round(cpu[w]["throttled_s"], 2),
+                           "profile": profile_s(str(tmp_path / name), w),
+                           "run_compute_s": report["stages"][w]["compute"]["mean_s"]} for w in ("w0", "w1")}
+        print("cap %g: %s" % (share, seen[share]))
     for w in ("w0", "w1"):
-        assert out[0.1][w][1] >= 6, out
-        assert out[0.1][w][0] >= 2 * out[1.0][w][0], out
+        assert seen[0.1][w]["throttled_s"] > 1.0 and seen[1.0][w]["throttled_s"] < seen[0.1][w]["throttled_s"] / 5
+    # the whole model per frame (the two runs may split it differently: compare the sum over the workers)
+    whole = {share: sum(seen[share][w]["run_compute_s"] for w in ("w0", "w1")) for share in seen}
+    print("compute per frame, whole model: %.3f s at 0.1 CPU, %.3f s at 1.0 (%.1fx)"
+          % (whole[0.1], whole[1.0], whole[0.1] / whole[1.0]))
+    assert whole[0.1] >= 2 * whole[1.0], seen
 
 
 def test_caps_that_cannot_be_applied_stop_the_run(tmp_path, synthetic_video, monkeypatch):
