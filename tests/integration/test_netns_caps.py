@@ -115,16 +115,29 @@ def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
     assert whole[0.1] >= 2 * whole[1.0], seen
 
 
-def test_caps_that_cannot_be_applied_stop_the_run(tmp_path, synthetic_video, monkeypatch):
-    """Caps asked for (`cpus:`) but no cgroup writable (here: a cgroup root that does not exist): the launcher
-    stops before any role starts, with one line naming the cause, and a non-zero exit; `local.cpus: none`
-    runs uncapped on purpose and says so."""
-    from cnnvideo.config import ConfigError
+def test_caps_that_cannot_be_applied_stop_the_run(tmp_path, synthetic_video):
+    """Caps asked for (`cpus:`, local.cpus auto) where /sys/fs/cgroup is empty (a private mount namespace with
+    an empty tmpfs over it: what `ip netns exec` used to leave the launcher): `cnnvideo local` starts no role
+    and exits non-zero with one line naming the cause; `local.cpus: none` opts out (uncapped, and said so)."""
+    import shutil
+    import subprocess
 
-    with pytest.raises(ConfigError) as err:
-        linkemu.CpuCaps({"w0": 0.1}, "auto", root=str(tmp_path / "no-cgroup"))
-    msg = str(err.value)
-    assert "\n" not in msg and "cpus" in msg and "w0 0.1" in msg and "local.cpus: none" in msg, msg
+    from .helpers import REPO, env
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a mount namespace)")
+    data = base_config(synthetic_video, str(tmp_path / "cache"), frames=4, cpus={"worker0": 0.1, "worker1": 0.1},
+                       local={"links": "none", "cpus": "auto"})
+    path = write_config(str(tmp_path / "c.yml"), data)
+    script = 'mount -t tmpfs -o ro none /sys/fs/cgroup && exec "$@"'
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                           sys.executable, "-m", "cnnvideo", "local", "-c", path, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert proc.returncode != 0 and len(errors) == 1, proc.stderr[-3000:]
+    assert re.search(r"config key 'cpus' asks for CPU caps \(w0 0.1, w1 0.1\) but no cgroup is writable here "
+                     r"\(.*/sys/fs/cgroup.*\); set local.cpus: none to run uncapped", errors[0]), errors
+    assert "[local] started" not in proc.stderr and not os.path.exists(str(tmp_path / "out" / "report.json"))
     caps = linkemu.CpuCaps({"w0": 0.1}, "none", root=str(tmp_path / "no-cgroup"))
     assert caps.summary() == {"method": "none", "shares": {}, "note": "local.cpus: none: roles ran uncapped"}
 
