@@ -40,7 +40,13 @@ class Child:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
         if self.on_spawn is not None:
-            self.on_spawn(self.name, self.proc.pid)
+            try:
+                self.on_spawn(self.name, self.proc.pid)
+            except BaseException:  # e.g. it cannot be capped: it does not run on without its cap
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                self.log_file.close()
+                raise
         self.thread = threading.Thread(target=self._pump, name="log-" + self.name, daemon=True)
         self.thread.start()
 
@@ -264,6 +270,14 @@ def _detector_lines(report: Dict[str, Any]) -> List[str]:
                 if agree else "-")]
 
 
+def _caps_line(caps: Dict[str, Any]) -> str:
+    """The run summary's CPU caps: the method and each role's share, or why the roles ran uncapped."""
+    shares = caps.get("shares") or {}
+    if caps.get("method", "none") != "none" and shares:
+        return "%s: %s" % (caps["method"], ", ".join("%s %g" % kv for kv in sorted(shares.items())))
+    return "none (%s)" % (caps.get("note") or "no caps asked for")
+
+
 def _summary(report: Dict[str, Any]) -> str:
     lat = report.get("latency_s") or {}
     lines = [
@@ -286,6 +300,8 @@ def _summary(report: Dict[str, Any]) -> str:
                                                        report.get("restarts")),
         "%-22s %s" % ("plan (layers/worker)", " | ".join(str(len(p)) for p in report.get("plan") or [])),
         "%-22s %s" % ("wall (s)", report.get("wall_s")),
+        "%-22s %s" % ("links", report.get("link_emulation")),
+        "%-22s %s" % ("cpu caps", _caps_line(report.get("cpu_caps") or {})),
         "%-10s %12s %14s %8s %10s" % ("hop", "bytes sent", "bytes dense", "ratio", "wire s"),
     ]
     for h in report.get("hops") or []:
@@ -296,8 +312,10 @@ def _summary(report: Dict[str, Any]) -> str:
 
 
 def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
-    """links: tc. The same command again inside a fresh network namespace whose loopback is shaped per hop;
-    signals are passed on; the namespace goes when the run ends."""
+    """links: tc. The same command again inside a fresh network namespace whose loopback is shaped per hop
+    (entered with nsenter, so the inner launcher still sees the host's /sys/fs/cgroup for the CPU caps; live
+    sources are read from our namespace, see SOURCE_NETNS_ENV); signals are passed on; the namespace goes when
+    the run ends."""
     ns = linkemu.Namespace("cnnvideo-%d" % os.getpid())
     forward = None
     proc = None
@@ -312,7 +330,9 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
         if cfg.live_view.port:
             forward = linkemu.PortForward(ns, cfg.live_view.port, cfg.live_view.host)
         argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
-        env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name})
+        # the roles' live sources are read from this (the host's) network: a camera on 127.0.0.1 or the LAN
+        env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name,
+                                  linkemu.SOURCE_NETNS_ENV: "/proc/%d/ns/net" % os.getpid()})
         proc = subprocess.Popen(argv + ["local", "-c", cfg_path, "--out", cfg.out], env=env)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)

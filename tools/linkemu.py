@@ -4,17 +4,19 @@ Links (`local.links`):
 - `tc`: every role runs in one fresh network namespace; its loopback gets an htb class per hop at the hop's rate,
   matched on the TCP port of the worker the hop goes into (rules from cnnvideo.tcrules, the netem helper's
   builder), one segment per packet so small messages are paced too. The live view's port is forwarded from the
-  host's 127.0.0.1. Needs root and `ip netns`.
+  host's 127.0.0.1. Needs root and `ip netns`. The roles enter it with `nsenter --net` (not `ip netns exec`,
+  which remounts /sys and so hides /sys/fs/cgroup: the CPU caps need it), and a live source is still read from
+  the host's network: SOURCE_NETNS_ENV names the host's namespace, which the capture threads enter.
 - `paced`: each sender waits bytes / rate before a send (cnnvideo.wire.pacing), in user space.
 - `none`: unshaped loopback.
 `auto` picks tc where it can, else paced.
 
-CPU caps (`local.cpus`): a cgroup per capped role (v2 `cpu.max`, else v1 `cpu.cfs_quota_us`); `auto` falls back to
-none (and says why) where no cgroup is writable.
+CPU caps (`local.cpus`): a cgroup per capped role (v2 `cpu.max`, else v1 `cpu.cfs_quota_us`). Caps asked for
+(`cpus:` shares) that cannot be applied stop the run with one line (ConfigError), in `auto` as in `cgroup`;
+`local.cpus: none` runs uncapped on purpose, and the report's `cpu_caps` says so.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
@@ -26,11 +28,11 @@ from typing import Dict, List, Optional, Tuple
 from cnnvideo import tcrules
 from cnnvideo.config import Config, ConfigError
 from cnnvideo.plan.profiling import own_cgroup
+from cnnvideo.video.sources import SOURCE_NETNS_ENV, enter_netns  # noqa: F401 (SOURCE_NETNS_ENV: the launcher's)
 
 log = logging.getLogger(__name__)
 
 NETNS_ENV = "CNNVIDEO_LOCAL_NETNS"  # set for the launcher that runs inside the namespace
-CLONE_NEWNET = 0x40000000
 CFS_PERIOD_US = 100000
 
 
@@ -100,8 +102,13 @@ class Namespace:
         log.info("links: namespace %s, %s", self.name, ", ".join("hop %d %.3g MB/s" % (i, b / 1e6)
                                                                 for i, b in enumerate(cfg.bandwidth_bytes())))
 
+    def path(self) -> str:
+        return "/var/run/netns/%s" % self.name
+
     def prefix(self) -> List[str]:
-        return ["ip", "netns", "exec", self.name]
+        """Run a command in the namespace. nsenter, not `ip netns exec`: that one also remounts /sys for the
+        namespace, and an empty /sys/fs/cgroup leaves no cgroup to cap the roles in."""
+        return ["nsenter", "--net=%s" % self.path(), "--"]
 
     def socket(self) -> socket.socket:
         """A TCP socket inside the namespace (made by a thread that entered it: setns acts per thread)."""
@@ -109,13 +116,7 @@ class Namespace:
 
         def enter() -> None:
             try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                fd = os.open("/var/run/netns/%s" % self.name, os.O_RDONLY)
-                try:
-                    if libc.setns(fd, CLONE_NEWNET) != 0:
-                        raise OSError(ctypes.get_errno(), "setns")
-                finally:
-                    os.close(fd)
+                enter_netns(self.path())
                 out["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             except OSError as exc:
                 out["error"] = exc
@@ -206,17 +207,15 @@ class CpuCaps:
         self.dirs: Dict[str, str] = {}
         self.base: Optional[str] = None
         if mode == "none" or not self.shares:
-            self.note = "no caps asked for" if not self.shares else "local.cpus: none"
+            self.note = "no caps asked for" if not self.shares else "local.cpus: none: roles ran uncapped"
             return
         try:
             self._make(root)
-        except OSError as exc:
+        except OSError as exc:  # caps were asked for (`cpus:`): a run that ignored them would measure another setup
             self.remove()
-            self.method = "none"
-            self.note = "no writable cgroup for CPU caps (%s); roles ran uncapped" % exc
-            if mode == "cgroup":
-                raise ConfigError("config key 'local.cpus' is cgroup, but %s" % self.note) from None
-            log.warning("cpus: %s", self.note)
+            asked = ", ".join("%s %g" % kv for kv in sorted(self.shares.items()))
+            raise ConfigError("config key 'cpus' asks for CPU caps (%s) but no cgroup is writable here (%s); set "
+                              "local.cpus: none to run uncapped" % (asked, exc)) from None
 
     def _make(self, root: str) -> None:
         name = "cnnvideo-%d" % os.getpid()
@@ -252,7 +251,8 @@ class CpuCaps:
         self.method = "cgroup-v2" if v2 else "cgroup-v1"
 
     def add(self, role: str, pid: int) -> None:
-        """Move process `pid` (all its threads) into the role's cgroup, if the role is capped."""
+        """Move process `pid` (all its threads) into the role's cgroup, if the role is capped; ConfigError (one
+        line) if it cannot be moved."""
         path = self.dirs.get(role)
         if path is None:
             return
@@ -260,7 +260,8 @@ class CpuCaps:
             with open(os.path.join(path, "cgroup.procs"), "w") as fh:
                 fh.write(str(pid))
         except OSError as exc:
-            log.warning("cpus: cannot cap %s (pid %d): %s", role, pid, exc)
+            raise ConfigError("config key 'cpus' caps %s at %g CPU, but its process %d cannot join cgroup %s (%s)"
+                              % (role, self.shares[role], pid, path, exc.strerror or exc)) from None
 
     def summary(self) -> Dict[str, object]:
         return {"method": self.method, "shares": self.shares if self.method != "none" else {}, "note": self.note}

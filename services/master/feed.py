@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any, Deque, Dict, Optional
 
 import numpy as np
@@ -44,6 +45,7 @@ class Feed:
         self.ahead: Optional[np.ndarray] = None  # offline: [N, 3] input change of the clip's frames (look-ahead)
         self.peak_held = 0
         self.pending: Deque[int] = collections.deque()  # taken by warm_up, not yet sent
+        self.to_trainer = 0  # frames captured for the trainer to fit on (a live source, opened once)
 
     def open(self) -> None:
         """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change."""
@@ -61,6 +63,22 @@ class Feed:
             rows.append(input_rates(f, prev, self.cfg.delta.input_threshold))
             prev = f
         return np.array(rows)
+
+    def training_frames(self, n: int, timeout: float = 60.0) -> list:
+        """The source's next n frames for the trainer (not frames of the run: captured = taken + to_trainer +
+        skipped); SourceError if the source ends or fails first."""
+        frames = []
+        deadline = time.time() + timeout
+        while len(frames) < n:
+            item = self.source.get(timeout=0.5)
+            if item is not None:
+                frames.append(item.rgb)
+                deadline = time.time() + timeout
+            elif self.source.ended or time.time() > deadline or self.stopping.is_set():
+                raise SourceError("source %s gave %d of the %d frames the trainer fits on"
+                                  % (self.source.stats()["video"], len(frames), n))
+        self.to_trainer += len(frames)
+        return frames
 
     @property
     def exhausted(self) -> bool:
@@ -135,9 +153,10 @@ class Feed:
         self.source.close()
 
     def stats(self, processed: int) -> Dict[str, Any]:
-        """The report's `source` section (skipped = captured - frames taken into the run)."""
+        """The report's `source` section (skipped = captured - frames taken into the run - frames to the trainer)."""
         st = self.source.stats()
         st["taken"] = self.next_id
+        st["to_trainer"] = self.to_trainer
         st["processed"] = processed
         st["peak_frames_held"] = self.peak_held
         st["skipped_share"] = round(st["skipped"] / st["captured"], 4) if st["captured"] else 0.0

@@ -57,7 +57,8 @@ class Finisher:
 
     def finish(self, wall: float) -> int:
         m, cfg = self.m, self.m.cfg
-        m.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + skipped)
+        m.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + to_trainer
+        # + skipped)
         max_err = self.check_results()
         tr = m.tracker
         n_frames = tr.n_frames

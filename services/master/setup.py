@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import List, Optional
 
 import grpc
 import numpy as np
 
-from cnnvideo.artifacts import onnx_model_path
+from cnnvideo.artifacts import onnx_model_path, trains_on_master_frames
 from cnnvideo.master.checks import check_infos, codec_times
 from cnnvideo.master.feed import SourceError
 from cnnvideo.master.links import MasterError, WorkerLinks
@@ -54,17 +55,27 @@ class Setup:
             self.load_onnx_outputs()
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
+        training = None
+        t1 = time.time()
+        if trains_on_master_frames(cfg):  # a live source is opened once (here): the trainer fits on its frames
+            try:
+                m.feed.open()
+                training = m.feed.training_frames(cfg.trainer.frames)
+            except SourceError as exc:
+                raise MasterError(str(exc)) from None
+            m.setup_s["open_source"] = time.time() - t1
         t2 = time.time()
-        m.predictors = self.get_predictors()
+        m.predictors = self.get_predictors(training)
         m.setup_s["predictors"] = time.time() - t2
         t1 = time.time()
         try:
-            m.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+            if training is None:
+                m.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
             if m.live:
                 m.feed.warm_up(min(cfg.group_size, 8) + 1)
         except SourceError as exc:
             raise MasterError(str(exc)) from None
-        m.setup_s["open_source"] = time.time() - t1
+        m.setup_s["open_source"] = m.setup_s.get("open_source", 0.0) + time.time() - t1
         if cfg.check:
             self.start_checker()
         dense = np.array([c.bytes_dense for c in m.infos[0].cuts], dtype=np.float64)
@@ -153,7 +164,8 @@ class Setup:
         m = self.m
         check_infos(m.infos, m.cfg.model, m.cfg.frame_size, m.addresses)
 
-    def get_predictors(self):
+    def get_predictors(self, training: Optional[List[np.ndarray]] = None):
+        """The trainer's predictors; `training`: the frames it fits on (sent first, again after a restart of it)."""
         from cnnvideo.plan.predict import Predictors
 
         m, cfg = self.m, self.m.cfg
@@ -161,11 +173,14 @@ class Setup:
         backoff = net.Backoff(cfg.reliability.peer_wait_s)
         while True:
             try:
+                if training is not None:
+                    m.links.trainer.PutFrames(self.training_messages(training), timeout=SETUP_TIMEOUT_S)
                 msg = m.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
                 break
             except grpc.RpcError as exc:
                 retry = cfg.reliability.restart and exc.code() in (grpc.StatusCode.UNAVAILABLE,
                                                                    grpc.StatusCode.CANCELLED)
+                retry = retry or (training is not None and exc.code() == grpc.StatusCode.NOT_FOUND)  # lost them
                 if not retry or not backoff.wait():
                     raise MasterError("trainer at %s: GetPredictors failed: %s" % (cfg.cluster.trainer,
                                                                                    net.code_name(exc))) from None
@@ -174,3 +189,9 @@ class Setup:
             return Predictors.from_arrays(convert.from_arrays(msg.arrays))
         except ValueError as exc:
             raise MasterError("trainer sent unusable predictors: %s" % exc) from None
+
+    def training_messages(self, frames: List[np.ndarray]):
+        """PutFrames' stream: the master's settings on the first frame."""
+        for i, rgb in enumerate(frames):
+            yield pb.TrainingFrame(settings=self.m.settings_pb(settings.TRAINER_KEYS) if i == 0 else None,
+                                   height=rgb.shape[0], width=rgb.shape[1], rgb=np.ascontiguousarray(rgb).tobytes())

@@ -1,4 +1,8 @@
-"""The trainer: plays the training video through the whole model, fits the non-zero-rate predictors, serves them."""
+"""The trainer: plays the training video through the whole model, fits the non-zero-rate predictors, serves them.
+
+A live run's source (a stream, device or pipeline, and no `trainer.video`) is opened once, by the master: the
+trainer then fits on the first `trainer.frames` frames the master captured and sends it (PutFrames), not on a
+second connection to the camera (which may serve one client, or be unreachable from the trainer's network)."""
 from __future__ import annotations
 
 import logging
@@ -37,6 +41,9 @@ class TrainerRole:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.video = artifacts.training_video(cfg)
+        self.from_master = artifacts.trains_on_master_frames(cfg)  # fit on the master's frames (PutFrames)
+        self.master_frames: Optional[list] = None
+        self.frames_in = threading.Event()
         self.server: Optional[net.Server] = None
         self.predictors = None
         self.cached = False
@@ -84,7 +91,7 @@ class TrainerRole:
         from cnnvideo.plan import predict
 
         path = artifacts.predictor_path(self.cfg)
-        if os.path.isfile(path):
+        if not self.from_master and os.path.isfile(path):  # a live scene is fitted afresh for each run
             try:
                 p = predict.Predictors.load(path)
                 self.cached = True
@@ -99,7 +106,10 @@ class TrainerRole:
         t0 = time.time()
         graph = load_graph(self.cfg)
         n = self.cfg.trainer.frames
-        frames = source_frames(self.video, tuple(self.cfg.frame_size), limit=n)
+        if self.from_master:
+            frames = self._frames_from_master(n)
+        else:
+            frames = source_frames(self.video, tuple(self.cfg.frame_size), limit=n)
         quant = None
         if self.cfg.precision == "int8":
             from cnnvideo.model.engines import EngineError, factory_for
@@ -118,12 +128,39 @@ class TrainerRole:
                      "%.1f%% per frame", rec.frames + 1 - self.validation["frames"], self.validation["frames"],
                      100 * self.validation["mape"], 100 * self.validation["mape_total"])
         self.fit_s = time.time() - t0
+        if self.from_master:
+            log.info("fitted predictors for %d cuts on the master's %d frames (%d held out) in %.1f s", p.n_cuts, n,
+                     int(self.validation.get("frames", 0)), self.fit_s)
+            return p
         tmp = artifacts.atomic_tmp(path)
         p.save(tmp)
         os.replace(tmp, path)
         log.info("fitted predictors for %d cuts on %d frames (%d held out) in %.1f s (cached in %s)", p.n_cuts, n,
                  int(self.validation.get("frames", 0)), self.fit_s, path)
         return p
+
+    def _frames_from_master(self, n: int):
+        """The master's first n captured frames, once PutFrames has brought them."""
+        log.info("waiting for the master's first %d frames (a live source is opened once, by the master)", n)
+        while not self.frames_in.wait(0.5):
+            if self.stopping.is_set():
+                raise RuntimeError("stopped")
+        yield from self.master_frames[:n]
+
+    def put_frames(self, frames: list) -> str:
+        """PutFrames: '' if taken (or not needed: fitted already or fitting on its own video), else why not."""
+        if not self.from_master:
+            return ""
+        want = (int(self.cfg.frame_size[0]), int(self.cfg.frame_size[1]), 3)
+        if len(frames) < self.cfg.trainer.frames:
+            return "%d frames sent, trainer.frames is %d" % (len(frames), self.cfg.trainer.frames)
+        bad = next((f.shape for f in frames if f.shape != want), None)
+        if bad is not None:
+            return "frame of shape %s sent, the run's frames are %s" % (bad, want)
+        if not self.frames_in.is_set():
+            self.master_frames = frames
+            self.frames_in.set()
+        return ""
 
     def _progress(self, frames, total: int):
         try:

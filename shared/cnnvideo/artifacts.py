@@ -54,6 +54,15 @@ def training_video(cfg: Any) -> str:
     return cfg.trainer.video or cfg.video
 
 
+def trains_on_master_frames(cfg: Any) -> bool:
+    """True if the trainer fits on the first `trainer.frames` frames the master captured (sent with PutFrames)
+    instead of opening a video itself: the run's video is live (a stream, device or pipeline: opened once, by the
+    master) and no `trainer.video` is given."""
+    from cnnvideo.video.sources import kind_of
+
+    return not cfg.trainer.video and kind_of(cfg.video) != "file"
+
+
 def predictor_key(cfg: Any) -> Dict[str, Any]:
     """Everything the fitted predictors depend on."""
     weights = cfg.weights if cfg.weights in ("imagenet", "random") else file_id(cfg.weights)

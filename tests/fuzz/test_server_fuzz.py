@@ -370,12 +370,16 @@ def test_fuzz_raw_bytes(prepared):
                + [("w1", "/cnnvideo.Worker/" + m, False) for m in WORKER_UNARY]
                + [("w0", "/cnnvideo.Worker/" + m, True) for m in WORKER_STREAM]
                + [("trainer", "/cnnvideo.Trainer/" + m, False) for m in ("Status", "GetPredictors")]
+               + [("trainer", "/cnnvideo.Trainer/PutFrames", "client")]  # a client stream of one message
                + [("trainer", "/grpc.health.v1.Health/Check", False), ("w0", "/cnnvideo.Worker/Nope", False),
                   ("trainer", "/cnnvideo.Worker/Process", False), ("w1", "/x", False)])
     calls = {}
     for name, method, stream in targets:
         ch = c.chans[name]
-        calls[(name, method)] = (ch.unary_stream(method) if stream else ch.unary_unary(method))
+        if stream == "client":
+            calls[(name, method)] = (lambda call: lambda data, **kw: call(iter([data]), **kw))(ch.stream_unary(method))
+        else:
+            calls[(name, method)] = (ch.unary_stream(method) if stream else ch.unary_unary(method))
 
     @settings(max_examples=1200, **SETTINGS)
     @given(st.sampled_from(targets), st.one_of(st.binary(max_size=200), st.binary(min_size=1, max_size=8)

@@ -123,3 +123,46 @@ def test_bad_sources_fail_with_one_line(tmp_path):
     with pytest.raises(SourceError, match="drop"):
         Source("x.avi", (48, 64), SourceOptions(drop="sideways"))
     assert free_port() > 0
+
+
+def test_stream_on_host_loopback_read_from_inside_a_network_namespace(monkeypatch):
+    """A thread in a fresh network namespace (its 127.0.0.1 is its own, as a role's under tc links) cannot open
+    a stream on the host's 127.0.0.1 by itself; with SOURCE_NETNS_ENV naming the host's namespace a Source opens
+    it (from a thread that enters that namespace) and reads frames, though the reading thread stays inside."""
+    import shutil
+    import subprocess
+    import threading
+
+    from cnnvideo.video import sources
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and ip (a network namespace)")
+    name = "cnnvideo-srctest-%d" % os.getpid()
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        pytest.skip("ip netns add failed")
+    host = "/proc/%d/ns/net" % os.getpid()
+    monkeypatch.setenv(sources.SOURCE_NETNS_ENV, host)
+    out = {}
+    try:
+        with MjpegServer(lambda n: pattern(200, (96, 128), seed=n), fps=100.0) as srv:
+            def inside():
+                try:
+                    sources.enter_netns("/var/run/netns/%s" % name)
+                    try:
+                        sources.open_live(srv.url, "stream", netns="")  # in the namespace: refused
+                    except SourceError as exc:
+                        out["alone"] = str(exc)
+                    src = Source(srv.url, (48, 64), SourceOptions(drop="none")).open()
+                    out["frames"] = [src.get(10) for _ in range(3)]
+                    src.close()
+                except Exception as exc:  # noqa: BLE001 - reported by the test thread
+                    out["error"] = exc
+
+            t = threading.Thread(target=inside)
+            t.start()
+            t.join(60)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    assert "error" not in out, out.get("error")
+    assert "cannot open stream" in out["alone"]
+    assert all(f is not None and f.rgb.shape == (48, 64, 3) for f in out["frames"])

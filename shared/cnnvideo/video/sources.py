@@ -6,10 +6,15 @@ skipped if there is none; `oldest`: the oldest queued frame makes room; `none`: 
 frame is delivered or counted as skipped, never lost. A stream that drops is reopened with backoff (counted in
 `reconnects`); a source that cannot be opened, a frame size that changes mid-stream or a stream that stays down
 raise SourceError with one line naming the source.
+
+With SOURCE_NETNS_ENV set (`cnnvideo local` with tc links runs the roles in a network namespace of their own),
+a live source is opened from a thread that entered the network namespace it names (the host's): a camera on the
+host's 127.0.0.1 or on the LAN stays reachable, and only the capture threads leave the role's namespace.
 """
 from __future__ import annotations
 
 import collections
+import ctypes
 import logging
 import os
 import threading
@@ -27,6 +32,8 @@ KINDS = ("file", "stream", "device", "gstreamer")
 DROPS = ("newest", "oldest", "none")
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "rtmp://", "udp://", "tcp://", "srt://")
 OPEN_TIMEOUT_MS = 5000  # FFmpeg open/read timeouts for streams: a dead URL fails in seconds, not minutes
+SOURCE_NETNS_ENV = "CNNVIDEO_SOURCE_NETNS"  # a network namespace (/proc/PID/ns/net) live sources are opened in
+CLONE_NEWNET = 0x40000000
 
 
 class SourceError(VideoError):
@@ -114,13 +121,55 @@ def open_capture(video: str, kind: str):
     return cap
 
 
+def enter_netns(path: str) -> None:
+    """Move the calling thread (only it: setns acts per thread) into the network namespace at `path`
+    (os.setns needs Python 3.12; libc's setns does the same)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "setns(%s): %s" % (path, os.strerror(err)))
+    finally:
+        os.close(fd)
+
+
+def open_live(video: str, kind: str, netns: Optional[str] = None):
+    """open_capture, from a thread in network namespace `netns` when given (default: SOURCE_NETNS_ENV for a
+    source that is not a file). The capture's sockets, and threads the decoder starts, stay in that namespace
+    whichever thread reads them later."""
+    if netns is None:
+        netns = os.environ.get(SOURCE_NETNS_ENV) if kind != "file" else None
+    if not netns:
+        return open_capture(video, kind)
+    out: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            enter_netns(netns)
+        except OSError as exc:
+            out["error"] = SourceError("cannot read source %s from the host's network (%s)" % (_shown(video), exc))
+            return
+        try:
+            out["cap"] = open_capture(video, kind)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            out["error"] = exc
+
+    t = threading.Thread(target=run, name="source-open", daemon=True)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["cap"]
+
+
 def probe(video: str) -> None:
     """Open and release a device or pipeline (SourceError, one line, if it cannot be opened): bad input is found
     before any role starts. Files are checked by the config; stream URLs only by the master (a single-client
     server, like `ffmpeg -listen 1`, would spend its one connection on a probe)."""
     kind = kind_of(video)
     if kind in ("device", "gstreamer"):
-        open_capture(video, kind).release()
+        open_live(video, kind).release()
 
 
 class Source:
@@ -158,7 +207,7 @@ class Source:
         """Open the source (SourceError if it cannot be) and start the reader thread."""
         cv2 = _cv2()
 
-        self._cap = open_capture(self.video, self.kind)
+        self._cap = open_live(self.video, self.kind)
         fps = float(self._cap.get(cv2.CAP_PROP_FPS) or 0.0)
         self.fps = self.options.fps if self.options.fps > 0 else (fps if 0 < fps < 1000 else 25.0)
         self.thread = threading.Thread(target=self._run, name="source-reader", daemon=True)
@@ -229,7 +278,7 @@ class Source:
             if self.closed:
                 return
             try:
-                self._cap = open_capture(self.video, self.kind)
+                self._cap = open_live(self.video, self.kind)
                 self.reconnects += 1
                 log.warning("source %s: reconnected (%d)", _shown(self.video), self.reconnects)
             except SourceError:
