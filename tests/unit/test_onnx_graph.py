@@ -11,6 +11,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
+from cnnvideo.model import onnx_graph as og  # noqa: E402
 from cnnvideo.model.onnx_graph import OnnxGraph, OnnxModelError  # noqa: E402
 from cnnvideo.model.onnx_stage import OnnxStage, OnnxStageFactory  # noqa: E402
 
@@ -382,3 +383,120 @@ def test_detector_post_processing_stays_in_the_last_stage(tmp_path):
     assert len(out) == 3
     for got, want in zip(out, ref):
         np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- shape values measured by probing
+
+
+def _late_shape_model():
+    """x (1, 8) -> a=Relu -> b=Reshape(a, Abs(T)) (shape inference cannot tell b's shape: it does not evaluate
+    Abs) -> s=Shape(b), c=Sigmoid(b) -> d=Exp(c) -> e=Flatten(d) -> y=Reshape(e, s): s is read only at the end."""
+    t = helper.make_tensor("T", TensorProto.INT64, [2], [2, -4])
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Abs", ["T"], ["t"], name="abs"),
+             helper.make_node("Reshape", ["a", "t"], ["b"], name="reshape"),
+             helper.make_node("Shape", ["b"], ["s"], name="shape"),
+             helper.make_node("Sigmoid", ["b"], ["c"], name="sigmoid"),
+             helper.make_node("Exp", ["c"], ["d"], name="exp"),
+             helper.make_node("Flatten", ["d"], ["e"], name="flatten"),
+             helper.make_node("Reshape", ["e", "s"], ["y"], name="reshape_back")]
+    return _model(nodes, [_vi("x", [1, 8])], [_vi("y", [2, 4])], [t])
+
+
+def test_shape_of_an_open_shape_read_late_is_folded_and_cuts_appear(tmp_path):
+    """A Shape whose input shape inference leaves open, read only by the last node, kept c, d, e from being cuts
+    (two tensors live). With probing (zero and noise inputs agree on [2, 4]) it becomes a Constant, so c, d and e
+    are cuts and every split equals the unsplit model (before, the only inner cuts were a and b)."""
+    path = _save(_late_shape_model(), tmp_path / "late.onnx")
+    g = OnnxGraph.load(path)
+    assert [c.name for c in g.cuts] == ["x", "a", "b", "c", "d", "e", "y"]
+    (shape_node,) = [n for n in g.model.graph.node if "s" in n.output]
+    assert shape_node.op_type == "Constant"
+    assert list(onnx.numpy_helper.to_array(shape_node.attribute[0].t)) == [2, 4]
+    assert all(layer.kind != "Shape" for layer in g.layers)
+    m = _late_shape_model()  # before the probe: the cut search on the inferred model without it
+    og.fix_input(m, None)
+    m = og._infer(m, "late")
+    assert og._fold_shapes(m.graph, og._types(m.graph)) == 0
+    assert [t for _, t in og._analyse(m.graph, "x").positions] == ["a", "b", "y"]
+    x = np.random.RandomState(3).randn(1, 8).astype(np.float32)
+    want = (np.exp(1 / (1 + np.exp(-np.maximum(x, 0))))).reshape(2, 4)
+    np.testing.assert_allclose(g.full_session().run(None, {"x": x})[0], want, rtol=1e-6)
+    for cuts in ([0, 3, 6], [0, 2, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6]):
+        np.testing.assert_allclose(_chain(g, cuts, x), want, rtol=1e-6)
+
+
+def _nonzero_shape_model(inside_if: bool):
+    """x (1, 4) -> a=Relu -> n=NonZero(Greater(a, 2)) (directly, or as the output of an If whose branches compute
+    it) -> s=Shape(n) read at the end: y = Exp(Sigmoid(a)) * (number of entries > 2, from s). Zero and [0, 1)
+    noise inputs both give s = [2, 0], any input with an entry > 2 another value."""
+    two = helper.make_tensor("two", FLOAT, [], [2.0])
+    inits = [two, helper.make_tensor("idx", TensorProto.INT64, [], [1])]
+    nz = [helper.make_node("Greater", ["a", "two"], ["g"]), helper.make_node("NonZero", ["g"], ["n"])]
+    if inside_if:
+        branch = lambda name: helper.make_graph(  # noqa: E731
+            [helper.make_node("Greater", ["a", "two"], ["g_" + name]),
+             helper.make_node("NonZero", ["g_" + name], ["n_" + name])], name, [],
+            [helper.make_tensor_value_info("n_" + name, TensorProto.INT64, None)])
+        inits.append(helper.make_tensor("yes", TensorProto.BOOL, [], [True]))
+        nz = [helper.make_node("If", ["yes"], ["n"], then_branch=branch("then"), else_branch=branch("else"))]
+    nodes = [helper.make_node("Relu", ["x"], ["a"])] + nz + [
+        helper.make_node("Shape", ["n"], ["s"]),
+        helper.make_node("Gather", ["s", "idx"], ["k"]),
+        helper.make_node("Cast", ["k"], ["kf"], to=FLOAT),
+        helper.make_node("Sigmoid", ["a"], ["c"]),
+        helper.make_node("Exp", ["c"], ["d"]),
+        helper.make_node("Mul", ["d", "kf"], ["y"])]
+    return _model(nodes, [_vi("x", [1, 4])], [_vi("y", [1, 4])], inits)
+
+
+@pytest.mark.parametrize("inside_if", [False, True], ids=["nonzero", "nonzero-in-if-body"])
+def test_shape_downstream_of_nonzero_is_not_folded(tmp_path, inside_if):
+    """A Shape downstream of NonZero (also of an If whose branch holds the NonZero) stays a Shape node although the
+    zero and the noise probe agree on its value ([2, 0]): folding it would freeze a data-dependent count, which
+    an input with entries > 2 changes. So its value stays live (c and d are no cuts) and the model still counts."""
+    g = OnnxGraph.load(_save(_nonzero_shape_model(inside_if), tmp_path / "nz_shape.onnx"))
+    assert [n.op_type for n in g.model.graph.node if "s" in n.output] == ["Shape"]
+    assert not {"c", "d"} & {c.name for c in g.cuts}
+    x = np.array([[1.0, 3.0, -1.0, 5.0]], dtype=np.float32)
+    want = np.exp(1 / (1 + np.exp(-np.maximum(x, 0)))) * 2  # two entries > 2
+    np.testing.assert_allclose(g.full_session().run(None, {"x": x})[0], want, rtol=1e-6)
+    np.testing.assert_allclose(_chain(g, [0, 1, g.num_segments], x), want, rtol=1e-6)
+
+
+def test_person_detector_has_backbone_cuts_and_a_split_is_exact(person_detector):
+    """The trained TF SSDLite person detector (resize Loop, MobileNetV2, BoxPredictors, NMS Loop) at 480x720: the
+    shape values its resize Loop hid (true image shape, Shape of Loop-derived tensors) are folded, so it has >= 10
+    inner cuts through the FeatureExtractor, all static and all before the first BoxPredictor node, the NMS Loop
+    stays in the last stage, and a 3-way split gives the unsplit model's detections (same count and classes,
+    boxes and scores within 1e-4) on darknet's person.jpg (or a synthetic frame without it)."""
+    import cv2
+
+    from cnnvideo.model.onnx_graph import load_graph
+    from cnnvideo.video.frames import synthetic_frames
+
+    g = load_graph(person_detector, (480, 720))
+    inner = g.cuts[1:-1]
+    first_box = min(layer.index for layer in g.layers if layer.name.startswith("BoxPredictor"))
+    backbone = [c for c in inner if c.name.startswith("FeatureExtractor/")]
+    assert len(backbone) >= 10 and all(c.layer < first_box and c.static for c in inner)
+    assert any(c.name.endswith("/add:0") for c in backbone)
+    loops = [layer.index for layer in g.layers if layer.kind == "Loop"]
+    assert len(loops) == 2 and max(loops) > g.cuts[-2].layer
+    photo = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "media",
+                         "photos", "person.jpg")
+    bgr = cv2.imread(photo) if os.path.isfile(photo) else None
+    if bgr is not None:
+        frame = np.ascontiguousarray(cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (720, 480)))
+    else:
+        frame = next(synthetic_frames(1, (480, 720), seed=2))
+    x = frame[None]
+    names = [o.name for o in g.model.graph.output]
+    ref = dict(zip(names, g.full_session().run(None, {g.input_name: x})))
+    k = g.num_segments
+    got = dict(zip(names, _chain(g, [0, k // 3, 2 * k // 3, k], x)))
+    n = int(ref["num_detections:0"][0])
+    assert int(got["num_detections:0"][0]) == n
+    np.testing.assert_array_equal(got["detection_classes:0"][0][:n], ref["detection_classes:0"][0][:n])
+    for key in ("detection_boxes:0", "detection_scores:0"):
+        np.testing.assert_allclose(got[key], ref[key], atol=1e-4, rtol=0)

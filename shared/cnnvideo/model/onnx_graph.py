@@ -1,15 +1,19 @@
-"""Any ONNX model as a layer graph: its single-tensor cut points and the stage (a valid ONNX model) between two cuts.
+"""Any ONNX model as a layer graph: its single-tensor cut points and the stage (a valid ONNX model) between two
+cuts.
 
-`OnnxGraph.load(path, frame_size)` reads the file with the onnx package (no torch), fixes dynamic input dims for
-the frame size (batch 1, H and W of an NCHW or NHWC image input), runs shape inference, folds `Shape`/`Size` of
-tensors whose shape is then static into constants, and finds the CUTS: tensors that every path from the graph
-input to the graph outputs crosses. With the nodes in topological order, a position (after node i) is a cut when
-exactly one non-constant tensor is live there (produced at or before i, consumed after i, or a graph output) and
-node i produced it. Constants (initializers, Constant nodes and anything computed from constants only) do not
-count: a stage that needs one recomputes it. A node with subgraphs (Loop, If, Scan) is atomic: the names its
-bodies read from the outer scope count as its inputs, and no cut goes inside it, so a detector's resize loop
-before the backbone and its NMS loop after it end up in the first and the last stage. Nodes that no graph output
-depends on are dropped first (they could only hide cuts).
+`OnnxGraph.load(path, frame_size)` reads the file with the onnx package (no torch), fixes dynamic input dims for the
+frame size (batch 1, H and W of an NCHW or NHWC image input), runs shape inference, folds `Shape`/`Size` of tensors
+whose shape is then static into constants, folds the shape values inference leaves open (Shape/Size of tensors after
+a Loop, a Loop's shape-only outputs such as a TF detector's true image shape) to the values two ORT runs (a zero and
+a noise input) agree on and pins open Loop/If output shapes likewise, unless a data-dependent op (NonMaxSuppression,
+NonZero, TopK, Unique, also inside a Loop/If/Scan body) is upstream (see _fold_probed_shapes), and finds the CUTS:
+tensors that every path from the graph input to the graph outputs crosses. With the nodes in topological order, a
+position (after node i) is a cut when exactly one non-constant tensor is live there (produced at or before i,
+consumed after i, or a graph output) and node i produced it. Constants (initializers, Constant nodes and anything
+computed from constants only) do not count: a stage that needs one recomputes it. A node with subgraphs (Loop, If,
+Scan) is atomic: the names its bodies read from the outer scope count as its inputs, and no cut goes inside it, so a
+detector's resize loop before the backbone and its NMS loop after it end up in the first and the last stage. Nodes
+that no graph output depends on are dropped first (they could only hide cuts).
 
 Cut 0 is the graph input (with `frame_input`, as workers load it: a uint8 (1, H, W, 3) frame feeding
 preprocessing nodes prepended to the model, as LayerGraph's cut 0), the last cut is all graph outputs (several
@@ -303,6 +307,199 @@ def _fold_shapes(graph, types) -> int:
     return folded
 
 
+# ops whose outputs' values AND shapes depend on the data in ways no probe can vouch for: a Shape/Size downstream of
+# one (or of a Loop/If/Scan whose body holds one anywhere) is never folded, even when two probes agree
+_DATA_DEPENDENT = frozenset(("NonMaxSuppression", "NonZero", "TopK", "Unique"))
+_PROBE_SEED = 20240601  # the noise frame of the shape probe (fixed: loading is reproducible)
+
+
+def _holds_op(graph, ops: frozenset) -> bool:
+    """True when a (sub)graph or any body nested in it has a node of one of `ops`."""
+    return any(n.op_type in ops or any(_holds_op(g, ops) for g in _subgraphs(n)) for n in graph.node)
+
+
+def _data_dependent(graph) -> Set[str]:
+    """Top-level tensor names downstream of a data-dependent op (_DATA_DEPENDENT; a node with a body holding one
+    counts as one), following subgraph bodies' outer reads as inputs."""
+    deps = [node_deps(n) for n in graph.node]
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    tainted: Dict[int, bool] = {}
+    for root in range(len(graph.node)):  # iterative DFS: no recursion limit on deep graphs
+        stack = [root]
+        while stack:
+            i = stack[-1]
+            if i in tainted:
+                stack.pop()
+                continue
+            ups = [producer[d] for d in deps[i] if d in producer and producer[d] != i]
+            todo = [u for u in ups if u not in tainted]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            node = graph.node[i]
+            tainted[i] = (node.op_type in _DATA_DEPENDENT or any(tainted[u] for u in ups)
+                          or any(_holds_op(g, _DATA_DEPENDENT) for g in _subgraphs(node)))
+    return {o for i, n in enumerate(graph.node) if tainted.get(i) for o in n.output if o}
+
+
+def _probe_inputs(elem: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
+    """A zero and a (seeded) random-noise input of the given ONNX element type and static shape."""
+    dtype = np.dtype(_np_dtype(elem))
+    rng = np.random.default_rng(_PROBE_SEED)
+    if dtype.kind == "f":
+        noise = rng.random(shape).astype(dtype)
+    elif dtype.kind == "b":
+        noise = rng.random(shape) < 0.5
+    else:
+        hi = min(255, int(np.iinfo(dtype).max))
+        noise = rng.integers(0, hi + 1, size=shape).astype(dtype)
+    return [np.zeros(shape, dtype=dtype), noise]
+
+
+def _shape_only(graph, outer: Set[str]) -> Set[str]:
+    """Names in `graph` whose values depend on the data only through tensor shapes: initializers, Shape/Size
+    outputs, outputs of deterministic nodes reading only such names (Constant nodes included), and the Loop/If
+    outputs their bodies compute so (_shape_only_outputs). `outer`: such names of the enclosing scopes. Nodes are
+    taken in file order (topological, as ONNX requires)."""
+    known = set(outer) | {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    for node in graph.node:
+        outs = [o for o in node.output if o]
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+            known.update(outs)
+        elif node.op_type in _NONDETERMINISTIC:
+            continue
+        elif all(d in known for d in node_deps(node)):
+            known.update(outs)
+        elif node.op_type in ("Loop", "If") and node.domain in ("", "ai.onnx"):
+            known.update(_shape_only_outputs(node, known))
+    return known
+
+
+def _shape_only_outputs(node, known: Set[str]) -> Set[str]:
+    """The outputs of a Loop or If node that its body computes from shapes only (see _shape_only), given the
+    outer names `known` to be so: an If's when its condition and both branches' outputs are; a Loop's when its
+    trip count, its condition in and out and (for a loop-carried value) the initial value and the body's update
+    are; nothing when the body reads a data tensor (through `known`) to decide how often it runs."""
+    bodies = {a.name: a.g for a in node.attribute if a.HasField("g")}
+    if node.op_type == "If":
+        then, other = bodies.get("then_branch"), bodies.get("else_branch")
+        if then is None or other is None or node.input[0] not in known:
+            return set()
+        a, b = _shape_only(then, known), _shape_only(other, known)
+        return {o for k, o in enumerate(node.output)
+                if o and then.output[k].name in a and other.output[k].name in b}
+    body = bodies.get("body")
+    if body is None or any(i and i not in known for i in node.input[:2]):
+        return set()
+    n_carried = len(node.input) - 2
+    carried = {k for k in range(n_carried) if not node.input[2 + k] or node.input[2 + k] in known}
+    while True:
+        ins = {body.input[0].name, body.input[1].name} | {body.input[2 + k].name for k in carried}
+        names = _shape_only(body, known | ins)
+        if body.output[0].name not in names:
+            return set()
+        kept = {k for k in carried if body.output[1 + k].name in names}
+        if kept == carried:
+            break
+        carried = kept
+    out = {node.output[k] for k in carried if k < len(node.output)}
+    out |= {o for j, o in enumerate(node.output) if j >= n_carried and body.output[1 + j].name in names}
+    return {o for o in out if o}
+
+
+def _fold_probed_shapes(model, input_name: str, path: str) -> List[str]:
+    """Fold (in place) the shape values shape inference leaves open into Constant nodes of the values measured by
+    running the model (input fixed) in ORT on a zero and on a random-noise input, and pin the shapes it leaves open
+    on Loop/If outputs to the measured ones (so inference makes what follows static); the names of the folded and
+    pinned tensors. Folded are: Shape/Size nodes whose input shape is not static, and Loop/If outputs their bodies
+    compute from shapes only (_shape_only: a TF detector's resize Loop also returns the true image shape). Only
+    values (shapes) both runs agree on are folded (pinned), and never one downstream of a data-dependent op
+    (_data_dependent: NonMaxSuppression, NonZero, TopK, Unique, also inside an upstream Loop/If/Scan body). So a
+    detector's resize Loop before the backbone no longer hides the backbone's cuts behind shape values kept live
+    until the postprocessor, while whatever follows its NMS keeps being computed. Limit: a shape that depends on the
+    pixel values only through other ops (a Reshape target or a Loop trip count computed from them, no data-dependent
+    op involved) and happens to agree on both inputs would be folded too. Nothing is folded when ORT cannot load or
+    run the model (loading goes on as before)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    types = _types(graph)
+    tainted = _data_dependent(graph)
+    shape_only = _shape_only(graph, set())
+    used = {d for n in graph.node for d in node_deps(n)} | {o.name for o in graph.output}
+    cands: List[Tuple[int, str, int]] = []  # (node index, tensor, elem type): values to fold
+    pins: List[Tuple[str, int]] = []  # (tensor, elem type): shapes to pin
+    for i, n in enumerate(graph.node):
+        if n.domain not in ("", "ai.onnx") or tainted.intersection(o for o in n.output if o):
+            continue
+        if n.op_type in ("Shape", "Size") and n.input and n.output[0] in used:
+            if n.input[0] not in tainted and not _static(types.get(n.input[0], (0, None))[1]):
+                cands.append((i, n.output[0], TensorProto.INT64))
+        elif n.op_type in ("Loop", "If") and not all(d in shape_only for d in node_deps(n)):
+            for o in n.output:
+                if o in used and o in shape_only and types.get(o, (0, None))[0]:
+                    cands.append((i, o, types[o][0]))
+        if n.op_type in ("Loop", "If"):
+            pins += [(o, types[o][0]) for o in n.output if o in used and types.get(o, (0, None))[0]
+                     and not _static(types[o][1])]
+    if not cands and not pins:
+        return []
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    names = [t for _, t, _ in cands]
+    names += [t for t, _ in pins if t not in names]
+    for t, elem in [(t, e) for _, t, e in cands] + pins:
+        if t not in have:
+            have.add(t)
+            m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
+    elem, shape = types[input_name]
+    try:
+        sess = _session(m.SerializeToString(), 1, "%s (shape probe)" % path)
+        runs = [dict(zip(names, sess.run(names, {input_name: x})))
+                for x in _probe_inputs(elem, tuple(int(d) for d in shape))]
+    except Exception:  # noqa: BLE001 - EngineError or ORT's own: an optimisation only, the cut search still runs
+        return []
+    folded: List[str] = []
+    infos = {v.name: v for v in list(graph.value_info) + list(graph.output)}
+    for t, elem in pins:
+        a, b = np.asarray(runs[0][t]), np.asarray(runs[1][t])
+        if a.shape != b.shape:
+            continue
+        if t in infos:
+            dims = infos[t].type.tensor_type.shape.dim
+            del dims[:]
+            for d in a.shape:
+                dims.add().dim_value = int(d)
+        else:
+            graph.value_info.append(helper.make_tensor_value_info(t, elem, a.shape))
+        folded.append(t)
+    taken = {o for n in graph.node for o in n.output if o} | {v.name for v in graph.input}
+    taken |= {t.name for t in graph.initializer}
+    consts = []
+    for i, t, _ in cands:
+        a, b = np.asarray(runs[0][t]), np.asarray(runs[1][t])
+        if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(a, b):
+            continue
+        node = graph.node[i]
+        value = numpy_helper.from_array(a, t + "_value")
+        if node.op_type in ("Shape", "Size"):
+            node.Clear()
+            node.CopyFrom(helper.make_node("Constant", [], [t], value=value))
+        else:  # the Loop/If keeps running for its other outputs; this one goes to an unused name
+            k = list(node.output).index(t)
+            node.output[k] = _unique(t + "_folded", taken)
+            consts.append(helper.make_node("Constant", [], [t], value=value, name=_unique(t + "_const", taken)))
+        folded.append(t)
+    if consts:
+        old = list(graph.node)
+        del graph.node[:]
+        graph.node.extend(consts + old)
+    return folded
+
+
 # ---------------------------------------------------------------- graph analysis
 
 
@@ -517,10 +714,11 @@ class OnnxGraph:
     @classmethod
     def load(cls, path: str, frame_size: Optional[Tuple[int, int]] = None, probe: bool = True,
              frame_input: bool = False) -> OnnxGraph:
-        """Load, fix the input for (H, W) frames, infer shapes and find the cuts. `probe`: measure the shapes
-        shape inference leaves open by one run on a zero input (else such a cut is an error). `frame_input`:
-        cut 0 is the raw uint8 (1, H, W, 3) frame as in LayerGraph (see prepend_preprocess), cut 1 the model's
-        own input."""
+        """Load, fix the input for (H, W) frames, infer shapes and find the cuts. `probe`: fold the shape values
+        shape inference leaves open by runs on a zero and a noise input (_fold_probed_shapes), and measure the cut
+        shapes it leaves open by one run on a zero input (else nothing is folded and such a cut is an error).
+        `frame_input`: cut 0 is the raw uint8 (1, H, W, 3) frame as in LayerGraph (see prepend_preprocess), cut 1
+        the model's own input."""
         model = load_model(path)
         return cls.from_proto(model, frame_size, path, probe, frame_input)
 
@@ -538,6 +736,10 @@ class OnnxGraph:
         m = _infer(m, path)
         if _fold_shapes(m.graph, _types(m.graph)):
             m = _infer(m, path)
+        if probe and _fold_probed_shapes(m, name, path):
+            m = _infer(m, path)
+            if _fold_shapes(m.graph, _types(m.graph)):
+                m = _infer(m, path)
         return cls(m, path, frame_size, name, shape, probe)
 
     def _describe(self, specs: List[Tuple[int, Tuple[str, ...]]], probe: bool) -> List[OnnxCut]:
