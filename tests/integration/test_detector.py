@@ -24,7 +24,8 @@ def _sample_video():
 def test_demo_finds_people_exactly_and_report_html_draws_them(tmp_path, person_detector):
     """The README's quick start: `cnnvideo local` without -c runs the detector on vtest.avi; every frame's boxes
     match the unsplit model's (F1 1.0; raw tensors within 1e-4 in lossless delta, as ORT fuses a split model
-    differently), most frames hold people, results.jsonl carries the boxes, and report.html's thumbnails, loaded in headless chromium, show green boxes and a count."""
+    differently), most frames hold people, results.jsonl carries the boxes, and report.html's thumbnails, loaded
+    in headless chromium, show green boxes and a count."""
     _sample_video()
     out = str(tmp_path / "out")
     proc = cnnvideo(["local", "--frames", "8", "--out", out], timeout=900, cwd=REPO)
