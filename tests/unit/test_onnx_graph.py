@@ -13,7 +13,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from cnnvideo.model import onnx_graph as og  # noqa: E402
 from cnnvideo.model.onnx_graph import OnnxGraph, OnnxModelError  # noqa: E402
-from cnnvideo.model.onnx_stage import OnnxStage, OnnxStageFactory  # noqa: E402
+from cnnvideo.model.onnx_stage import OnnxStage  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 SIZE = (160, 160)
@@ -262,8 +262,6 @@ def test_torchvision_split_equals_unsplit(tmp_path, name):
     y = _chain(g, cuts, x)
     assert y.shape == (1, 1000)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    factory = OnnxStageFactory(g)
-    assert factory.stage(0, cuts[1]) is factory.stage(0, cuts[1]) and factory.engines_used() == ["onnxruntime-fp32"]
 
 
 def test_onnx_stage_imports_no_torch():

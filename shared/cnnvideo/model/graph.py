@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cnnvideo.model.cuts import find_cut
 from cnnvideo.model.zoo import Preprocess, disable_inplace
 
 log = logging.getLogger(__name__)
@@ -438,15 +439,7 @@ class LayerGraph:
 
     def cut_index(self, name_or_index: Union[int, str]) -> int:
         """Index of a cut given by index or name; GraphError if there is no such cut."""
-        if isinstance(name_or_index, (int, np.integer)) and not isinstance(name_or_index, bool):
-            index = int(name_or_index)
-            if 0 <= index < len(self.cuts):
-                return index
-            raise GraphError("cut index %d out of range 0..%d" % (index, len(self.cuts) - 1))
-        for cut in self.cuts:
-            if cut.name == name_or_index:
-                return cut.index
-        raise GraphError("unknown cut %r (cuts: %s)" % (name_or_index, _preview([c.name for c in self.cuts])))
+        return find_cut(self.cuts, name_or_index, GraphError)
 
     def segment_layers(self, k: int) -> List[int]:
         """Indices of the layers run in segment k (from cut k to cut k+1)."""
@@ -462,12 +455,6 @@ class LayerGraph:
         if start == end:
             return _Identity()
         return self._stage_builder(start, end).eval()
-
-
-def _preview(names: List[str], limit: int = 12) -> str:
-    """A short comma list of names for error messages."""
-    head = ", ".join(names[:limit])
-    return head + (", ... (%d in all)" % len(names) if len(names) > limit else "")
 
 
 def _cut_of(index: int, layer: int, name: str, described: Any) -> Cut:

@@ -36,7 +36,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from cnnvideo.config import ConfigError
+from cnnvideo.errors import ConfigError
+from cnnvideo.model.cuts import find_cut
 
 METHOD = "onnx"
 # ops whose output is not a function of their inputs: never treated as constants (they must run once, in order)
@@ -800,15 +801,7 @@ class OnnxGraph:
 
     def cut_index(self, name_or_index: Union[int, str]) -> int:
         """Index of a cut given by index or tensor name; OnnxModelError if there is no such cut."""
-        if isinstance(name_or_index, (int, np.integer)) and not isinstance(name_or_index, bool):
-            index = int(name_or_index)
-            if 0 <= index < len(self.cuts):
-                return index
-            raise OnnxModelError("cut index %d out of range 0..%d" % (index, len(self.cuts) - 1))
-        for cut in self.cuts:
-            if cut.name == name_or_index:
-                return cut.index
-        raise OnnxModelError("unknown cut %r of %s" % (name_or_index, self.path))
+        return find_cut(self.cuts, name_or_index, OnnxModelError, self.path)
 
     def segment_layers(self, k: int) -> List[int]:
         """Indices of the layers (nodes) in segment k (from cut k to cut k+1)."""

@@ -4,20 +4,19 @@ checked against the start cut). Imports no torch: a worker running an ONNX model
 numpy only.
 
 OnnxStage runs fp32 (workers normally build stages through engines.StageFactory, whose ORT engine takes the
-stage from OnnxGraph instead of exporting torch, and quantises it for int8; OnnxStageFactory is the torch-free
-subset). A stage ending at the last cut of a model with several outputs (a detector) returns them packed in one
-float32 (1, N) row (onnx_graph.pack_outputs; unpack_outputs splits it), so every stage returns one array.
+stage from OnnxGraph instead of exporting torch, and quantises it for int8). A stage ending at the last cut of a
+model with several outputs (a detector) returns them packed in one float32 (1, N) row (onnx_graph.pack_outputs;
+unpack_outputs splits it), so every stage returns one array.
 OrtModule is the stand-in for a torch stage module that OnnxGraph.stage_module returns.
 """
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Dict, List, Tuple, Union
+from typing import List, Tuple, Union
 
 import numpy as np
 
-from cnnvideo.model.engines import EngineSpec, Stage, check_input
+from cnnvideo.model.engines import Stage, check_input
 
 log = logging.getLogger(__name__)
 
@@ -89,45 +88,3 @@ class OrtModule:
         if isinstance(y, tuple):
             return tuple(torch.from_numpy(np.array(t)) for t in y)
         return torch.from_numpy(np.array(y))
-
-
-class OnnxStageFactory:
-    """The stages one worker runs for an ONNX-file model, each built once; thread-safe. The subset of
-    engines.StageFactory that workers and profiling call (stage, built, engines_used, precision, spec, notes)."""
-
-    def __init__(self, graph, threads: int = 1) -> None:
-        self.graph = graph
-        self.threads = int(threads)
-        self.spec = EngineSpec("onnxruntime", "fp32", self.threads, "stop")
-        self.precision = "fp32"
-        self.int8_failed = ""
-        self.notes: List[str] = []
-        self._stages: Dict[Tuple[int, int], OnnxStage] = {}
-        self._lock = threading.Lock()
-
-    def stage(self, start: int, end: int) -> OnnxStage:
-        """The stage from cut `start` to cut `end` (built on first use)."""
-        key = (int(start), int(end))
-        with self._lock:
-            st = self._stages.get(key)
-            if st is None:
-                st = OnnxStage(self.graph, key[0], key[1], self.threads)
-                self._stages[key] = st
-                if not st.empty:
-                    log.info("stage %d..%d of %s: onnxruntime-fp32 (%d threads)", key[0], key[1], self.graph.path,
-                             self.threads)
-        return st
-
-    def built(self, start: int, end: int) -> bool:
-        """True when stage(start, end) would return at once."""
-        with self._lock:
-            return start == end or (start, end) in self._stages
-
-    def engines_used(self) -> List[str]:
-        """['onnxruntime-fp32'] once a non-empty stage is built."""
-        with self._lock:
-            return ["onnxruntime-fp32"] if any(not s.empty for s in self._stages.values()) else []
-
-    def qparams(self, cut: int):
-        """No quantised cuts (fp32 only)."""
-        return None
