@@ -903,8 +903,9 @@ class OnnxGraph:
 
     @property
     def digest(self) -> str:
-        """sha1 (16 hex) of the model file (of the serialised model when it came from memory) and of the cut-0
-        tensor (input fixed for the frame size, frame input or not): what stage caches are keyed by."""
+        """sha1 (16 hex) of the model file (of the serialised model when it came from memory) and of every cut
+        (names, shapes: the frame size, frame input or not, and how this code finds cuts): what stage and profile
+        caches are keyed by."""
         import hashlib
 
         if self._digest is None:
@@ -915,8 +916,7 @@ class OnnxGraph:
                         h.update(chunk)
             else:
                 h.update(self.model.SerializeToString())
-            c = self.cuts[0]
-            h.update(repr((c.name, c.shape, c.dtype)).encode())
+            h.update(repr([(c.name, c.shape, c.dtype) for c in self.cuts]).encode())
             self._digest = h.hexdigest()[:16]
         return self._digest
 
