@@ -31,7 +31,7 @@ from cnnvideo.master.warming import StageWarmer
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.costinputs import build as cost_inputs
 from cnnvideo.plan.costinputs import cpu_model, payload_share
-from cnnvideo.plan.schedulers import Compute, PipelineState, Transfer
+from cnnvideo.plan.schedulers import Compute, InputDelta, PipelineState, Transfer
 from cnnvideo.results import labels
 from cnnvideo.results import report as rpt
 from cnnvideo.results.progress import ProgressFile
@@ -161,6 +161,7 @@ class MasterRole:
         inputs = cost_inputs(seg_time, self.cfg.bandwidth_bytes(), dense, self.predictors, mean_nz, *codec_time,
                              delta_mode=delta, share=payload_share(self.cfg.local.links),
                              turnaround=self.cfg.master_turnaround_s,
+                             p_unchanged=None if delta and self.cfg.delta.skip_unchanged else 0.0,
                              **cpu_model(costs, self.cfg.in_flight, self.cfg.net_cpu_ns_per_byte,
                                          self.cfg.net_cpu_us_per_message))
         self.scheduler = schedulers.create(self.cfg.scheduler, inputs, self.cfg.in_flight, delta,
@@ -278,7 +279,8 @@ class MasterRole:
     def _setup_msg(self, gen: int, warm_cuts: Sequence[int] = ()) -> pb.RunSetup:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=self.cfg.delta.input_threshold,
                            threshold=self.cfg.delta.threshold, fp16=self.cfg.delta.fp16, n_workers=self.W,
-                           generation=gen, settings=self._settings(settings.WORKER_KEYS), warm_cuts=list(warm_cuts))
+                           generation=gen, settings=self._settings(settings.WORKER_KEYS), warm_cuts=list(warm_cuts),
+                           skip_unchanged=self.cfg.delta.skip_unchanged)
 
     def _first_plan(self) -> List[int]:
         """The cuts of the scheduler's first plan (the workers build those stages before the run), [] if none."""
@@ -298,6 +300,7 @@ class MasterRole:
     def _read_results(self, w: int, call, gen: int) -> None:
         receiver = HopReceiver(self.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
         name = "worker w%d at %s" % (w, self.addresses[w])
+        y = None  # the stream's previous result: an unchanged one (an empty update) is reused as it is
         try:
             for res in call:
                 now = time.time()
@@ -305,7 +308,10 @@ class MasterRole:
                     log.warning("ignoring a result of run %s generation %d from w%d", res.run_id, res.generation, w)
                     continue
                 try:
-                    y = np.array(receiver.decode(res.output.data), copy=True)
+                    out = receiver.decode(res.output.data)
+                    reused = receiver.last_unchanged and y is not None
+                    if not reused:
+                        y = np.array(out, copy=True)
                 except ValueError as exc:
                     self.fault("worker w%d sent an undecodable result for frame %d: %s" % (w, res.frame_id, exc), gen)
                     return
@@ -316,6 +322,7 @@ class MasterRole:
                     if not self.tracker.complete(res.frame_id, gen, w, t_dec):
                         log.warning("ignoring duplicate/unexpected result for frame %d from w%d", res.frame_id, w)
                         continue
+                    self.tracker.records[res.frame_id].reused = reused
                     try:
                         self.outputs.put(res.frame_id, y)
                     except OutputError as exc:
@@ -335,7 +342,7 @@ class MasterRole:
                                                          now - res.sent_at, res.output.keyframe)
                     if self.results is not None:
                         self.results.result(res.frame_id, t_dec, self.tracker.records[res.frame_id].top5 or [],
-                                            "w%d->m" % w, len(res.output.data))
+                                            "w%d->m" % w, len(res.output.data), reused)
                     self.telemetry.span(rpt.StageSpan(res.frame_id, "m", "receive", res.sent_at, now,
                                                       len(res.output.data)))
                     self.telemetry.span(rpt.StageSpan(res.frame_id, "m", "decode", now, t_dec))
@@ -368,7 +375,9 @@ class MasterRole:
                     for st in rep.stages:
                         self.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
                         if st.stage == "compute":
-                            self.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
+                            self.telemetry.compute(w, rep.start_cut, rep.end_cut, st.end - st.start, rep.skipped)
+                            if not rep.skipped:  # a skipped stage says nothing about the stage's speed
+                                self.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
                     if rep.hop_out < self.W:
                         send = [st for st in rep.stages if st.stage == "send"]
                         wire = (send[0].end - send[0].start) if send else 0.0
@@ -491,6 +500,7 @@ class MasterRole:
         t0 = time.time()
         x = np.ascontiguousarray(self.feed.frame(f)).reshape(self.cut0_shape)
         data = self.sender.encode(x, keyframe=keyframe[0])
+        unchanged = not keyframe[0] and self.sender.last_nnz == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
         with self.cond:
             gen = self.tracker.generation
@@ -519,6 +529,8 @@ class MasterRole:
             self.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
             self.telemetry.hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
             self.scheduler.observe(Transfer(0, len(data), t2 - t1))
+            if not keyframe[0] and self.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
+                self.scheduler.observe(InputDelta(unchanged))
         if self.view is not None:
             self.view.plan = list(cuts)
         self._publish()
@@ -642,6 +654,7 @@ class MasterRole:
             "top5_overlap": self.agreement[1],
             "top1_labels": reporting.label_counts(records),
             "thresholds": {"input": self.cfg.delta.input_threshold, "later": self.cfg.delta.threshold},
+            "skip_unchanged": self.cfg.delta.skip_unchanged,
             "retried": tr.retried,
             "dropped": tr.dropped,
             "restarts": self.restarts,
@@ -663,7 +676,8 @@ class MasterRole:
         report = rpt.build(frames_total=n_frames, records=records, hops=hops, spans=tel.spans,
                            model=self.cfg.model, mode=self.cfg.mode, scheduler=self.cfg.scheduler,
                            workers=self.addresses, plan_layers=self._plan_layers(main_plan), wall_s=wall,
-                           max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary())
+                           max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary(),
+                           stages_skipped=tel.skips_report(self.W))
         if self.results is not None:
             report["results"] = self.results.close()  # after build: set on the report, not on extra
         rpt.write_json(report, os.path.join(self.out, "report.json"))
