@@ -391,3 +391,16 @@ def test_adaptive_tracks_the_unchanged_share_live():
         sched.observe(InputDelta(flag))
     sched.plan_for(2)
     assert sched.measured_inputs.p_unchanged == pytest.approx(0.75)
+
+
+def test_cost_inputs_take_the_share_from_the_predictors_in_delta_mode():
+    """costinputs.build: the predictors' p_unchanged in delta mode (full mode keyframes every frame: 0), unless the
+    caller says (the master passes 0 with skip_unchanged off)."""
+    from cnnvideo.plan.costinputs import build
+
+    p = predict.Predictors(numel=np.array([48.0, 8.0, 8.0]), itemsize=np.array([1.0, 4.0, 4.0]), raw_nz=np.ones(3),
+                           coefs=[np.zeros((3, 3)), np.zeros((3, 8)), np.zeros((3, 8))], p_unchanged=0.4)
+    args = (np.full((2, 2), 0.1), [1e6, 1e6], np.array([48.0, 32.0, 32.0]), p)
+    assert build(*args).p_unchanged == pytest.approx(0.4)
+    assert build(*args, delta_mode=False).p_unchanged == 0.0
+    assert build(*args, p_unchanged=0.0).p_unchanged == 0.0

@@ -82,7 +82,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
     the network path takes from it), or [W, 2] CFS bursts, and (optional) [W] fluid seconds per message it handles
     (see cpu_model); `share` of each hop's rate carries payload (payload_share); `turnaround` is the master's
     seconds from a result to the next send; `p_unchanged` is the share of frames whose input is unchanged (their
-    stages skip the compute; None: the predictors' measure on the trainer's video, 0 without predictors)."""
+    stages skip the compute; None: in delta mode the predictors' measure on the trainer's video, else 0)."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -98,8 +98,8 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
                         bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
                         encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround),
                         message_time=net_s_per_message,
-                        p_unchanged=float(getattr(predictors, "p_unchanged", 0.0) if p_unchanged is None
-                                          else p_unchanged))
+                        p_unchanged=float(p_unchanged if p_unchanged is not None else
+                                          getattr(predictors, "p_unchanged", 0.0) if delta_mode else 0.0))
     if net_s_per_byte is not None:
         inputs = with_network_cpu(inputs, net_s_per_byte, delta_mode)
     return inputs
