@@ -129,9 +129,9 @@ def test_output_hop_never_sends_a_keyframe_as_unchanged():
 class Chain:
     """Two run loops (w0 emits into w1) counting their stage computes, fed like a master (protocol.HopPlanner)."""
 
-    def __init__(self, skip=True, input_threshold=0, keyframe_every=0):
+    def __init__(self, skip=True, input_threshold=0, keyframe_every=0, generation=0):
         hops = HopSettings(input_threshold=input_threshold)
-        self.settings = RunSettings("r1", 2, hops, skip_unchanged=skip)
+        self.settings = RunSettings("r1", 2, hops, generation=generation, skip_unchanged=skip)
         self.computed = {0: 0, 1: 0}
 
         def counting(w):
@@ -152,7 +152,7 @@ class Chain:
         keyframe, epochs = self.plan.plan(f, cuts)
         data = self.sender.encode(x, keyframe=keyframe[0])
         self.w0.accept(Task("r1", f, list(cuts), Payload(0, data, keyframe[0]), hop=0, seq=self.seq,
-                            keyframe=keyframe, epoch=epochs))
+                            keyframe=keyframe, epoch=epochs, generation=self.settings.generation))
         self.seq += 1
         w = reporter(cuts)
         res = [self.w0, self.w1][w].results.get(timeout=10)
@@ -244,6 +244,26 @@ def test_keyframes_and_plan_changes_are_never_skipped():
         # frames 0, 4 and 8 keyframe every hop; 6 and 9 change the plan (w0's end cut, w1's start cut)
         assert [f for f, s in enumerate(seen) if not s[0]] == [0, 4, 6, 8, 9]
         assert [f for f, s in enumerate(seen) if not s[1]] == [0, 4, 6, 8, 9]
+    finally:
+        chain.close()
+
+
+def test_a_resync_starts_over_with_computed_keyframes():
+    """After a resync (a new generation: fresh run loops on the workers, the master's senders reset) the first
+    still frame is a keyframe and computed on both workers even though nothing changed; skipping resumes after."""
+    x = _idle_clip(n_still=1, n_move=0)[0]
+    old = Chain()
+    try:
+        assert [old.run(f, x, [0, 1, 3])[2].skipped for f in range(3)] == [False, True, True]
+    finally:
+        old.close()
+    chain = Chain(generation=1)
+    try:
+        seen = [chain.run(f, x, [0, 1, 3]) for f in range(3, 6)]
+        assert [(r0.skipped, r1.skipped) for _, _, r0, r1 in seen] == [(False, False), (True, True), (True, True)]
+        assert seen[0][2].keyframe_out and not seen[0][1]
+        for y, _, _, _ in seen:
+            np.testing.assert_array_equal(y, reference(0, 3, x))
     finally:
         chain.close()
 
