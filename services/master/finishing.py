@@ -87,6 +87,7 @@ class Finisher:
             "top5_overlap": agreement[1],
             "top1_labels": reporting.label_counts(records),
             "thresholds": {"input": cfg.delta.input_threshold, "later": cfg.delta.threshold},
+            "skip_unchanged": cfg.delta.skip_unchanged,
             "retried": tr.retried,
             "dropped": tr.dropped,
             "restarts": m.restarts,
@@ -110,7 +111,8 @@ class Finisher:
         report = rpt.build(frames_total=n_frames, records=records, hops=tel.chain_hops(m.W), spans=tel.spans,
                            model=cfg.model, mode=cfg.mode, scheduler=cfg.scheduler,
                            workers=m.addresses, plan_layers=m.plan_layers(main_plan), wall_s=wall,
-                           max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary())
+                           max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary(),
+                           stages_skipped=tel.skips_report(m.W))
         if m.results is not None:
             report["results"] = m.results.close()  # after build: set on the report, not on extra
         rpt.write_json(report, os.path.join(m.out, "report.json"))

@@ -29,6 +29,7 @@ class StreamReader:
         m = self.m
         receiver = HopReceiver(m.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
         name = "worker w%d at %s" % (w, m.addresses[w])
+        y = None  # the stream's previous result: an unchanged one (an empty update) is reused as it is
         try:
             for res in call:
                 if res.run_id != m.run_id or res.generation != gen:
@@ -36,11 +37,14 @@ class StreamReader:
                     continue
                 now = time.time()
                 try:
-                    y = np.array(receiver.decode(res.output.data), copy=True)
+                    out = receiver.decode(res.output.data)
+                    reused = receiver.last_unchanged and y is not None
+                    if not reused:
+                        y = np.array(out, copy=True)
                 except ValueError as exc:
                     m.fault("worker w%d sent an undecodable result for frame %d: %s" % (w, res.frame_id, exc), gen)
                     return
-                if not self._record(w, res, y, gen, now):
+                if not self._record(w, res, y, gen, now, reused):
                     return
                 m.publish()
             if not m.closing:
@@ -49,7 +53,7 @@ class StreamReader:
             if not m.closing:
                 m.fault("%s is down (result stream lost: %s)" % (name, net.code_name(exc)), gen)
 
-    def _record(self, w: int, res, y: np.ndarray, gen: int, now: float) -> bool:
+    def _record(self, w: int, res, y: np.ndarray, gen: int, now: float, reused: bool = False) -> bool:
         """Record one result (received at `now`, decoded just before this call); False when a resync made this
         stream stale."""
         m = self.m
@@ -61,6 +65,7 @@ class StreamReader:
             if not m.tracker.complete(f, gen, w, t_dec):
                 log.warning("ignoring duplicate/unexpected result for frame %d from w%d", f, w)
                 return True
+            m.tracker.records[f].reused = reused
             try:
                 m.outputs.put(f, y)
             except OutputError as exc:
@@ -84,7 +89,8 @@ class StreamReader:
             m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                      res.output.keyframe)
             if m.results is not None:
-                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data), boxes=dets)
+                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data), reused,
+                                 boxes=dets)
             m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
             m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
             m.cond.notify_all()
@@ -122,7 +128,9 @@ class StreamReader:
         for st in rep.stages:
             m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
             if st.stage == "compute":
-                m.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
+                m.telemetry.compute(w, rep.start_cut, rep.end_cut, st.end - st.start, rep.skipped)
+                if not rep.skipped:  # a skipped stage says nothing about the stage's speed
+                    m.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
         if rep.hop_out < m.W:
             send = [st for st in rep.stages if st.stage == "send"]
             wire = (send[0].end - send[0].start) if send else 0.0

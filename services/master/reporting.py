@@ -17,8 +17,8 @@ def plan_layers(info, cuts: List[int], n_workers: int) -> List[List[str]]:
 
 
 def per_frame(records) -> List[Dict[str, Any]]:
-    """report.json `per_frame`: status, sends, latency, worker, cuts, error and top-5 of a completed frame; the
-    reason of one that was not."""
+    """report.json `per_frame`: status, sends, latency, worker, cuts, error, top-5 and whether its result was reused
+    (unchanged) of a completed frame; the reason of one that was not."""
     out = []
     for r in records:
         if r.reason:
@@ -27,7 +27,8 @@ def per_frame(records) -> List[Dict[str, Any]]:
         else:
             out.append({"frame": r.frame, "status": r.status, "sends": r.attempts,
                         "latency_s": None if r.latency is None else round(r.latency, 6), "worker": r.worker,
-                        "cuts": r.cuts, "abs_err": None if r.error != r.error else r.error, "top5": r.top5})
+                        "cuts": r.cuts, "abs_err": None if r.error != r.error else r.error, "top5": r.top5,
+                        "reused": r.reused})
     return out
 
 

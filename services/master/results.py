@@ -1,10 +1,11 @@
 """results.jsonl: one JSON line per finished frame, appended as results arrive (what the CNN saw, when, where).
 
 A line is {"frame", "capture_time", "result_time" (Unix seconds), "top5": [[index, name, score], ...], "cuts",
-"bytes": {hop: bytes}}, and for a detector "boxes": [{"label", "score", "box": [x1, y1, x2, y2]}] in frame pixels
-(after "top5"). Hop byte counts come from three places (the master's own send, the workers' stage
-reports, the result itself) in any order, so a line is written once the result and every hop of its plan are
-known; close() writes whatever is still incomplete (a worker's report lost with a crash).
+"bytes": {hop: bytes}, "reused": bool} ("reused": the result came as an empty update, so the previous result of
+its stream stands; nothing was decoded for it), and for a detector "boxes": [{"label", "score", "box": [x1, y1,
+x2, y2]}] in frame pixels (after "top5"). Hop byte counts come from three places (the master's own send, the
+workers' stage reports, the result itself) in any order, so a line is written once the result and every hop of its
+plan are known; close() writes whatever is still incomplete (a worker's report lost with a crash).
 """
 from __future__ import annotations
 
@@ -52,10 +53,12 @@ class ResultsLog:
             self._maybe_write(frame)
 
     def result(self, frame: int, result_time: float, top5: List[list], hop: str, nbytes: int,
-               boxes: Optional[Sequence[Any]] = None) -> None:
-        """The frame's result arrived (over hop `hop`, `nbytes` bytes) with its top-5, and for a detector its
-        `boxes` (cnnvideo.events.types.Detection: label, score, box x1, y1, x2, y2 in frame pixels)."""
+               reused: bool = False, boxes: Optional[Sequence[Any]] = None) -> None:
+        """The frame's result arrived (over hop `hop`, `nbytes` bytes) with its top-5; `reused`: it was unchanged;
+        for a detector its `boxes` (cnnvideo.events.types.Detection: label, score, box x1, y1, x2, y2 in frame
+        pixels)."""
         e = self._entry(frame)
+        e["reused"] = bool(reused)
         e["result_time"] = round(float(result_time), 6)
         e["top5"] = [[int(i), str(n), float(s)] for i, n, s in top5]
         if boxes is not None:
@@ -70,8 +73,9 @@ class ResultsLog:
             self._write(self.pending.pop(frame))
 
     def _write(self, e: Dict[str, Any]) -> None:
-        order = ("frame", "capture_time", "result_time", "top5", "boxes", "cuts", "bytes")
-        self.fh.write(json.dumps({k: e.get(k) for k in order if k != "boxes" or k in e}) + "\n")
+        order = ("frame", "capture_time", "result_time", "top5", "boxes", "cuts", "bytes", "reused")
+        self.fh.write(json.dumps({k: e.get(k) for k in order if k != "boxes" or k in e}) + "
+")
         self.fh.flush()
         self.written += 1
 

@@ -171,7 +171,8 @@ class MasterRole:
         d = self.cfg.delta
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=d.input_threshold,
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
-                           settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=list(warm_cuts))
+                           settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=list(warm_cuts),
+                           skip_unchanged=d.skip_unchanged)
 
     def _first_plan(self) -> List[int]:
         """The cuts of the scheduler's first plan (the workers build those stages before the run), [] if none."""

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from cnnvideo.master.feed import SourceError
-from cnnvideo.plan.schedulers import PipelineState, Transfer
+from cnnvideo.plan.schedulers import InputDelta, PipelineState, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import net
@@ -80,6 +80,7 @@ class FrameSender:
         t0 = time.time()
         x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape)
         data = self.sender.encode(x, keyframe=keyframe[0])
+        unchanged = not keyframe[0] and self.sender.last_nnz == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
         with m.cond:
             gen = m.tracker.generation
@@ -108,6 +109,8 @@ class FrameSender:
             m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
             m.telemetry.hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
             m.scheduler.observe(Transfer(0, len(data), t2 - t1))
+            if not keyframe[0] and m.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
+                m.scheduler.observe(InputDelta(unchanged))
         if m.view is not None:
             m.view.plan = list(cuts)
         m.publish()

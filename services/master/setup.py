@@ -84,6 +84,7 @@ class Setup:
         inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, m.predictors, m.feed.mean_change(), *codec_time,
                              delta_mode=delta, share=payload_share(cfg.local.links),
                              turnaround=cfg.cost_model.master_turnaround_s,
+                             p_unchanged=None if delta and cfg.delta.skip_unchanged else 0.0,
                              **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
                                              cfg.cost_model.net_cpu_us_per_message))
         m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,

@@ -1,8 +1,9 @@
 """What the workers and the master's own sends report during a run: stage spans (kept up to SPAN_LIMIT, counted
-all), per-hop totals and the engines each worker's stages ran on. Callers hold the master's lock."""
+all), per-hop totals, the engines each worker's stages ran on and the stages it skipped on an unchanged input.
+Callers hold the master's lock."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from cnnvideo.results import report as rpt
 
@@ -25,6 +26,8 @@ class Telemetry:
         self.stage_totals = rpt.StageTotals()
         self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
         self.on_span: Optional[Callable[[rpt.StageSpan], None]] = None
+        # (worker, start cut, end cut) -> [frames computed, their compute seconds, frames skipped, their seconds]
+        self.computes: Dict[Tuple[int, int, int], List[float]] = {}
 
     def span(self, span: rpt.StageSpan) -> None:
         """Count a stage span; keep the span itself only up to the limit."""
@@ -45,6 +48,21 @@ class Telemetry:
         """Worker `worker` ran a stage on `label` (e.g. 'onnxruntime-int8'), `note` saying why if not as asked."""
         self.engines_ran.setdefault(worker, {}).setdefault(label, note)
 
+    def compute(self, worker: int, start: int, end: int, seconds: float, skipped: bool) -> None:
+        """Worker `worker` computed (or, `skipped`, reused the output of) segments start..end-1 of a frame."""
+        if end <= start:
+            return  # an empty stage forwards: nothing to compute or to skip
+        c = self.computes.setdefault((worker, start, end), [0, 0.0, 0, 0.0])
+        i = 2 if skipped else 0
+        c[i] += 1
+        c[i + 1] += max(float(seconds), 0.0)
+
+    def skips_report(self, n_workers: int) -> Dict[str, Dict[str, object]]:
+        """Per worker: stages computed and skipped, mean compute seconds of a computed frame, the seconds the skips
+        took and the seconds they saved (estimate: per stage, skipped x its mean compute time on computed frames;
+        a stage never computed in the run saves an unknown time, counted 0)."""
+        return skip_summary(self.computes, n_workers)
+
     def chain_hops(self, n_workers: int) -> List[rpt.HopStats]:
         """The hops that carried something, in report order; the chain's own end hop is always listed."""
         hops = [self.hops[n] for n in hop_order(n_workers) if n in self.hops]
@@ -64,3 +82,17 @@ class Telemetry:
                         "available": bool(info.engine_available) if info is not None else None,
                         "ran": sorted(ran), "notes": sorted({n for n in ran.values() if n})})
         return out
+
+
+def skip_summary(computes: Dict[Tuple[int, int, int], List[float]], n_workers: int) -> Dict[str, Dict[str, object]]:
+    """Telemetry.skips_report from its (worker, start, end) -> [computed, seconds, skipped, seconds] counts."""
+    out = {}
+    for w in range(n_workers):
+        rows = [c for (worker, _s, _e), c in computes.items() if worker == w]
+        computed, comp_s = sum(int(c[0]) for c in rows), sum(c[1] for c in rows)
+        skipped, skip_s = sum(int(c[2]) for c in rows), sum(c[3] for c in rows)
+        saved = sum(c[2] * c[1] / c[0] for c in rows if c[0])
+        out["w%d" % w] = {"computed": computed, "skipped": skipped,
+                          "compute_mean_s": round(comp_s / computed, 6) if computed else None,
+                          "skipped_s": round(skip_s, 6), "saved_s": round(saved, 6)}
+    return out

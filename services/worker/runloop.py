@@ -5,6 +5,13 @@ passes two callables, `forward(start_cut, end_cut, x) -> y` (the stage's compute
 `emit(task)` (hand a task to the next worker; raises EmitError if it cannot). Results and stage reports
 wait in bounded queues that the servicer's streams drain. The hop rules (reporter, senders, keyframes,
 epochs) are cnnvideo.wire.protocol's.
+
+An unchanged input skips the stage (`RunSettings.skip_unchanged`): when a frame's input payload is an update that
+changes nothing (empty after the sender's threshold) and this worker ran the same stage (start and end cut) on the
+previous frame, the input it holds is the one it computed then, so the output is the one it holds: the compute is
+skipped, and if that output goes over the same hop at the same cut as last time the empty update is forwarded
+without comparing (a stage report with `skipped`). A keyframe input is always computed. Exact with respect to what
+the receiver holds, and it composes: the empty output lets the next worker skip too.
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ class RunSettings:
     hops: HopSettings = field(default_factory=HopSettings)
     generation: int = 0
     warm_cuts: Tuple[int, ...] = ()  # the plan of the first frames: the role builds its stage before it answers
+    skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
 
 
 @dataclass
@@ -124,6 +132,7 @@ class StageReport:
     dense_out: int = 0
     engine: str = ""  # engine-precision that ran the stage ('' = empty stage)
     engine_note: str = ""  # why it is not the engine asked for
+    skipped: bool = False  # the input was unchanged: the stage was not computed, its held output went on
 
 
 Forward = Callable[[int, int, np.ndarray], np.ndarray]
@@ -157,6 +166,8 @@ class Run:
         self.next_seq = 0
         self.out_seq = 0
         self.pending: Dict[int, Tuple[Task, float]] = {}
+        # the previous frame's stage: (start, end) cuts, its output, the output's quantisation, the hop it went over
+        self.held_out: Optional[Tuple[Tuple[int, int], np.ndarray, Optional[QParams], OutputHop]] = None
         self.cond = threading.Condition()
         self.results: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.stages: queue.Queue = queue.Queue(QUEUE_LIMIT)
@@ -235,8 +246,13 @@ class Run:
         q_out = self._check_quant(task.payload, start)
         t1 = time.time()
         stages.append(Timing("decode", t0, t1))
-        if start < end:
-            y = np.ascontiguousarray(self.forward(start, end, x))
+        held = self.held_out
+        skip = (self.settings.skip_unchanged and self.receiver.last_unchanged and not task.payload.keyframe
+                and held is not None and held[0] == (start, end))
+        if skip:
+            y, q_out = held[1], held[2]
+        elif start < end:
+            y = np.ascontiguousarray(self.forward(start, end, x))  # a fresh array per call (torch, onnxruntime)
             q_out = self.quant(end)
         else:
             y = np.ascontiguousarray(x)
@@ -245,10 +261,10 @@ class Run:
         label, note = self.describe(start, end) if start < end else ("", "")
         report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
                              hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
-                             engine_note=note)
+                             engine_note=note, skipped=bool(skip and start < end))
         qs = (q_out.scale, q_out.zero_point) if q_out is not None and y.dtype == np.uint8 and end > 0 else (0.0, 0)
         if w >= protocol.reporter(cuts):
-            data, keyframe = self.result_hop.encode(end, y)
+            data, keyframe = self._encode(self.result_hop, end, y, False, skip, (start, end), q_out)
             t3 = time.time()
             stages += [Timing("encode", t2, t3, len(data)), Timing("send", t3, t3, len(data))]
             result = Result(self.run_id, self.generation, task.frame_id, w, self.result_hop.sent - 1,
@@ -260,7 +276,7 @@ class Run:
             return
         nxt = w + 1
         planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
-        data, keyframe = self.next_hop.encode(end, y, planned)
+        data, keyframe = self._encode(self.next_hop, end, y, planned, skip, (start, end), q_out)
         t3 = time.time()
         stages.append(Timing("encode", t2, t3, len(data)))
         out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y), *qs), hop=nxt,
@@ -269,6 +285,19 @@ class Run:
         report.hop_out, report.bytes_out, report.keyframe_out = nxt, len(data), keyframe
         report.stages = stages
         self.put(self.forward_q, (out, report))
+
+    def _encode(self, hop: OutputHop, cut: int, y: np.ndarray, planned: bool, skip: bool, stage: Tuple[int, int],
+                q_out: Optional[QParams]) -> Tuple[bytes, bool]:
+        """(payload, keyframe) of the output y over `hop`; a skipped stage whose held output last went over this
+        same hop sends the empty update without comparing (unless the hop must send it whole). Holds y as the
+        output of `stage` for the next frame (only a computed stage's: an empty stage's y is the receiver's view)."""
+        sent = None
+        if skip and self.held_out is not None and self.held_out[3] is hop:
+            sent = hop.encode_unchanged(cut, planned)
+        if sent is None:
+            sent = hop.encode(cut, y, planned)
+        self.held_out = (stage, y, q_out, hop) if stage[0] < stage[1] else None
+        return sent
 
     def _check_quant(self, payload: Payload, cut: int) -> Optional[QParams]:
         """The quantisation the input arrived with (None if float); TaskError if it is not this worker's for the

@@ -13,7 +13,7 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
-                       warm_cuts=tuple(int(c) for c in msg.warm_cuts))
+                       warm_cuts=tuple(int(c) for c in msg.warm_cuts), skip_unchanged=bool(msg.skip_unchanged))
 
 
 def task_from_pb(msg: pb.FrameTask) -> Task:
@@ -46,7 +46,7 @@ def report_to_pb(r: StageReport) -> pb.StageReport:
                           start_cut=r.start_cut, end_cut=r.end_cut, error=r.error, hop_in=r.hop_in,
                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, hop_out=r.hop_out,
                           keyframe_out=r.keyframe_out, dense_out=r.dense_out, engine=r.engine,
-                          engine_note=r.engine_note,
+                          engine_note=r.engine_note, skipped=r.skipped,
                           stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes)
                                   for s in r.stages])
 

@@ -61,6 +61,7 @@ class Delta:
     threshold: float = 0.0  # on every later hop
     keyframe_every: int = 0  # 0 = only when needed (first frame, new cut, resync)
     fp16: bool = False  # lossy: send later-hop values as float16
+    skip_unchanged: bool = True  # a worker whose input is unchanged (empty delta) reuses its output, no compute
 
 
 @dataclass

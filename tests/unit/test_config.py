@@ -50,6 +50,8 @@ def test_yaml_round_trip(tmp_path, synthetic_video):
         ({"source": {"reopen_s": 0}}, "source.reopen_s"),
         ({"cpus": {"worker0": 0}}, "cpus.worker0"),
         ({"delta": {"input_threshold": 300}}, "delta.input_threshold"),
+        ({"delta": {"input_threshold": -1}}, "delta.input_threshold"),
+        ({"delta": {"skip_unchanged": "yes"}}, "delta.skip_unchanged"),
         ({"scheduler": "lbs", "scheduler_options": {"zz": 1}}, "scheduler_options.zz"),
         ({"scheduler": "das", "scheduler_options": {"prev": 1}}, "scheduler_options.prev"),  # run-time state only
         ({"scheduler": "optimal", "scheduler_options": {"alpha": 0.5}}, "scheduler_options.alpha"),  # adaptive's

@@ -16,7 +16,7 @@ def _records():
 def test_per_frame_times_and_spans():
     done, dropped = reporting.per_frame(_records())
     assert done == {"frame": 0, "status": "completed", "sends": 1, "latency_s": 0.25, "worker": 1, "cuts": [0, 2, 3],
-                    "abs_err": 0.0, "top5": [[1, "goldfish", 0.9]]}
+                    "abs_err": 0.0, "top5": [[1, "goldfish", 0.9]], "reused": False}
     assert dropped == {"frame": 1, "status": "dropped", "sends": 3, "reason": "w1 is down", "cuts": [0, 2, 3]}
     assert reporting.per_frame([FrameRecord(2, [0, 3], status="completed")])[0]["abs_err"] is None  # NaN: not checked
     assert reporting.frame_times(_records(), 10.0) == [{"frame": 0, "sent_s": 0.0, "done_s": 0.25},

@@ -31,7 +31,7 @@ def test_lines_wait_for_every_hop_then_close_flushes(tmp_path):
     log.result(1, 101.2, TOP5, "w1->m", 3900)
     lines = [json.loads(x) for x in open(path)]
     assert lines == [{"frame": 0, "capture_time": 100.0, "result_time": 100.9, "top5": TOP5, "cuts": [0, 3, 9],
-                      "bytes": {"m->w0": 5000, "w1->m": 4000, "w0->w1": 2000}}]
+                      "bytes": {"m->w0": 5000, "w1->m": 4000, "w0->w1": 2000}, "reused": False}]
     log.close()
     lines = [json.loads(x) for x in open(path)]
     assert [x["frame"] for x in lines] == [0, 1] and "w0->w1" not in lines[1]["bytes"]

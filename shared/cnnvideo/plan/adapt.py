@@ -7,6 +7,8 @@ Pure functions plus one small mutable holder (`Estimates`) the master feeds; no 
   ratio (so big messages weigh more than tiny deltas whose time is mostly per-message latency).
 - Compute: per worker, an EWMA of measured / profiled seconds for the segments it ran (the profile
   was taken under the same CPU cap; a changed cap or a noisy neighbour shows up as a scale != 1).
+- Unchanged frames: the running mean of "the frame's input delta was empty" (every stage skips such a frame),
+  which replaces the trainer's measure (CostInputs.p_unchanged) once it has min_samples frames.
 - Re-plan: rebuild CostInputs with the measured values, ask the static optimum for the best plan
   and switch if it beats the current plan's period under the same measured inputs by `gain`.
 """
@@ -40,9 +42,17 @@ def predicted_compute(seg_time: np.ndarray, w: int, start: int, end: int) -> flo
     return float(np.asarray(seg_time, dtype=np.float64)[w, start:end].sum())
 
 
+def running_mean(prev: Optional[float], n: int, x: float) -> float:
+    """Mean of n + 1 values from the mean `prev` of the first n and the next value x (prev None or n 0: x)."""
+    if prev is None or n <= 0:
+        return float(x)
+    return float(prev) + (float(x) - float(prev)) / (n + 1)
+
+
 def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
-                   compute_scale: Sequence[Optional[float]]) -> CostInputs:
-    """CostInputs with measured bandwidth per hop and profiled compute scaled per worker (None = keep)."""
+                   compute_scale: Sequence[Optional[float]], p_unchanged: Optional[float] = None) -> CostInputs:
+    """CostInputs with measured bandwidth per hop, profiled compute scaled per worker and the measured share of
+    unchanged frames (None = keep)."""
     bw = np.array(inputs.bandwidth, dtype=np.float64)
     for w, b in enumerate(bandwidth):
         if b is not None and b > 0 and w < bw.size:
@@ -53,7 +63,9 @@ def adapted_inputs(inputs: CostInputs, bandwidth: Sequence[Optional[float]],
             scale[w] = s
     codec = {name: None if getattr(inputs, name) is None else getattr(inputs, name) * scale[:, None]
              for name in ("encode_time", "decode_time")}  # the same CPU runs the codec
-    return dataclasses.replace(inputs, seg_time=inputs.seg_time * scale[:, None], bandwidth=bw, **codec)
+    p = inputs.p_unchanged if p_unchanged is None else min(max(float(p_unchanged), 0.0), 1.0)
+    return dataclasses.replace(inputs, seg_time=inputs.seg_time * scale[:, None], bandwidth=bw, p_unchanged=p,
+                               **codec)
 
 
 def relative_drift(configured: Sequence[float], measured: Sequence[Optional[float]]) -> float:
@@ -87,6 +99,8 @@ class Estimates:
     hop_n: List[int] = field(default_factory=list)
     scale: List[Optional[float]] = field(default_factory=list)
     scale_n: List[int] = field(default_factory=list)
+    unchanged: Optional[float] = None  # running mean of "the input delta was empty" over the frames sent
+    unchanged_n: int = 0
 
     def __post_init__(self) -> None:
         w = self.n_workers
@@ -113,6 +127,15 @@ class Estimates:
             return
         self.scale[w] = ewma(self.scale[w], measured / predicted, self.alpha)
 
+    def add_input(self, unchanged: bool) -> None:
+        """One delta frame sent: whether its input delta was empty (its stages all skip; a keyframe is not one)."""
+        self.unchanged = running_mean(self.unchanged, self.unchanged_n, 1.0 if unchanged else 0.0)
+        self.unchanged_n += 1
+
+    def p_unchanged(self) -> Optional[float]:
+        """The measured share of unchanged frames once it has min_samples frames, else None."""
+        return self.unchanged if self.unchanged_n >= self.min_samples else None
+
     def bandwidth(self) -> List[Optional[float]]:
         """Bytes/s per hop once it has min_samples messages, else None."""
         return [bandwidth_from(b, s) if n >= self.min_samples else None
@@ -125,7 +148,8 @@ class Estimates:
     def snapshot(self) -> Dict[str, List[Optional[float]]]:
         """Plain values for reports: MB/s per hop and compute scale per worker."""
         return {"bandwidth_MBps": [None if b is None else round(b / 1e6, 4) for b in self.bandwidth()],
-                "compute_scale": [None if s is None else round(s, 4) for s in self.compute_scale()]}
+                "compute_scale": [None if s is None else round(s, 4) for s in self.compute_scale()],
+                "p_unchanged": None if self.p_unchanged() is None else round(self.p_unchanged(), 4)}
 
 
 def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flight: int, delta: bool,
@@ -134,7 +158,7 @@ def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flig
     from cnnvideo.plan.costmodel import Plan
     from cnnvideo.plan.schedulers.plans import objective, optimal
 
-    measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale())
+    measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale(), est.p_unchanged())
     cur = objective(Plan(tuple(current)), measured, in_flight, delta)
     best_plan = optimal(measured, in_flight, delta)
     best = objective(best_plan, measured, in_flight, delta)
@@ -144,4 +168,4 @@ def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flig
 
 
 __all__ = ["Estimates", "adapted_inputs", "bandwidth_from", "ewma", "predicted_compute", "relative_drift",
-           "replan", "should_switch"]
+           "replan", "running_mean", "should_switch"]

@@ -105,6 +105,9 @@ class CostInputs:
     # [W] fluid seconds (CPU / share) worker w's work stage pays per gRPC message it handles, apart from the bytes
     # (message_count() of them a frame, inside the work stage's burst); None = nothing
     message_time: Optional[np.ndarray] = None
+    # share of frames whose input does not change (an empty input delta): every stage skips them
+    # (delta.skip_unchanged), so a stage's expected compute per frame is (1 - p_unchanged) x its compute
+    p_unchanged: float = 0.0
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)
@@ -118,6 +121,8 @@ class CostInputs:
             raise ValueError("bandwidth must have one entry per worker (%d)" % self.seg_time.shape[0])
         if np.any(self.bandwidth <= 0):
             raise ValueError("bandwidth must be positive")
+        if not 0.0 <= self.p_unchanged <= 1.0:
+            raise ValueError("p_unchanged must be in [0, 1], got %r" % (self.p_unchanged,))
         if self.burst is not None:
             self.burst = np.broadcast_to(np.asarray(self.burst, dtype=np.float64), (self.seg_time.shape[0], 2)).copy()
         if self.message_time is not None:
@@ -144,9 +149,10 @@ class CostInputs:
         return self.bytes_delta if delta else self.bytes_full
 
     def prefix_time(self) -> np.ndarray:
-        """[W, K+1] cumulative compute time: segments c_i..c_j-1 on w cost P[w, j] - P[w, i]."""
+        """[W, K+1] cumulative expected compute time per frame: segments c_i..c_j-1 on w cost P[w, j] - P[w, i]
+        (seg_time x (1 - p_unchanged): unchanged frames skip the compute)."""
         out = np.zeros((self.n_workers, self.n_segments + 1))
-        np.cumsum(self.seg_time, axis=1, out=out[:, 1:])
+        np.cumsum(expected_compute(self.seg_time, self.p_unchanged), axis=1, out=out[:, 1:])
         return out
 
     def work_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -174,6 +180,13 @@ class CostInputs:
         bw = self.result_bandwidth if self.result_bandwidth is not None else self.bandwidth[-1]
         size = self.result_bytes if self.result_bytes is not None else self.bytes_full[-1]
         return float(size) / float(bw)
+
+
+def expected_compute(seconds, p_unchanged: float) -> np.ndarray:
+    """Expected compute seconds per frame of a stage that takes `seconds` when it computes and is skipped on the
+    share `p_unchanged` of frames whose input is unchanged: (1 - p_unchanged) x seconds."""
+    p = min(max(float(p_unchanged), 0.0), 1.0)
+    return np.asarray(seconds, dtype=np.float64) * (1.0 - p)
 
 
 def compute_costs(plan: Plan, inputs: CostInputs) -> np.ndarray:

@@ -9,6 +9,9 @@ mean non-zero rate of its raw activations, observed to be nearly constant. Bytes
 codec's size model over the whole tensor (codec.estimate_bytes), times a per-cut compression ratio
 (bytes the hop really sent with the codec's compression / the size model's bytes for the same
 non-zeros, over the training frames; separately for keyframes). Stored as plain float arrays.
+
+`p_unchanged` is the share of the video's delta frames whose input delta is empty at the input threshold: on those
+every stage skips its compute (delta.skip_unchanged), which the cost model counts (CostInputs.p_unchanged).
 """
 from __future__ import annotations
 
@@ -81,7 +84,16 @@ class Recorder:
         self._bytes = {}  # type: Dict[int, List[float]]
         self._model = {}  # type: Dict[int, List[float]]
         self._key = {}  # type: Dict[int, Tuple[float, float]]
+        self._unchanged = []  # type: List[bool]
         self.frames = 0
+
+    def add_unchanged(self, unchanged: bool) -> None:
+        """One delta frame: whether its input delta was empty (nothing past the input threshold)."""
+        self._unchanged.append(bool(unchanged))
+
+    def p_unchanged(self) -> float:
+        """Share of the recorded delta frames whose input delta was empty (0 if none recorded)."""
+        return unchanged_share(self._unchanged)
 
     def add(
         self,
@@ -136,6 +148,7 @@ class Recorder:
             for k, v in mine.items():
                 a[k], b[k] = list(v[:cut]), list(v[cut:])
         head._key = dict(self._key)
+        head._unchanged = tail._unchanged = list(self._unchanged)  # a share of the whole video, not a fitted value
         head.frames, tail.frames = min(n, self.frames), max(self.frames - n, 0)
         return head, tail
 
@@ -150,12 +163,14 @@ class Recorder:
         out.update({"bytes_%d" % k: np.asarray(v) for k, v in self._bytes.items()})
         out.update({"model_%d" % k: np.asarray(v) for k, v in self._model.items()})
         out.update({"key_%d" % k: np.asarray(v) for k, v in self._key.items()})
+        out["unchanged"] = np.asarray(self._unchanged, dtype=np.float64)
         return out
 
     @classmethod
     def from_arrays(cls, d: Dict[str, np.ndarray]) -> "Recorder":
         """Inverse of to_arrays."""
         rec = cls()
+        rec._unchanged = [bool(v) for v in np.asarray(d.get("unchanged", []), dtype=np.float64).reshape(-1)]
         for key, value in d.items():
             kind, _, k = key.partition("_")
             target = {"delta": rec._delta, "raw": rec._raw, "bytes": rec._bytes, "model": rec._model}.get(kind)
@@ -181,6 +196,7 @@ class Predictors:
     input_nz: np.ndarray = field(default_factory=lambda: np.full(3, 0.1))  # mean input rates seen when fitting
     ratio: Optional[np.ndarray] = None  # [K+1] compression ratio of delta updates (None: 1)
     full_ratio: Optional[np.ndarray] = None  # [K+1] compression ratio of keyframes (None: 1)
+    p_unchanged: float = 0.0  # share of frames whose input delta is empty at the input threshold
 
     def __post_init__(self) -> None:
         n = self.numel.size
@@ -229,6 +245,7 @@ class Predictors:
             "input_nz": np.asarray(self.input_nz, dtype=np.float64),
             "ratio": self.ratio.astype(np.float64),
             "full_ratio": self.full_ratio.astype(np.float64),
+            "p_unchanged": np.array([self.p_unchanged], dtype=np.float64),
         }
         for k, c in enumerate(self.coefs):
             out["coef_%d" % k] = np.asarray(c, dtype=np.float64)
@@ -248,6 +265,8 @@ class Predictors:
             input_nz = np.asarray(d["input_nz"], dtype=np.float64).reshape(-1)
             ratio = np.asarray(d["ratio"], dtype=np.float64).reshape(-1)
             full_ratio = np.asarray(d["full_ratio"], dtype=np.float64).reshape(-1)
+            # absent from predictors fitted before it was measured: no frame counted as unchanged
+            p_unchanged = float(np.asarray(d.get("p_unchanged", [0.0]), dtype=np.float64).reshape(-1)[0])
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError("malformed predictor arrays (version %d expected): %s" % (FORMAT_VERSION, exc)) from None
         sizes = {a.size for a in (itemsize, raw, ratio, full_ratio)}
@@ -257,8 +276,10 @@ class Predictors:
         if not (np.all(np.isfinite(ratio)) and np.all(ratio > 0) and np.all(np.isfinite(full_ratio))
                 and np.all(full_ratio > 0)):
             raise ValueError("predictor arrays: compression ratios must be finite and positive")
+        if not 0.0 <= p_unchanged <= 1.0:
+            raise ValueError("predictor arrays: p_unchanged must be in [0, 1], got %r" % p_unchanged)
         return cls(numel=numel, itemsize=itemsize, raw_nz=raw, coefs=coefs, kind=kind, input_nz=input_nz,
-                   ratio=ratio, full_ratio=full_ratio)
+                   ratio=ratio, full_ratio=full_ratio, p_unchanged=p_unchanged)
 
     def save(self, path: str) -> None:
         """np.savez without pickle."""
@@ -278,6 +299,12 @@ class Predictors:
             raise ValueError("predictor file %s is damaged (%s: %s)" % (path, type(exc).__name__, exc)) from None
 
 
+def unchanged_share(flags: Sequence[bool]) -> float:
+    """Share of True in per-frame "input delta was empty" flags (0 for none)."""
+    flags = list(flags)
+    return float(sum(bool(f) for f in flags)) / len(flags) if flags else 0.0
+
+
 def ridge(x: np.ndarray, y: np.ndarray, lam: float = 1e-6) -> np.ndarray:
     """[d, C] least squares with a small ridge on all but the first (intercept) column."""
     penalty = np.eye(x.shape[1]) * lam * max(x.shape[0], 1)
@@ -294,9 +321,10 @@ def fit(
     lam: float = 1e-6,
     ratio: Optional[np.ndarray] = None,
     full_ratio: Optional[np.ndarray] = None,
+    p_unchanged: float = 0.0,
 ) -> Predictors:
     """Fit per-cut predictors from {cut: [N, C_k] delta rates} (cut 0 = input hop [N, 3]); compression
-    ratios per cut pass through (None: 1)."""
+    ratios per cut and the share of unchanged frames pass through (None: 1)."""
     numel = np.asarray(numel, dtype=np.float64)
     n_cuts = numel.size
     if 0 not in records:
@@ -314,7 +342,8 @@ def fit(
         raw[int(k)] = v
     log.debug("fitted %d cut predictors (%s) on %d frames", n_cuts, kind, x.shape[0])
     return Predictors(numel=numel, itemsize=np.asarray(itemsize, dtype=np.float64), raw_nz=raw, coefs=coefs,
-                      kind=kind, input_nz=x.mean(axis=0), ratio=ratio, full_ratio=full_ratio)
+                      kind=kind, input_nz=x.mean(axis=0), ratio=ratio, full_ratio=full_ratio,
+                      p_unchanged=float(p_unchanged))
 
 
 def cut_meta(graph, fp16: bool = False, int8: bool = False) -> Tuple[np.ndarray, np.ndarray]:
@@ -369,6 +398,8 @@ def record_video(
                 nnz = np.count_nonzero(arr)
                 raw[k] = nnz / float(arr.size)
                 sizes[k] = float(len(buf))
+                if index > 0 and k == 0:
+                    rec.add_unchanged(senders[0].last_nnz == 0)  # the input delta is empty: every stage skips
                 if index > 0 and senders[k].last_mask is not None:  # a dense "full" update still has a mask
                     cut = graph.cuts[k]
                     delta[k] = channel_rates(senders[k].last_mask, cut.shape, cut.dtype)
@@ -400,4 +431,5 @@ def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, l
     """fit() from a Recorder and the graph's cut sizes (int8: uint8 inner cuts)."""
     numel, items = cut_meta(graph, fp16, int8)
     ratio, full_ratio = rec.ratios(numel.size)
-    return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam, ratio=ratio, full_ratio=full_ratio)
+    return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam, ratio=ratio, full_ratio=full_ratio,
+               p_unchanged=rec.p_unchanged())

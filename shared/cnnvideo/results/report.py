@@ -84,6 +84,7 @@ class FrameRecord:
     attempts: int = 0  # times the master sent it (1 + re-sends after faults)
     reason: str = ""  # why it was dropped
     top5: Optional[List[list]] = None  # [[class index, name, softmax score], ...] of the result, best first
+    reused: bool = False  # the result was unchanged (an empty update): the previous result stands
 
     @property
     def latency(self) -> Optional[float]:
@@ -177,6 +178,12 @@ class RunReport:
     wall_s: float
     stages: Dict[str, Any]
     plans_used: List[Dict[str, Any]] = field(default_factory=list)
+    # completed frames whose result was reused: the reporter's output was unchanged (an empty update), the previous
+    # result stands
+    reused_frames: int = 0
+    # per worker ("w0"): stages computed and skipped (unchanged input), compute_mean_s of a computed one, skipped_s
+    # (what the skips took) and saved_s (estimate: skipped x the stage's mean compute time on computed frames)
+    stages_skipped: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -224,7 +231,8 @@ class RunReport:
 
 
 _FIELDS = [f for f in RunReport.__dataclass_fields__ if f not in ("extra", "schema_version")]
-_REQUIRED = [f for f in _FIELDS if f != "plans_used"]
+_OPTIONAL = ("plans_used", "reused_frames", "stages_skipped")  # added later: reports from before lack them
+_REQUIRED = [f for f in _FIELDS if f not in _OPTIONAL]
 
 
 def read(path: str) -> RunReport:
@@ -255,6 +263,7 @@ def build(
     max_abs_err: Optional[float] = None,
     extra: Optional[Dict[str, Any]] = None,
     stages: Optional[Dict[str, Any]] = None,
+    stages_skipped: Optional[Dict[str, Dict[str, Any]]] = None,
 ) -> RunReport:
     """The RunReport of a run (contract fields, then the `extra` details)."""
     done = [r for r in records if r.done_at is not None]
@@ -285,6 +294,8 @@ def build(
         wall_s=round(wall_s, 3),
         stages=stages if stages is not None else stage_summary(spans),
         plans_used=[{"cuts": [int(c) for c in k.split(",")], "frames": n} for k, n in plans.items()],
+        reused_frames=sum(1 for r in done if r.reused),
+        stages_skipped=dict(stages_skipped or {}),
         extra=dict(extra or {}),
     )
 
@@ -440,6 +451,9 @@ def write_html(report: Dict[str, Any], records: Sequence[FrameRecord], spans: Se
         ("throughput (fps)", report.get("throughput_fps")),
         ("latency mean / p50 / p95 / max (s)", " / ".join(str(lat.get(k)) for k in ("mean", "p50", "p95", "max"))),
         ("max abs error", report.get("max_abs_err")),
+        ("results reused (unchanged) / stages skipped per worker (saved s)", "%s / %s" % (
+            report.get("reused_frames", 0), ", ".join("%s: %s (%s)" % (w, d.get("skipped"), d.get("saved_s"))
+                                                      for w, d in (report.get("stages_skipped") or {}).items()))),
         ("top-1 agreement / top-5 overlap with the unsplit model", "%s / %s" % (report.get("top1_agreement"),
                                                                                  report.get("top5_overlap"))),
         ("weights", report.get("weights_used") or report.get("weights")), ("wall (s)", report.get("wall_s")),

@@ -371,6 +371,35 @@ def encode(values: np.ndarray, mask: Optional[np.ndarray] = None, fp16: bool = F
     return b"".join([prefix, header] + parts) if prefix else b"".join([header] + parts)
 
 
+def encode_empty(shape, dtype, mask: bool = False, fp16: bool = False, prefix: bytes = b"") -> bytes:
+    """What `encode` gives for a tensor of `shape`/`dtype` with no non-zero value (mask=False: an all-zero tensor)
+    or no position set (mask=True: an all-False mask), without building the tensor or the mask: a header with
+    nnz 0 and an empty index list (no body)."""
+    out_dtype = np.dtype(dtype)
+    out_c = _DTYPE_CODES.get(out_dtype)
+    if out_c is None:
+        raise CodecError("unsupported dtype %s (uint8, float16, float32)" % out_dtype)
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > MAX_NDIM:
+        raise CodecError("ndim %d > %d" % (len(shape), MAX_NDIM))
+    numel = 1
+    for d in shape:
+        numel *= d
+    wire_c = 1 if (fp16 and out_c == 2) else out_c
+    if numel == 0:  # nothing to leave out: encode() sends the (empty) tensor dense
+        return encode(np.zeros(shape, dtype=out_dtype), mask=np.zeros(shape, dtype=bool) if mask else None,
+                      fp16=fp16, compress="none", prefix=prefix)
+    header = _HEADERS[len(shape)].pack(MAGIC, VERSION, INDEX, wire_c, out_c, FLAG_MASK if mask else 0, NONE, 4,
+                                       len(shape), *shape, 0, 0, 0)
+    return prefix + header
+
+
+def is_empty(buf) -> bool:
+    """Whether a buffer from `encode` carries no value at all (nnz 0), read from its header alone (validated,
+    nothing decoded)."""
+    return _parse_header(memoryview(buf).cast("B"), 1 << 62)[8] == 0
+
+
 # --------------------------------------------------------------------------------------------- decode
 
 

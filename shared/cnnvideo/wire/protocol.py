@@ -133,5 +133,15 @@ class OutputHop:
         self.sent += 1
         return data, keyframe
 
+    def encode_unchanged(self, cut: int, planned: bool = False) -> Optional[Tuple[bytes, bool]]:
+        """(payload, False) for a tensor at `cut` equal to the one this hop's last message carried (the caller knows
+        it: a stage whose input did not change): the empty update, made without comparing. None when the message
+        must be whole (a keyframe is never skipped) or the last message was of another cut: then encode()."""
+        if self.keyframe(cut, planned):
+            return None
+        data = self._senders[0 if cut == 0 else 1].encode_unchanged()
+        self.sent += 1
+        return data, False
+
 
 __all__ = ["HopPlanner", "HopSettings", "InputHop", "OutputHop", "check_plan", "reporter"]

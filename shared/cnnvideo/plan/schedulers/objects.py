@@ -55,6 +55,13 @@ class Compute:
     seconds: float
 
 
+@dataclass
+class InputDelta:
+    """The master sent a frame's input as a delta; `unchanged`: it was empty (every stage skips that frame)."""
+
+    unchanged: bool
+
+
 class Scheduler:
     """One scheduler over one run: an initial plan, a plan per frame (asked in frame order), measurements in.
 
@@ -90,7 +97,7 @@ class Scheduler:
         return self.initial_plan()
 
     def observe(self, sample) -> None:
-        """A measurement of the run (Transfer or Compute); static schedulers ignore them."""
+        """A measurement of the run (Transfer, Compute or InputDelta); static schedulers ignore them."""
 
     def _use(self, frame: int, plan: Plan) -> Plan:
         if self.current is None or plan.cuts != self.current.cuts:
@@ -211,6 +218,8 @@ class AdaptiveScheduler(Scheduler):
             predicted = adapt.predicted_compute(self.inputs.seg_time, sample.worker, sample.start_cut,
                                                 sample.end_cut)
             self.estimates.add_compute(sample.worker, sample.seconds, predicted)
+        elif isinstance(sample, InputDelta):
+            self.estimates.add_input(sample.unchanged)
 
     def report(self, frames: int, cuts: Sequence[int]) -> Dict[str, object]:
         out = super().report(frames, cuts)
