@@ -74,8 +74,7 @@ class ResultsLog:
 
     def _write(self, e: Dict[str, Any]) -> None:
         order = ("frame", "capture_time", "result_time", "top5", "boxes", "cuts", "bytes", "reused")
-        self.fh.write(json.dumps({k: e.get(k) for k in order if k != "boxes" or k in e}) + "
-")
+        self.fh.write(json.dumps({k: e.get(k) for k in order if k != "boxes" or k in e}) + "\n")
         self.fh.flush()
         self.written += 1
 

@@ -14,7 +14,8 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-PREDICTOR_FORMAT = 3  # bump when what a predictor file holds (or how it is fitted) changes (3: p_unchanged; the detector's backbone cuts)
+# bump when what a predictor file holds (or how it is fitted) changes (3: p_unchanged; the detector's backbone cuts)
+PREDICTOR_FORMAT = 3
 PROFILE_FORMAT = 5  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
 #   5: an engine profile's reference is its own stages (`reference_bounds`)
 

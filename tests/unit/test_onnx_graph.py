@@ -12,7 +12,11 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from cnnvideo.model import onnx_graph as og  # noqa: E402
-from cnnvideo.model.onnx_graph import OnnxGraph, OnnxModelError  # noqa: E402
+from cnnvideo.model.onnx_graph import (  # noqa: E402
+    OnnxGraph,
+    OnnxModelError,
+    unpack_outputs,  # noqa: E402
+)
 from cnnvideo.model.onnx_stage import OnnxStage  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
@@ -129,7 +133,8 @@ def test_loop_node_is_atomic_and_its_outer_reads_count(tmp_path):
 
 def test_multi_output_last_stage_returns_every_output(tmp_path):
     """A model with two outputs (a detector's boxes and scores): the last cut is both tensors, the last stage
-    returns them as a tuple in the model's output order, equal to the unsplit model."""
+    returns them packed in one float32 row (one tensor crosses the last hop), and unpack_outputs gives back each
+    output by name, equal to the unsplit model."""
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
              helper.make_node("Exp", ["b"], ["boxes"]), helper.make_node("Abs", ["b"], ["scores"])]
     model = _model(nodes, [_vi("x", [1, 3])], [_vi("boxes", [1, 3]), _vi("scores", [1, 3])])
@@ -140,9 +145,11 @@ def test_multi_output_last_stage_returns_every_output(tmp_path):
     x = np.array([[1.0, -2.0, 3.0]], dtype=np.float32)
     ref = g.full_session().run(None, {"x": x})
     out = _chain(g, [0, 2, 3], x)
-    assert isinstance(out, tuple) and len(out) == 2
-    for got, want in zip(out, ref):
-        np.testing.assert_array_equal(got, want)
+    assert out.shape == (1, 6) and out.dtype == np.float32 and last.shape == (1, 6)
+    got = unpack_outputs(out, last)
+    assert list(got) == ["boxes", "scores"]
+    for name, want in zip(("boxes", "scores"), ref):
+        np.testing.assert_array_equal(got[name], want)
 
 
 # ---------------------------------------------------------------- bad input
@@ -492,7 +499,7 @@ def test_person_detector_has_backbone_cuts_and_a_split_is_exact(person_detector)
     names = [o.name for o in g.model.graph.output]
     ref = dict(zip(names, g.full_session().run(None, {g.input_name: x})))
     k = g.num_segments
-    got = dict(zip(names, _chain(g, [0, k // 3, 2 * k // 3, k], x)))
+    got = unpack_outputs(_chain(g, [0, k // 3, 2 * k // 3, k], x), g.cuts[-1])
     n = int(ref["num_detections:0"][0])
     assert int(got["num_detections:0"][0]) == n
     np.testing.assert_array_equal(got["detection_classes:0"][0][:n], ref["detection_classes:0"][0][:n])
