@@ -112,7 +112,8 @@ def test_label_change_events_over_mqtt_and_the_last_will(tmp_path, scenes_video,
         data = events_config(scenes_video, cache_dir, events={
             "enabled": True, "camera": "door", "label_change": {"update_interval_s": 0.5},
             "mqtt": {"host": "127.0.0.1", "port": broker.port, "topic_prefix": "t/cnn", "reconnect_min_s": 1,
-                     "reconnect_max_s": 1}})
+                     "reconnect_max_s": 1}},
+            reliability={"restart": False})  # `cnnvideo local` would restart the killed master (`online` again)
         run = LocalRun(write_config(str(tmp_path / "mqtt.yml"), data), str(tmp_path / "out"))
 
         def events():
