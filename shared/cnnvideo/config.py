@@ -417,7 +417,7 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
     _validate_live_view(cfg)
-    _validate_events(cfg)
+    _validate_events(cfg, check_files)
     return cfg
 
 
@@ -454,8 +454,10 @@ def _validate_live_view(cfg: Config) -> None:
                           "it or the environment variable %s, or bind 127.0.0.1" % (lv.host, VIEW_TOKEN_ENV))
 
 
-def _validate_events(cfg: Config) -> None:
-    """Build the events pipeline without connecting (and the label-change tracker), so a bad key stops here."""
+def _validate_events(cfg: Config, check_files: bool = True) -> None:
+    """Build the events pipeline without connecting (and the label-change tracker), so a bad key stops here.
+    A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
+    (check_files false) neither runs events nor needs their packages."""
     ev = cfg.events
     if ev == Events():
         return  # nothing set: nothing to check (and no import of the events modules)
@@ -464,14 +466,13 @@ def _validate_events(cfg: Config) -> None:
 
     try:
         label_change_from_config(ev.label_change, "events.label_change")
-        pipe = pipeline_from_config(ev.pipeline_config(cfg.out), (cfg.frame_size[1], cfg.frame_size[0]),
-                                    start_mqtt=False)
+        pipeline_from_config(ev.pipeline_config(cfg.out), (cfg.frame_size[1], cfg.frame_size[0]), start_mqtt=False)
     except EventsConfigError as exc:
         key, _, why = str(exc).partition(": ")
         raise ConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) from None
     except ImportError as exc:
-        raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
-    del pipe
+        if check_files:
+            raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
 
 
 def _choice(value: str, allowed: Tuple[str, ...], key: str) -> None:

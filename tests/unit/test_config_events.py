@@ -86,3 +86,18 @@ def test_a_dumped_config_with_a_token_is_private(tmp_path):
     config.dump(cfg, path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert config.load(path, check_files=False).live_view.token == TOKEN
+
+
+def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
+    """Without paho-mqtt an `events.mqtt` section is a one-line error for the master (check_files), while a
+    worker (check_files false: it runs no events) accepts the config."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "paho" or n.startswith("paho.") or n == "cnnvideo.events.mqtt"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "paho", None)
+    data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
+    cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
+    with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
+        config._validate_events(cfg, check_files=True)
+    config.from_dict(data, check_files=False)
