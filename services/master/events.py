@@ -82,8 +82,9 @@ class MasterEvents:
                     self._count(pipe.finish(self.last_capture, self.last_frame))
             except Exception:  # the report still gets written
                 log.exception("events: finishing the tracks failed")
-            stats = None
+            stats, connected = None, None
             if pipe.publisher is not None:
+                connected = pipe.publisher.stats().connected  # at the end of the run, before the disconnect
                 pipe.close(timeout=3.0)
                 stats = pipe.publisher.stats()
             tracker = pipe.tracker
@@ -99,7 +100,7 @@ class MasterEvents:
                 "mqtt": None if stats is None else {
                     "host": pipe.publisher.settings.host, "port": pipe.publisher.settings.port,
                     "published": stats.published, "queued": stats.queued, "dropped": stats.dropped,
-                    "connected": stats.connected},
+                    "connected": connected},
             }
             return self.closed
 

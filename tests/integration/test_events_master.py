@@ -296,3 +296,46 @@ def test_live_page_lists_events_with_thumbnails_in_chromium(tmp_path, scenes_vid
     assert thumbs and all('data-size="128x96"' in t for t in thumbs), thumbs
     assert re.search(r'<span class="ev-text">[^<]* end #\d+ [^<]+ \(0\.\d\d\) frame \d+</span>', dom)
     assert report["events"]["snapshots_written"] >= 1 and report["live_view_port"] == port
+
+
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (Debian package)")
+def test_report_block_counts_what_the_broker_acknowledged(tmp_path):
+    """MasterEvents (the master's part, on a stand-in role) with a real mosquitto: close() flushes the queue,
+    and report.json's `events.mqtt` says every event was acknowledged, none queued or dropped, and that the
+    publisher was connected when the run ended; the subscriber got the same events."""
+    pytest.importorskip("paho.mqtt.client")
+    import threading
+    import types
+
+    from cnnvideo import config
+    from cnnvideo.master.events import MasterEvents
+
+    from .test_events_mqtt import Broker, Subscriber
+
+    os.makedirs(str(tmp_path / "broker"))
+    broker = Broker(tmp_path / "broker").start()
+    sub = Subscriber(broker.port, "r/#")
+    try:
+        cfg = config.from_dict({"frame_size": [96, 128], "events": {
+            "enabled": True, "label_change": {"update_interval_s": 100},
+            "mqtt": {"host": "127.0.0.1", "port": broker.port, "topic_prefix": "r"}}}, check_files=False)
+        m = types.SimpleNamespace(cfg=cfg, out=str(tmp_path / "out"), cond=threading.Condition(),
+                                  tracker=types.SimpleNamespace(records={}, dropped=0), feed=None)
+        ev = MasterEvents(m)
+        ev.start()
+        wait_for(lambda: ev.pipeline.publisher.stats().connected, 10, "the publisher to connect")
+        img = np.zeros((96, 128, 3), np.uint8)
+        for f, label in enumerate(["cat", "dog", "dog", "cow"]):
+            m.tracker.records[f] = types.SimpleNamespace(top5=[[f, label, 0.5]])
+            ev.hook(f, 1700000000.0 + f, None, img)
+        block = ev.close()
+        assert block["mqtt"] == {"host": "127.0.0.1", "port": broker.port, "published": 6, "queued": 0,
+                                 "dropped": 0, "connected": True}, block
+        assert block["tracks"] == 3 and block["by_type"] == {"end": 3, "new": 3} and block["snapshots_written"] == 3
+        wait_for(lambda: len(sub.events("r/cam/events")) == 6, 5, "six events at the subscriber")
+        assert [(e["type"], e["track_id"], e["label"]) for e in sub.events("r/cam/events")] == [
+            ("new", 1, "cat"), ("end", 1, "cat"), ("new", 2, "dog"), ("end", 2, "dog"), ("new", 3, "cow"),
+            ("end", 3, "cow")]
+    finally:
+        sub.close()
+        broker.stop()
