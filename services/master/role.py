@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 from cnnvideo.config import Config
 from cnnvideo.master import reporting
+from cnnvideo.master.events import MasterEvents
 from cnnvideo.master.feed import Feed
 from cnnvideo.master.finishing import Finisher
 from cnnvideo.master.links import MasterError, WorkerLinks
@@ -94,6 +95,7 @@ class MasterRole:
         self.recovery = Recovery(self)
         self.finisher = Finisher(self)
         self.page = LivePage(self)
+        self.events = MasterEvents(self)  # events (events.enabled) and the Prometheus metrics (/metrics)
 
     @property
     def infos(self) -> List[pb.WorkerInfo]:
@@ -220,6 +222,13 @@ class MasterRole:
             return unpack_outputs(y, self.onnx_graph.cuts[-1])
         return y
 
+    def events_hook(self, frame: int, capture_time: float, detections=None, rgb=None) -> list:
+        """One completed frame into the events pipeline (call without holding `cond`): `capture_time` in epoch
+        seconds (feed.captured_at), `detections` a detector's decoded List[Detection] in frame pixels, or None
+        for a classifier (its top-1 label from the frame record's top5 then makes "label changed" events),
+        `rgb` the frame's pixels (H x W x 3 uint8) for snapshots, or None. Returns the frame's events."""
+        return self.events.hook(frame, capture_time, detections, rgb)
+
     def _label(self, frame: int, output) -> None:
         """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record (a classifier's
         outputs only)."""
@@ -237,6 +246,7 @@ class MasterRole:
                              generation=tr.generation)
 
     def stop(self) -> None:
+        self.events.close()  # after a failed run too: the last tracks end and MQTT says `offline`
         self.feed.close()
         if self.checker is not None:
             self.checker.close(timeout=0)

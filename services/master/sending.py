@@ -108,6 +108,7 @@ class FrameSender:
             m.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
             m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
             m.telemetry.hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
+            m.events.hop_sent("m->w0", len(data))
             m.scheduler.observe(Transfer(0, len(data), t2 - t1))
             if not keyframe[0] and m.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
                 m.scheduler.observe(InputDelta(unchanged))

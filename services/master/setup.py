@@ -90,6 +90,7 @@ class Setup:
         m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
                                         cfg.group_size, m.predictors, frame_nz)
         m.scheduler.initial_plan()
+        m.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
         log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
                  len(dense), cfg.scheduler)

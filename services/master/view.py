@@ -90,7 +90,12 @@ class LivePage:
 
         m.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
         m.telemetry.on_span = m.view.note_span
-        m.live_view = LiveView(lv.port, self.state, lv.host)
+        from cnnvideo.config import view_token
+
+        ev = m.events
+        m.live_view = LiveView(lv.port, self.state, lv.host, token=view_token(m.cfg),
+                               metrics=ev.render if ev.metrics is not None else None,
+                               metrics_open=lv.metrics_open, events=ev.recent, snapshot=ev.snapshot)
         m.live_view.start()
 
     def state(self):

@@ -135,10 +135,17 @@ class Source:
 
 @dataclass
 class LiveView:
-    """The master's live web page (cnnvideo.results.liveview); off unless `port` is set (0 = off)."""
+    """The master's live web page (cnnvideo.results.liveview); off unless `port` is set (0 = off).
+
+    On a loopback `host` (the default) no token is needed; on any other address a bearer `token` (or the
+    environment variable CNNVIDEO_VIEW_TOKEN) is required, else every role refuses the config. With a token
+    every request needs `Authorization: Bearer <token>` (or the cookie the page sets after `/?token=...`),
+    except `/metrics` when `metrics_open` is true (for a scraper on a trusted network)."""
 
     port: int = 0
     host: str = "127.0.0.1"
+    token: str = ""
+    metrics_open: bool = False
 
 
 @dataclass
@@ -195,6 +202,35 @@ class ModelChoice:
 
 
 @dataclass
+class Events:
+    """Events from the master's results (cnnvideo.events, issue 23): off unless `enabled: true`; the other
+    keys are checked either way. A classifier (no boxes) makes one event track per run of the same top-1 label
+    (`label_change`); a detector's boxes go through the IoU `tracker`. `tracker`, `zones`, `snapshots` and
+    `mqtt` are the mappings `cnnvideo.events.pipeline_from_config` reads (it names a bad key); snapshots go to
+    `<out>/snapshots` unless `snapshots.dir` says otherwise (`snapshots: null` = none); no `mqtt`: no MQTT."""
+
+    enabled: bool = False
+    camera: str = "cam"
+    recent_max: int = 200
+    label_change: Dict[str, Any] = field(default_factory=dict)  # LabelChangeSettings fields
+    tracker: Dict[str, Any] = field(default_factory=dict)  # TrackerSettings fields
+    zones: Dict[str, Any] = field(default_factory=dict)  # name -> [[x, y], ...] in frame pixels
+    snapshots: Optional[Dict[str, Any]] = field(default_factory=dict)  # max_tracks, jpeg_quality, dir
+    mqtt: Optional[Dict[str, Any]] = None  # MqttSettings fields (host, port, topic_prefix, ...)
+
+    def pipeline_config(self, out_dir: str) -> Dict[str, Any]:
+        """The mapping for `cnnvideo.events.pipeline_from_config` (snapshots under `out_dir` by default)."""
+        data: Dict[str, Any] = {"camera": self.camera, "recent_max": self.recent_max, "tracker": dict(self.tracker),
+                                "zones": dict(self.zones)}
+        if self.snapshots is not None:
+            data["snapshots"] = dict(self.snapshots)
+            data["snapshots"].setdefault("dir", os.path.join(out_dir, "snapshots"))
+        if self.mqtt is not None:
+            data["mqtt"] = dict(self.mqtt)
+        return data
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -235,6 +271,7 @@ class Config:
     profile_iters: int = 3
     profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
     cost_model: CostModel = field(default_factory=CostModel)
+    events: Events = field(default_factory=Events)
 
     @property
     def n_workers(self) -> int:
@@ -455,6 +492,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     for role, share in cfg.cpus.items():
         if share <= 0:
             raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
+    _validate_live_view(cfg)
+    _validate_events(cfg, check_files)
     return cfg
 
 
@@ -552,6 +591,60 @@ def resolve_fallback(cfg: Config) -> Config:
     return cfg
 
 
+VIEW_TOKEN_ENV = "CNNVIDEO_VIEW_TOKEN"
+
+
+def view_token(cfg: Config) -> Optional[str]:
+    """The live view's bearer token: `live_view.token`, else $CNNVIDEO_VIEW_TOKEN, else None."""
+    return cfg.live_view.token or os.environ.get(VIEW_TOKEN_ENV) or None
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _validate_live_view(cfg: Config) -> None:
+    lv = cfg.live_view
+    token = view_token(cfg)
+    if token is not None and (lv.port or lv.token):
+        key = "live_view.token" if lv.token else "environment variable %s" % VIEW_TOKEN_ENV
+        if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,}", token):
+            raise ConfigError("config key '%s' must be at least 16 characters of A-Z a-z 0-9 . _ ~ + / = - "
+                              "(e.g. `openssl rand -hex 16`)" % key)
+    if lv.port and not is_loopback(lv.host) and token is None:
+        raise ConfigError("config key 'live_view.token' is required when live_view.host is %r (not loopback): set "
+                          "it or the environment variable %s, or bind 127.0.0.1" % (lv.host, VIEW_TOKEN_ENV))
+
+
+def _validate_events(cfg: Config, check_files: bool = True) -> None:
+    """Build the events pipeline without connecting (and the label-change tracker), so a bad key stops here.
+    A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
+    (check_files false) neither runs events nor needs their packages."""
+    ev = cfg.events
+    if ev == Events():
+        return  # nothing set: nothing to check (and no import of the events modules)
+    from cnnvideo.events import EventsConfigError, pipeline_from_config
+    from cnnvideo.events.labelchange import label_change_from_config
+
+    try:
+        label_change_from_config(ev.label_change, "events.label_change")
+        pipeline_from_config(ev.pipeline_config(cfg.out), (cfg.frame_size[1], cfg.frame_size[0]), start_mqtt=False)
+    except EventsConfigError as exc:
+        key, _, why = str(exc).partition(": ")
+        raise ConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) from None
+    except ImportError as exc:
+        if check_files:
+            raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
+
+
 def _choice(value: str, allowed: Tuple[str, ...], key: str) -> None:
     if value not in allowed:
         raise ConfigError("config key '%s' must be one of %s, got %r" % (key, "|".join(allowed), value))
@@ -631,5 +724,11 @@ def to_dict(cfg: Config) -> Dict[str, Any]:
 
 
 def dump(cfg: Config, path: str) -> None:
+    """Write the config as YAML; only the owner may read it when it holds the live view's token."""
+    if cfg.live_view.token:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            os.chmod(path, 0o600)
+            yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)
+        return
     with open(path, "w") as fh:
         yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

@@ -4,17 +4,29 @@ GET /            the page (inline JS and SVG, no external assets)
 GET /state.json  what the page draws: processed fps, latency, skipped share, bytes and rate per hop, current
                  plan, latest result, recent stage spans (a rolling Gantt chart); built by the caller's callback
 GET /frame.jpg   the latest completed frame as JPEG (a detector's boxes drawn on it)
+GET /metrics     Prometheus text (when the caller passes `metrics`)
+GET /api/events  recent events as JSON (when the caller passes `events`); the page lists them
+GET /api/events/<id>/snapshot.jpg  the snapshot JPEG of event track <id> (an integer), 404 if none
+
+Auth (`token`): without one the server is meant for 127.0.0.1 (config.validate refuses another address without
+a token). With one, every request needs `Authorization: Bearer <token>` or the cookie set when the page is
+opened once as `/?token=<token>` (it redirects to `/` so the token leaves the address bar); else 401.
+`/metrics` stays open with `metrics_open`. Tokens are compared with hmac.compare_digest.
 
 A detector run's state has `latest.detections` ({label: boxes} of the latest frame): the page then shows the
 person count and every label's count (as text: labels come from a model file).
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import re
 import threading
+import urllib.parse
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -102,12 +114,64 @@ tick(); setInterval(tick, 500);
 </script></body></html>
 """
 
+# The events list, added before </body> (values from models or config are set with textContent, never as HTML)
+EVENTS_PANEL = """<div class="card" id="events-card"><div class="k">recent events</div>
+<ul id="events" style="list-style:none;padding:0;margin:4px 0"></ul></div>
+<script>
+let eventsKey="";
+function eventItem(e){
+  const li=document.createElement("li"); li.className="event"; li.setAttribute("data-type", String(e.type));
+  li.style.cssText="display:flex;gap:8px;align-items:center;margin:2px 0";
+  if(e.snapshot){
+    const img=document.createElement("img"); img.className="ev-thumb"; img.alt="snapshot"; img.width=96;
+    img.addEventListener("load", ()=>img.setAttribute("data-size", img.naturalWidth+"x"+img.naturalHeight));
+    img.src=String(e.snapshot); li.appendChild(img);
+  }
+  const t=document.createElement("span"); t.className="ev-text";
+  const when=new Date(1000*e.capture_time).toLocaleTimeString();
+  t.textContent=when+" "+e.type+" #"+e.track_id+" "+e.label+" ("+Number(e.score).toFixed(2)+")"+
+    (e.zone?" zone "+e.zone:"")+" frame "+e.frame;
+  li.appendChild(t); return li;
+}
+async function eventsTick(){
+  try{
+    const r=await fetch("api/events?limit=20",{cache:"no-store"}); if(!r.ok) return;
+    const data=await r.json(), evs=data.events||[];
+    const key=evs.length+":"+JSON.stringify(evs[evs.length-1]||null);
+    if(key===eventsKey) return; eventsKey=key;
+    document.getElementById("events").replaceChildren(...evs.slice().reverse().map(eventItem));
+    document.getElementById("events-card").setAttribute("data-events", String(evs.length));
+  }catch(e){document.getElementById("events-card").setAttribute("data-error", String(e));}
+}
+eventsTick(); setInterval(eventsTick, 1000);
+</script>
+"""
+TOKEN_COOKIE = "cnnvideo_view_token"
+SNAPSHOT_PATH = re.compile(r"^/api/events/([0-9]{1,9})/snapshot\.jpg$")
+
+
+def json_bytes(value: Any) -> bytes:
+    """JSON with `<`, `>`, `&` escaped, so a label such as `</script>` stays inert even if inlined."""
+    text = json.dumps(value, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
+
 
 class LiveView:
     """Serves the live page; `state()` is called per request and must return a JSON-able mapping."""
 
-    def __init__(self, port: int, state: Callable[[], Dict[str, Any]], host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, state: Callable[[], Dict[str, Any]], host: str = "127.0.0.1",
+                 token: Optional[str] = None, metrics: Optional[Callable[[], Tuple[bytes, str]]] = None,
+                 metrics_open: bool = False, events: Optional[Callable[[int], Dict[str, Any]]] = None,
+                 snapshot: Optional[Callable[[int], Optional[bytes]]] = None) -> None:
+        """`metrics()` -> (body, content type) for /metrics; `events(limit)` -> the /api/events JSON;
+        `snapshot(track_id)` -> JPEG bytes or None; `token`: the bearer token every request needs."""
         self.state = state
+        self.token = token.encode() if token else None
+        self.metrics = metrics
+        self.metrics_open = metrics_open
+        self.events = events
+        self.snapshot = snapshot
+        self.refused = 0  # requests answered 401
         self.lock = threading.Lock()
         self.frame: Optional[np.ndarray] = None  # RGB of the latest completed frame
         self.detections: Optional[Sequence[Any]] = None  # its detections (drawn when encoded)
@@ -121,10 +185,24 @@ class LiveView:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 owner.requests += 1
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 try:
+                    if not self._authorised(path, query):
+                        return
                     if path in ("/", "/index.html"):
-                        self._send(200, "text/html; charset=utf-8", PAGE.encode())
+                        self._send(200, "text/html; charset=utf-8",
+                                   PAGE.replace("</body>", EVENTS_PANEL + "</body>").encode())
+                    elif path == "/metrics" and owner.metrics is not None:
+                        body, ctype = owner.metrics()
+                        self._send(200, ctype, body)
+                    elif path == "/api/events" and owner.events is not None:
+                        self._send(200, "application/json", json_bytes(owner.events(_limit(query))))
+                    elif SNAPSHOT_PATH.match(path) and owner.snapshot is not None:
+                        data = owner.snapshot(int(SNAPSHOT_PATH.match(path).group(1)))
+                        if data is None:
+                            self._send(404, "text/plain", b"no snapshot\n")
+                        else:
+                            self._send(200, "image/jpeg", data)
                     elif path == "/state.json":
                         self._send(200, "application/json", json.dumps(owner.state()).encode())
                     elif path == "/frame.jpg":
@@ -138,9 +216,39 @@ class LiveView:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _authorised(self, path: str, query: str) -> bool:
+                """True when no token is set, the request carries it (header or cookie), or it is an open
+                /metrics; `/?token=` sets the cookie and redirects to `/`; anything else gets 401."""
+                if owner.token is None or (path == "/metrics" and owner.metrics_open):
+                    return True
+                if owner.token_ok(_bearer(self.headers.get("Authorization", ""))) or \
+                        owner.token_ok(_cookie(self.headers.get("Cookie", ""))):
+                    return True
+                given = urllib.parse.parse_qs(query).get("token", [""])[0]
+                if path in ("/", "/index.html") and owner.token_ok(given):
+                    self.send_response(303)
+                    self.send_header("Location", "/")
+                    self.send_header("Set-Cookie", "%s=%s; Path=/; HttpOnly; SameSite=Strict"
+                                     % (TOKEN_COOKIE, given))
+                    self.send_header("Content-Length", "0")
+                    self.send_header("Referrer-Policy", "no-referrer")
+                    self.end_headers()
+                    return False
+                owner.refused += 1
+                body = b"401: this live view needs Authorization: Bearer <token>\n"
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Bearer realm="cnnvideo"')
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return False
+
             def _send(self, code: int, ctype: str, body: bytes) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("Referrer-Policy", "no-referrer")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "no-store")
                 self.end_headers()
@@ -150,6 +258,12 @@ class LiveView:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="live-view", daemon=True)
+
+    def token_ok(self, given: str) -> bool:
+        """`given` is the token (constant-time comparison; False when none is set or given)."""
+        if self.token is None or not given:
+            return False
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self.token)
 
     def start(self) -> int:
         self.thread.start()
@@ -182,3 +296,23 @@ class LiveView:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(2)
+
+
+def _bearer(header: str) -> str:
+    scheme, _, value = header.strip().partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _cookie(header: str) -> str:
+    try:
+        jar = SimpleCookie(header)
+    except CookieError:
+        return ""
+    morsel = jar.get(TOKEN_COOKIE)
+    return morsel.value if morsel is not None else ""
+
+
+def _limit(query: str, default: int = 50, most: int = 1000) -> int:
+    """`limit=N` of a query string, clamped to 0..most (default when absent or not a number)."""
+    value = urllib.parse.parse_qs(query).get("limit", [""])[0]
+    return max(0, min(most, int(value))) if value.isdigit() else default

@@ -1,0 +1,103 @@
+"""The `events:` and `live_view` auth config keys: off by default, a bad events key fails at config time with one
+line naming it (checked by building the pipeline without connecting), and a live view on a non-loopback address
+needs a token (config or CNNVIDEO_VIEW_TOKEN)."""
+import os
+import stat
+
+import pytest
+
+from cnnvideo import config
+from cnnvideo.config import ConfigError
+
+TOKEN = "0123456789abcdef0123"
+
+
+@pytest.fixture(autouse=True)
+def _no_env_token(monkeypatch):
+    monkeypatch.delenv("CNNVIDEO_VIEW_TOKEN", raising=False)
+
+
+def test_defaults_off():
+    """No events, no token, metrics closed; the default pipeline config puts snapshots under <out>/snapshots."""
+    cfg = config.from_dict({}, check_files=False)
+    assert cfg.events.enabled is False and cfg.events.mqtt is None and config.view_token(cfg) is None
+    assert cfg.live_view.metrics_open is False
+    assert cfg.events.pipeline_config("/o")["snapshots"] == {"dir": os.path.join("/o", "snapshots")}
+
+
+def test_a_full_events_section_is_valid():
+    """Every section set: label_change, tracker, zones (inside the 128x96 frame), snapshots, mqtt."""
+    cfg = config.from_dict({"frame_size": [96, 128], "events": {
+        "enabled": True, "camera": "door", "recent_max": 50, "label_change": {"min_frames": 2},
+        "tracker": {"iou_threshold": 0.4, "labels": ["person"]}, "zones": {"gate": [[0, 0], [50, 0], [50, 50]]},
+        "snapshots": {"max_tracks": 4}, "mqtt": {"host": "broker", "port": 1883, "topic_prefix": "site/cnn"}}},
+        check_files=False)
+    assert cfg.events.pipeline_config("out")["mqtt"]["host"] == "broker"
+
+
+@pytest.mark.parametrize("events, key", [
+    ({"enabeld": True}, "events.enabeld"),
+    ({"enabled": "yes"}, "events.enabled"),
+    ({"tracker": {"iou_threshold": 2}}, "events.tracker.iou_threshold"),
+    ({"tracker": {"iou": 0.5}}, "events.tracker.iou"),
+    ({"label_change": {"min_frames": 0}}, "events.label_change.min_frames"),
+    ({"label_change": {"minframes": 2}}, "events.label_change.minframes"),
+    ({"mqtt": {"port": 70000}}, "events.mqtt.port"),
+    ({"mqtt": {"topic_prefix": "a/#"}}, "events.mqtt.topic_prefix"),
+    ({"mqtt": {"hots": "x"}}, "events.mqtt.hots"),
+    ({"snapshots": {"max_tracks": 0}}, "events.snapshots"),
+    ({"zones": {"door": [[0, 0], [1, 1]]}}, "events.zones.door"),
+])
+def test_bad_events_keys_are_named(events, key):
+    """Checked even with enabled false: one line, starting `config key '<key>'` (or naming it as unknown)."""
+    with pytest.raises(ConfigError) as e:
+        config.from_dict({"events": events}, check_files=False)
+    msg = str(e.value)
+    assert "\n" not in msg and ("'%s'" % key in msg or "%s:" % key in msg), msg
+
+
+def test_non_loopback_view_needs_a_token(monkeypatch):
+    """0.0.0.0 without a token is refused; with live_view.token or CNNVIDEO_VIEW_TOKEN it passes; loopback needs
+    none; a short token or one with cookie-breaking characters is refused, naming where it came from."""
+    for host in ("0.0.0.0", "192.168.1.5", "::", "cam.example"):
+        with pytest.raises(ConfigError, match="config key 'live_view.token' is required when live_view.host"):
+            config.from_dict({"live_view": {"port": 8080, "host": host}}, check_files=False)
+    for host in ("127.0.0.1", "127.1.2.3", "localhost", "::1"):
+        config.from_dict({"live_view": {"port": 8080, "host": host}}, check_files=False)
+    config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0", "token": TOKEN}}, check_files=False)
+    config.from_dict({"live_view": {"port": 0, "host": "0.0.0.0"}}, check_files=False)  # off: nothing served
+    with pytest.raises(ConfigError, match="'live_view.token' must be at least 16"):
+        config.from_dict({"live_view": {"port": 8080, "token": "short"}}, check_files=False)
+    with pytest.raises(ConfigError, match="'live_view.token' must be"):
+        config.from_dict({"live_view": {"port": 8080, "token": TOKEN + ";x"}}, check_files=False)
+    monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", TOKEN)
+    cfg = config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
+    assert config.view_token(cfg) == TOKEN
+    monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", "bad token")
+    with pytest.raises(ConfigError, match="'environment variable CNNVIDEO_VIEW_TOKEN' must be"):
+        config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
+
+
+def test_a_dumped_config_with_a_token_is_private(tmp_path):
+    """config.dump writes a config holding the token readable by its owner only (the launcher dumps it into
+    the run's output folder)."""
+    cfg = config.from_dict({"live_view": {"port": 8080, "token": TOKEN}}, check_files=False)
+    path = str(tmp_path / "c.yml")
+    config.dump(cfg, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert config.load(path, check_files=False).live_view.token == TOKEN
+
+
+def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
+    """Without paho-mqtt an `events.mqtt` section is a one-line error for the master (check_files), while a
+    worker (check_files false: it runs no events) accepts the config."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "paho" or n.startswith("paho.") or n == "cnnvideo.events.mqtt"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "paho", None)
+    data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
+    cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
+    with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
+        config._validate_events(cfg, check_files=True)
+    config.from_dict(data, check_files=False)
