@@ -385,9 +385,10 @@ def test_detector_post_processing_stays_in_the_last_stage(tmp_path):
     x = np.random.RandomState(0).rand(3, 320, 320).astype(np.float32)
     ref = g.full_session().run(None, {"image": x})
     out = _chain(g, [0, 2, g.num_segments // 2, g.num_segments], x)
-    assert len(out) == 3
-    for got, want in zip(out, ref):
-        np.testing.assert_array_equal(got, want)
+    # the last stage packs the outputs into one float32 row; their lengths depend on the frame (data-dependent
+    # shapes), so compare with the reference packed the same way
+    want = np.concatenate([np.asarray(r, dtype=np.float32).reshape(-1) for r in ref])[None]
+    np.testing.assert_array_equal(out, want)
 
 
 # ---------------------------------------------------------------- shape values measured by probing
