@@ -1,7 +1,7 @@
-"""Finding a cut by index or name, the same way for a torch LayerGraph and an OnnxGraph (no torch, no onnx)."""
+"""Naming layers and finding cuts, the same way for a torch LayerGraph and an OnnxGraph (no torch, no onnx)."""
 from __future__ import annotations
 
-from typing import Sequence, Type, Union
+from typing import Sequence, Set, Type, Union
 
 import numpy as np
 
@@ -20,3 +20,13 @@ def find_cut(cuts: Sequence, name_or_index: Union[int, str], error: Type[Excepti
     names = [c.name for c in cuts]
     preview = ", ".join(names[:12]) + (", ... (%d in all)" % len(names) if len(names) > 12 else "")
     raise error("unknown cut %r%s (cuts: %s)" % (name_or_index, " of %s" % what if what else "", preview))
+
+
+def unique_name(base: str, taken: Set[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ... if already taken (repeated calls of one module or op); added to `taken`."""
+    name, count = base, 0
+    while name in taken:
+        count += 1
+        name = "%s_%d" % (base, count)
+    taken.add(name)
+    return name

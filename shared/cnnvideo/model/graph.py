@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cnnvideo.model.cuts import find_cut
+from cnnvideo.model.cuts import find_cut, unique_name
 from cnnvideo.model.zoo import Preprocess, disable_inplace
 
 log = logging.getLogger(__name__)
@@ -122,16 +122,6 @@ def _strip_root(path: str) -> str:
     return path
 
 
-def _unique(base: str, taken: Set[str]) -> str:
-    """`base`, or `base_1`, `base_2`, ... if already taken (repeated calls of one module or op)."""
-    name, count = base, 0
-    while name in taken:
-        count += 1
-        name = "%s_%d" % (base, count)
-    taken.add(name)
-    return name
-
-
 # ---------------------------------------------------------------- fx tracing
 
 
@@ -232,7 +222,7 @@ def _fx_layers(gm, scopes: Dict[Any, str], body: List[Any]) -> List[Layer]:
     taken: Set[str] = set()
     for i, node in enumerate(body):
         kind = _node_kind(node, modules)
-        name = _unique(_node_base_name(node, kind, scopes.get(node, "")), taken)
+        name = unique_name(_node_base_name(node, kind, scopes.get(node, "")), taken)
         inputs = tuple(sorted({position[a] for a in node.all_input_nodes if a in position}))
         layers.append(Layer(i, name, kind, inputs))
     return layers

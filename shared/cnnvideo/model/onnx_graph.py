@@ -37,7 +37,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 
 from cnnvideo.errors import ConfigError
-from cnnvideo.model.cuts import find_cut
+from cnnvideo.model.cuts import find_cut, unique_name
 
 METHOD = "onnx"
 # ops whose output is not a function of their inputs: never treated as constants (they must run once, in order)
@@ -204,8 +204,8 @@ def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], pat
                              % (path, input_name, _np_dtype(elem), "x".join(str(d) for d in input_shape)))
     taken = {v.name for v in graph.input} | {o for n in graph.node for o in n.output} | {
         t.name for t in graph.initializer}
-    frame = _unique(FRAME_INPUT, set(taken))
-    pre = lambda s: _unique("preprocess/" + s, taken)  # noqa: E731 - one-line name maker
+    frame = unique_name(FRAME_INPUT, set(taken))
+    pre = lambda s: unique_name("preprocess/" + s, taken)  # noqa: E731 - one-line name maker
     cshape = [1, 3, 1, 1] if nchw else [1, 1, 1, 3]
     c255, cmean, cstd = pre("255"), pre("mean"), pre("std")
     inits = [helper.make_tensor(c255, TensorProto.FLOAT, [], [255.0]),
@@ -491,8 +491,8 @@ def _fold_probed_shapes(model, input_name: str, path: str) -> List[str]:
             node.CopyFrom(helper.make_node("Constant", [], [t], value=value))
         else:  # the Loop/If keeps running for its other outputs; this one goes to an unused name
             k = list(node.output).index(t)
-            node.output[k] = _unique(t + "_folded", taken)
-            consts.append(helper.make_node("Constant", [], [t], value=value, name=_unique(t + "_const", taken)))
+            node.output[k] = unique_name(t + "_folded", taken)
+            consts.append(helper.make_node("Constant", [], [t], value=value, name=unique_name(t + "_const", taken)))
         folded.append(t)
     if consts:
         old = list(graph.node)
@@ -604,15 +604,6 @@ def _node_macs(node, types) -> int:
     return 0
 
 
-def _unique(base: str, taken: Set[str]) -> str:
-    name, count = base, 0
-    while name in taken:
-        count += 1
-        name = "%s_%d" % (base, count)
-    taken.add(name)
-    return name
-
-
 @dataclass
 class _Analysis:
     """What the cut search found; internal to OnnxGraph."""
@@ -699,7 +690,7 @@ class OnnxGraph:
             node = graph.node[i]
             ins = sorted({self._pos[an.producer[d]] for d in an.deps[i]
                           if d not in an.const and d in an.producer and an.producer[d] in self._pos})
-            self.layers.append(OnnxLayer(pos, _unique(node.name or "%s_%d" % (node.op_type, pos), taken),
+            self.layers.append(OnnxLayer(pos, unique_name(node.name or "%s_%d" % (node.op_type, pos), taken),
                                          node.op_type, tuple(ins), _node_macs(node, self._types)))
         outputs = tuple(o.name for o in graph.output)
         specs: List[Tuple[int, Tuple[str, ...]]] = [(-1, (input_name,))]
