@@ -64,11 +64,12 @@ def cgroup_cpu(pid):
 
 
 def profile_s(out, worker):
-    """(seconds of compute per frame, wall/CPU ratio of whole passes) the worker's profile measured (its log)."""
+    """(seconds of compute per frame, wall/CPU ratio of whole passes) the worker's profile measured (its log), or
+    None when it loaded the profile the other worker of this host had just cached (same host, same cache: a
+    race, printed only)."""
     with open(os.path.join(out, "%s.log" % worker)) as fh:
         found = PROFILED.search(fh.read())
-    assert found, "no profile line in %s.log" % worker
-    return float(found.group(1)), float(found.group(2))
+    return (float(found.group(1)), float(found.group(2))) if found else None
 
 
 @pytest.mark.slow
@@ -104,7 +105,9 @@ def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
         assert re.search(r"cpu caps +cgroup-v\d: w0 %g, w1 %g" % (share, share), run.stdout), run.stdout[-2000:]
         seen[share] = {w: {"throttled_s": round(cpu[w]["throttled_s"], 2),
                            "profile": profile_s(str(tmp_path / name), w),
-                           "run_compute_s": report["stages"][w]["compute"]["mean_s"]} for w in ("w0", "w1")}
+                           # a worker the plan left empty computes nothing (no stage in the report)
+                           "run_compute_s": ((report["stages"].get(w) or {}).get("compute") or {}).get("mean_s", 0.0)}
+                     for w in ("w0", "w1")}
         print("cap %g: %s" % (share, seen[share]))
     for w in ("w0", "w1"):
         assert seen[0.1][w]["throttled_s"] > 1.0 and seen[1.0][w]["throttled_s"] < seen[0.1][w]["throttled_s"] / 5
