@@ -148,3 +148,13 @@ def test_no_import_cycles():
     graph = _module_graph()
     assert "cnnvideo.model.engines.ort_engine" in graph  # the walk saw the tree
     assert import_cycles(graph) == []
+
+
+def test_master_role_is_glue():
+    """services/master/role.py stays glue (at most 300 lines): setup, sending, receiving, recovery, finishing and
+    the live page are parts beside it."""
+    with open(os.path.join(ROOT, "services", "master", "role.py")) as fh:
+        lines = fh.read().count("\n")
+    assert lines <= 300, "services/master/role.py has %d lines" % lines
+    for part in ("setup", "sending", "receiving", "recovery", "finishing", "view"):
+        assert os.path.isfile(os.path.join(ROOT, "services", "master", part + ".py")), part
