@@ -104,7 +104,9 @@ def test_live_view_in_chromium_during_a_run(tmp_path, synthetic_video, cache_dir
 
     processed = int(re.search(r'id="processed"[^>]*>(\d+)<', dom).group(1))
     assert processed >= 1 and re.search(r'id="fps"[^>]*>\d+\.\d\d<', dom), dom[:4000]
-    assert re.findall(r'<tr class="hop"><td>([^<$]+)</td>', dom)[:2] == ["m-&gt;w0", "w0-&gt;w1"]
+    hops = re.findall(r'<tr class="hop"><td>([^<$]+)</td>', dom)
+    # das may run a frame wholly on w0 (its result then comes back on w0->m): the hop after m->w0 depends on the plan
+    assert hops[0] == "m-&gt;w0" and ("w0-&gt;w1" in hops or "w0-&gt;m" in hops), hops
     assert re.search(r'id="plan"[^>]*>0, \d+, \d+<', dom) and re.search(r'id="mode"[^>]*>\(live\)<', dom)
     assert len(re.findall(r'<rect class="span" x="\d', dom)) > 3
     assert 'data-size="320x240"' in dom
