@@ -80,11 +80,12 @@ class EventPipeline:
             e = dataclasses.replace(e, camera=self.camera)
             if self.snapshots is not None:
                 if e.type == "end":
+                    box = self.snapshots.best_box(e.track_id)
                     path = self.snapshots.finish(e)
                     if path is not None:
                         url = path if self.snapshot_url_prefix is None else (
                             self.snapshot_url_prefix.rstrip("/") + "/%d.jpg" % e.track_id)
-                        e = dataclasses.replace(e, snapshot=url)
+                        e = dataclasses.replace(e, snapshot=url, snapshot_box=box)
                 else:
                     self.snapshots.offer(e, image)
             out.append(e)

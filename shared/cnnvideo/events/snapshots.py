@@ -67,6 +67,11 @@ class SnapshotKeeper:
         self._best.move_to_end(event.track_id)
         return True
 
+    def best_box(self, track_id: int) -> Optional[Box]:
+        """The box of the track's held best frame (what `finish` will draw), or None."""
+        best = self._best.get(track_id)
+        return None if best is None else best.box
+
     def path_for(self, track_id: int) -> str:
         return os.path.join(self.out_dir, "%d.jpg" % track_id)
 

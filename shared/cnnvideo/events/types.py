@@ -56,7 +56,8 @@ class Event:
 
     `zones` are the zones the track is in after this event; `zone` names the zone an `entered`/`left` is
     about. `capture_time` is the capture time (epoch seconds) of the frame that caused the event, `frame` its
-    index; `snapshot` is the path or URL of the track's best frame (set on `end` when snapshots are kept).
+    index; `snapshot` is the path or URL of the track's best frame (set on `end` when snapshots are kept) and
+    `snapshot_box` the box drawn on it (the track's best-scoring box, which need not be its last one).
     """
 
     type: str
@@ -70,11 +71,14 @@ class Event:
     zone: Optional[str] = None
     camera: Optional[str] = None
     snapshot: Optional[str] = None
+    snapshot_box: Optional[Box] = None
 
     def __post_init__(self):
         if self.type not in EVENT_TYPES:
             raise ValueError("event type must be one of %s, got %r" % ("|".join(EVENT_TYPES), self.type))
         object.__setattr__(self, "box", as_box(self.box))
+        if self.snapshot_box is not None:
+            object.__setattr__(self, "snapshot_box", as_box(self.snapshot_box))
         object.__setattr__(self, "zones", tuple(self.zones))
         for name in ("score", "capture_time"):
             v = float(getattr(self, name))
@@ -86,6 +90,8 @@ class Event:
         """Plain JSON-able dict (lists, strings, numbers, None)."""
         d = dataclasses.asdict(self)
         d["box"] = [round(v, 2) for v in self.box]
+        if self.snapshot_box is not None:
+            d["snapshot_box"] = [round(v, 2) for v in self.snapshot_box]
         d["zones"] = list(self.zones)
         d["score"] = round(float(self.score), 4)
         return d
@@ -104,6 +110,8 @@ class Event:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["box"] = tuple(kw["box"])
+        if kw.get("snapshot_box") is not None:
+            kw["snapshot_box"] = tuple(kw["snapshot_box"])
         kw["zones"] = tuple(kw.get("zones") or ())
         return cls(**kw)
 

@@ -50,6 +50,25 @@ def test_one_call_per_frame_runs_every_step(tmp_path):
     assert pipe.counts() == {}
 
 
+def test_end_names_the_box_its_snapshot_shows(tmp_path):
+    """The snapshot is the best-scoring frame, not the last: the `end` event's `snapshot_box` is that frame's box
+    (where the JPEG's green rectangle is), while its `box` stays the last one seen; both survive to_dict/from_dict."""
+    import cv2
+
+    from cnnvideo.events.types import Event
+
+    pipe = EventPipeline(IouTracker(TrackerSettings(min_frames=1)), snapshots=SnapshotKeeper(str(tmp_path)))
+    image = np.zeros((240, 320, 3), dtype=np.uint8)
+    scores = [0.5, 0.6, 0.95, 0.7, 0.55]
+    for f, score in enumerate(scores):
+        pipe.process(f, T0 + f * 0.1, person(20 + 10 * f, score=score), image)
+    end = pipe.finish(T0 + 1.0)[0]
+    assert end.snapshot_box == (40.0, 100.0, 80.0, 200.0) and end.box == (60.0, 100.0, 100.0, 200.0)
+    img = cv2.imread(end.snapshot)  # BGR
+    assert img[150, 40, 1] > 150 and img[150, 80, 1] > 150 and img[150, 100, 1] < 60
+    assert Event.from_dict(end.to_dict()) == end
+
+
 def test_recent_is_bounded():
     """recent_max bounds the kept events; recent(limit) returns the newest `limit`."""
     pipe = EventPipeline(IouTracker(TrackerSettings(min_frames=1)), recent_max=5)
