@@ -2,9 +2,6 @@
 file exported from torchvision and gives the unsplit model's outputs."""
 from __future__ import annotations
 
-import inspect
-import warnings
-
 import pytest
 
 from .helpers import base_config, hop, run_local
@@ -15,19 +12,9 @@ pytest.importorskip("onnxruntime")
 
 def _export_mobilenet(path: str) -> str:
     """mobilenet_v2 (seeded random weights) exported with dynamic batch, H and W."""
-    import torch
-    import torchvision
+    from tests.onnx_export import export_torchvision
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = torchvision.models.mobilenet_v2(weights=None).eval()
-    kwargs = dict(input_names=["image"], output_names=["logits"], opset_version=17,
-                  dynamic_axes={"image": {0: "n", 2: "h", 3: "w"}, "logits": {0: "n"}})
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(1, 3, 96, 128),), path, **kwargs)
+    export_torchvision("mobilenet_v2", path, (96, 128))
     return path
 
 

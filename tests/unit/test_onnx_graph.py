@@ -201,24 +201,10 @@ def test_dynamic_dims_that_cannot_be_fixed(tmp_path):
 
 
 def _export(name, path):
-    """torchvision `name` with seeded random weights exported (TorchScript exporter) with dynamic batch, H, W."""
-    import inspect
-    import warnings
+    """torchvision `name` with seeded random weights exported at SIZE with dynamic batch, H, W."""
+    from tests.onnx_export import export_torchvision
 
-    import torch
-    import torchvision
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = getattr(torchvision.models, name)(weights=None).eval()
-    kwargs = dict(input_names=["image"], output_names=["logits"], opset_version=17,
-                  dynamic_axes={"image": {0: "n", 2: "h", 3: "w"}, "logits": {0: "n"}})
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(1, 3, *SIZE),), str(path), **kwargs)
-    return model
+    return export_torchvision(name, path, SIZE)
 
 
 def _torch_macs(model):
