@@ -145,6 +145,11 @@ class ComposeBackend:
                                      universal_newlines=True, check=True).stdout.strip()
         for sub in ("wheels", "weights"):  # not in git: filled by scripts/docker_setup.sh
             shutil.copytree(os.path.join(REPO, "build", sub), os.path.join(src, "build", sub))
+        models = os.path.join(REPO, "build", "models")  # the person detector, when setup could fetch it
+        if os.path.isdir(models):
+            shutil.copytree(models, os.path.join(src, "build", "models"))
+        else:
+            os.makedirs(os.path.join(src, "build", "models"))  # the Dockerfile copies the folder, empty or not
         self.write_project(src)
         base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
         for target, tag in (("runtime", "cnnvideo-exp/node"), ("netem", "cnnvideo-exp/netem")):
