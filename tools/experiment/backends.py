@@ -17,7 +17,7 @@ import yaml
 
 from cnnvideo.results import progress
 
-from .spec import ExperimentError, _merge, bandwidth_list, n_workers
+from .spec import ExperimentError, _merge, bandwidth_list, n_workers, run_cpus, run_workers
 
 log = logging.getLogger(__name__)
 
@@ -92,26 +92,44 @@ class ComposeBackend:
         self.spec = spec
         self.work = os.path.abspath(work)
         self.project = project
-        self.n = n_workers(spec)
-        self.workers = ["worker%d" % i for i in range(self.n)]
-        self.addresses = role_addresses(self.n)
+        self._set_n(n_workers(spec))
+        self.cpus = run_cpus(spec, {})  # CPU caps the workers run with (a run's `caps` changes them)
         self.cw = None  # scripts/compose_workers.py of the exported tree (set by _write_gen)
         self.gen = os.path.join(self.work, "gen")
         self.running_key = ""  # settings digest the trainer and workers run with
         self.rates: Optional[List[float]] = None
         self.dirty = False  # tc rules changed behind the helper's back
 
+    def _set_n(self, n: int) -> None:
+        self.n = n
+        self.workers = ["worker%d" % i for i in range(n)]
+        self.addresses = role_addresses(n)
+
+    def resize(self, n: int) -> None:
+        """A run with another number of workers: take the project down, write its compose file for n workers;
+        the run's configure_roles and set_rates bring trainer, workers and tc helper up again."""
+        self.compose("down", "--remove-orphans", "--timeout", "5", check=False, timeout=600)
+        self._set_n(n)
+        self.rates = [3.0] * n
+        self.write_project(os.path.join(self.gen, "src"))
+        self.running_key = ""
+        self.dirty = True
+
     # ---------------------------------------------------------------- compose plumbing
     def _env(self, rates: Sequence[float]) -> Dict[str, str]:
         """The compose file's variables: CPU caps the spec sets (else .env's or the file's defaults), hop rates."""
         cw = self.cw or compose_workers(REPO)
-        cpus = self.spec.get("cpus") or {}
+        cpus = dict(self.cpus)
+        for i, w in enumerate(self.workers):  # a `workers` cap stands for every worker without its own
+            if w not in cpus and "w%d" % i not in cpus and "workers" in cpus:
+                cpus[w] = cpus["workers"]
         env = dict(os.environ, COMPOSE_PROJECT_NAME=self.project, OUT_DIR=self.work, CONFIG="../gen/cluster.yml",
                    FRAMES=str(self.spec.get("frames", 8)))
         roles = list(zip(self.workers, cw.cpu_vars(self.n))) + [("master", "MASTER_CPUS"), ("trainer", "TRAINER_CPUS")]
         for role, var in roles:
-            if role in cpus:
-                env[var] = "%g" % float(cpus[role])
+            share = cpus.get(role, cpus.get("w" + role[len("worker"):]) if role.startswith("worker") else None)
+            if share is not None:
+                env[var] = "%g" % float(share)
         for var, rate in zip(cw.hop_rate_vars(self.n), hop_links(self.n, rates).values()):
             env[var] = "%g" % rate
         return env
@@ -187,7 +205,8 @@ class ComposeBackend:
         from cnnvideo import config
         from cnnvideo.wire import settings
 
-        return settings.of(config.from_dict(self.roles_config(cfg), check_files=False), settings.TRAINER_KEYS).digest
+        digest = settings.of(config.from_dict(self.roles_config(cfg), check_files=False), settings.TRAINER_KEYS).digest
+        return "%s|w%d|%s" % (digest, self.n, sorted((cfg.get("cpus") or {}).items()))  # caps: workers re-created
 
     def _write_cluster(self, cfg: Dict[str, Any]) -> None:
         """gen/cluster.yml, the config of the long-lived trainer and workers."""
@@ -252,7 +271,7 @@ class ComposeBackend:
             # the netem helper turns GSO off on every shaped container's eth0 (one MSS per packet) so htb paces
             # small messages too; sockets cache that when they connect, hence the master's 3 s start delay below
             self.compose("up", "-d", "--wait", "trainer", *self.workers, "netem", timeout=3600)
-            self.running_key = self.roles_key(self.spec.get("base") or {})
+            self.running_key = self.roles_key(dict(self.spec.get("base") or {}, cpus=self.cpus))
         except BaseException:
             self.stop()
             raise
@@ -288,10 +307,13 @@ class ComposeBackend:
         return {"shaping": "tc htb per destination by the netem helper (compose project %s); every shaped "
                 "container's eth0 with gso_max_size 1500 / gso_max_segs 1 (set by the helper) so htb paces each "
                 "message" % self.project,
-                "cpu_caps": self.spec.get("cpus") or {}, "code": "git HEAD %s (images cnnvideo-exp/*)"
+                "cpu_caps": "%s (a run's caps replace the workers')" % (self.spec.get("cpus") or {}), "code": "git HEAD %s (images cnnvideo-exp/*)"
                 % getattr(self, "commit", "?")}
 
     def run(self, r: Dict[str, Any], cfg: Dict[str, Any], run_dir: str) -> Tuple[int, str]:
+        if run_workers(self.spec, r) != self.n:
+            self.resize(run_workers(self.spec, r))
+        self.cpus = run_cpus(self.spec, r)
         cfg = _merge(cfg, self.addresses)
         cfg.pop("tls", None)
         lines: List[str] = []

@@ -52,8 +52,31 @@ def n_workers(spec: Dict[str, Any]) -> int:
     return n
 
 
+def run_workers(spec: Dict[str, Any], r: Dict[str, Any]) -> int:
+    """Workers in run r's chain: its own `workers` (a matrix dimension), else the spec's (n_workers)."""
+    n = r.get("workers")
+    if n is None:
+        return n_workers(spec)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ExperimentError("run %s: workers must be a positive integer, got %r" % (r.get("id", r), n))
+    listed = ((spec.get("base") or {}).get("cluster") or {}).get("workers")
+    if listed and len(listed) != n:
+        raise ExperimentError("run %s has %d workers but base.cluster.workers lists %d addresses"
+                              % (r.get("id", r), n, len(listed)))
+    return n
+
+
+def check_caps(r: Dict[str, Any]) -> None:
+    """A run's `caps` (every worker's CPU share, a matrix dimension): a positive number, or null for none."""
+    c = r.get("caps")
+    if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c <= 0):
+        raise ExperimentError("run %s: caps must be a positive CPU share (1.0 = one core) or null, got %r"
+                              % (r.get("id", r), c))
+
+
 def expand(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Every run as a flat mapping: scheduler, in_flight, bandwidth, variant, frames (+ change), with an id."""
+    """Every run as a flat mapping: scheduler, in_flight, bandwidth, variant, frames (+ change, workers, caps,
+    repeat), with an id."""
     blocks = spec.get("matrix") or {}
     blocks = blocks if isinstance(blocks, list) else [blocks]  # a list of matrices = the union of their products
     runs: List[Dict[str, Any]] = []
@@ -71,6 +94,8 @@ def expand(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
         r.setdefault("frames", spec.get("frames", 8))
         if r["variant"] not in (spec.get("variants") or {}) and r["variant"] not in ("full", "delta"):
             raise ExperimentError("run %r names unknown variant %r" % (r, r["variant"]))
+        run_workers(spec, r)
+        check_caps(r)
         r["id"] = run_id(r)
         out.append(r)
     seen = set()
@@ -86,6 +111,10 @@ def run_id(r: Dict[str, Any]) -> str:
     bw = r["bandwidth"]
     bws = "-".join("%g" % b for b in bw) if isinstance(bw, (list, tuple)) else "%g" % bw
     rid = "%s_%s_m%d_bw%s" % (r["scheduler"], r["variant"], int(r["in_flight"]), bws)
+    if r.get("workers") is not None:  # matrix dimensions only where the run sets them: older ids stay as they were
+        rid += "_w%d" % int(r["workers"])
+    if "caps" in r:
+        rid += "_c%s" % ("none" if r["caps"] is None else "%g" % float(r["caps"]))
     if r.get("repeat") is not None:
         rid += "_r%d" % int(r["repeat"])
     if r.get("change"):
@@ -118,17 +147,35 @@ def run_config(spec: Dict[str, Any], r: Dict[str, Any]) -> Dict[str, Any]:
     cfg["scheduler"] = r["scheduler"]
     cfg["in_flight"] = int(r["in_flight"])
     cfg["frames"] = int(r["frames"])
-    n = n_workers(spec)
+    n = run_workers(spec, r)
     cfg["bandwidth"] = bandwidth_list(r["bandwidth"], n)
     cluster = cfg.setdefault("cluster", {})
     if not cluster.get("workers"):  # placeholders: the backend gives the real addresses (free ports, service names)
         cluster["workers"] = ["127.0.0.1:%d" % (50060 + i) for i in range(n)]
-    if spec.get("cpus"):
-        cfg["cpus"] = dict(spec["cpus"])
+    cpus = run_cpus(spec, r)
+    if cpus:
+        cfg["cpus"] = cpus
     for k in ("scheduler_options", "group_size"):
         if k in r:
             cfg[k] = r[k]
     return cfg
+
+
+def run_cpus(spec: Dict[str, Any], r: Dict[str, Any]) -> Dict[str, float]:
+    """CPU caps of run r: the spec's `cpus` without worker keys beyond its chain; a run's `caps` replaces every
+    worker's cap (`workers` key) and null removes them (master and trainer keep the spec's)."""
+    n = run_workers(spec, r)
+    out = {}
+    for k, v in (spec.get("cpus") or {}).items():
+        idx = k.lstrip("workers") if k[:1] == "w" else ""  # worker<i> (or the old w<i>)
+        if idx.isdigit() and int(idx) >= n:
+            continue
+        if "caps" in r and (k == "workers" or idx.isdigit()):
+            continue
+        out[k] = float(v)
+    if r.get("caps") is not None:
+        out["workers"] = float(r["caps"])
+    return out
 
 
 def settings_key(spec: Dict[str, Any], r: Dict[str, Any]) -> str:
@@ -138,7 +185,8 @@ def settings_key(spec: Dict[str, Any], r: Dict[str, Any]) -> str:
     from cnnvideo.wire import settings
 
     cfg = config.from_dict(run_config(spec, r), check_files=False)
-    return settings.of(cfg, settings.TRAINER_KEYS).digest
+    caps = sorted(run_cpus(spec, r).items())  # the compose backend re-creates the workers for new caps or count
+    return "%s|w%d|%s" % (settings.of(cfg, settings.TRAINER_KEYS).digest, run_workers(spec, r), caps)
 
 
 def grouped(spec: Dict[str, Any], runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

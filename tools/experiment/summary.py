@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import csv
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")  # table order
 
@@ -132,17 +135,58 @@ def after_change_fps(report: Dict[str, Any], frame: int) -> Optional[float]:
     return len(after) / span if span > 0 else None
 
 
+def percentiles(values: Sequence[float]) -> Tuple[Optional[float], Optional[float]]:
+    """p50 and p95 (linear interpolation, as report.json's latency_s) of the values; (None, None) without any."""
+    if not len(values):
+        return None, None
+    p50, p95 = np.percentile(np.asarray(values, dtype=float), [50, 95])
+    return round(float(p50), 5), round(float(p95), 5)
+
+
+def latency_percentiles(report: Dict[str, Any], key: str = "latency_s") -> Tuple[Optional[float], Optional[float]]:
+    """p50 and p95 seconds of the report's `latency_s` (send to result) or `capture_latency_s` (capture to
+    result); for send-to-result, from per_frame's latency_s when the mapping lacks them (older reports)."""
+    m = report.get(key) or {}
+    if m.get("p50") is not None and m.get("p95") is not None:
+        return float(m["p50"]), float(m["p95"])
+    if key != "latency_s":
+        return None, None
+    return percentiles([float(f["latency_s"]) for f in report.get("per_frame") or []
+                        if f.get("status", "completed") == "completed" and f.get("latency_s") is not None])
+
+
+def hop_kB(report: Dict[str, Any]) -> Optional[str]:
+    """kB per completed frame on every hop in chain order, e.g. "m->w0 120 | w0->w1 31 | w1->m 0.4"."""
+    frames = int(report.get("completed") or 0)
+    hops = [h for h in report.get("hops") or [] if h.get("bytes_sent") is not None]
+    if not frames or not hops:
+        return None
+    return " | ".join("%s %.3g" % (h["name"], float(h["bytes_sent"]) / frames / 1e3) for h in hops)
+
+
 def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seconds: float) -> Dict[str, Any]:
     """One results row from a run's settings and its report.json (None if the run failed)."""
     row: Dict[str, Any] = {"id": r["id"], "scheduler": r["scheduler"], "variant": r["variant"],
                            "in_flight": int(r["in_flight"]), "bandwidth": r["bandwidth"], "frames": int(r["frames"]),
-                           "exit": rc, "run_s": round(seconds, 1)}
+                           "caps": r.get("caps"), "repeat": r.get("repeat"), "exit": rc, "run_s": round(seconds, 1)}
+    if r.get("workers") is not None:
+        row["workers"] = int(r["workers"])
     if not report:
         row["error"] = "no report"
         return row
     fps = report.get("throughput_fps")
     pred = report.get("predicted_fps")
+    det = report.get("detection_agreement") or {}
+    row.setdefault("workers", n_of(report))
+    row["latency_p50_s"], row["latency_p95_s"] = latency_percentiles(report)
+    row["capture_p50_s"], row["capture_p95_s"] = latency_percentiles(report, "capture_latency_s")
     row.update({
+        "model": report.get("model"),
+        "f1": det.get("f1"),
+        "precision": det.get("precision"),
+        "recall": det.get("recall"),
+        "agreement": det.get("f1") if det.get("f1") is not None else report.get("top1_agreement"),
+        "hop_kB": hop_kB(report),
         "mode": report.get("mode"),
         "completed": report.get("completed"),
         "fps": fps,
@@ -167,6 +211,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         row["bytes_" + key] = h.get("bytes_sent")
         row["ratio_" + key] = None if h.get("ratio") is None else round(h["ratio"], 4)
         row["MBps_" + key] = h.get("effective_MBps")
+        done = int(report.get("completed") or 0)
+        row["kB_" + key] = round(float(h["bytes_sent"]) / done / 1e3, 2) if done and h.get("bytes_sent") is not None \
+            else None
     for w, name in enumerate(hop_names(n)[:-1]):
         row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, "m" if w == 0 else "w%d" % (w - 1))
         h = hop(report, name)
@@ -201,10 +248,12 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
     return (hi - lo + 1) / span if span > 0 else None
 
 
-COLUMNS = ["id", "scheduler", "variant", "mode", "in_flight", "bandwidth", "frames", "completed", "fps", "s_per_frame",
-           "latency_mean_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "turnaround_s", "cuts",
+COLUMNS = ["id", "scheduler", "variant", "mode", "model", "workers", "caps", "repeat", "in_flight", "bandwidth",
+           "frames", "completed", "fps", "s_per_frame", "latency_mean_s", "latency_p50_s", "latency_p95_s",
+           "capture_p50_s", "capture_p95_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "turnaround_s", "cuts",
            "cut_names",
-           "plans", "max_abs_err", "top1_agreement", "top5_overlap", "engines_ran",
+           "plans", "max_abs_err", "top1_agreement", "top5_overlap", "f1", "precision", "recall", "agreement",
+           "engines_ran", "hop_kB",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
@@ -264,24 +313,41 @@ def _median(values: Sequence[float]) -> float:
     return data[n // 2] if n % 2 else 0.5 * (data[n // 2 - 1] + data[n // 2])
 
 
+def _caps(v: Any) -> str:
+    return "-" if v is None else "%g" % float(v)
+
+
+def group_key(row: Dict[str, Any]) -> tuple:
+    """(variant, MB/s, in flight, caps, workers): the runs one table line compares (caps '-' = the spec's)."""
+    return (row["variant"], _fmt(row["bandwidth"]), row["in_flight"], _caps(row.get("caps")), row.get("workers") or 2)
+
+
+def _key_fields(key: tuple) -> Dict[str, Any]:
+    return dict(zip(("variant", "bandwidth", "in_flight", "caps", "workers"), key))
+
+
+def _sort(key: tuple) -> tuple:
+    return (key[0], float(key[1].split("-")[0]), key[2], key[3], key[4])
+
+
 def ratios_vs(rows: Sequence[Dict[str, Any]], base: str = "lbs") -> List[Dict[str, Any]]:
-    """Per (variant, bandwidth, in_flight): every scheduler's fps, the best one and its ratio to `base`."""
+    """Per (variant, bandwidth, in_flight, caps, workers): every scheduler's fps, the best one and its ratio to
+    `base`."""
     lists: Dict[tuple, Dict[str, List[float]]] = {}
     for row in rows:
         if row.get("fps") and not row.get("id", "").count("_chg"):
-            key = (row["variant"], _fmt(row["bandwidth"]), row["in_flight"])
-            lists.setdefault(key, {}).setdefault(row["scheduler"], []).append(float(row["fps"]))
+            lists.setdefault(group_key(row), {}).setdefault(row["scheduler"], []).append(float(row["fps"]))
     # repeats of a run: the median fps
     groups: Dict[tuple, Dict[str, Dict[str, Any]]] = {
         key: {name: {"scheduler": name, "fps": _median(v), "n": len(v)} for name, v in g.items()}
         for key, g in lists.items()}
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], float(k[1].split("-")[0]), k[2])):
+    for key in sorted(groups, key=_sort):
         g = groups[key]
         best = max(g.values(), key=lambda r: r["fps"])
-        entry: Dict[str, Any] = {"variant": key[0], "bandwidth": key[1], "in_flight": key[2],
-                                 "best": best["scheduler"], "best_fps": best["fps"],
-                                 "repeats": max(r["n"] for r in g.values())}
+        entry: Dict[str, Any] = dict(_key_fields(key), best=best["scheduler"], best_fps=best["fps"])
+        entry.update({
+                      "repeats": max(r["n"] for r in g.values())})
         for name, r in g.items():
             entry["fps_" + name] = r["fps"]
         if base in g:
@@ -383,11 +449,12 @@ def model_summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _groups(rows: Sequence[Dict[str, Any]]) -> Dict[tuple, List[Dict[str, Any]]]:
-    """Runs with an fps (no mid-run change) by (variant, MB/s, in flight), in first-seen order."""
+    """Runs with an fps (no mid-run change) by group_key (variant, MB/s, in flight, caps, workers), in first-seen
+    order."""
     out: Dict[tuple, List[Dict[str, Any]]] = {}
     for row in rows:
         if row.get("fps") and "_chg" not in row.get("id", ""):
-            out.setdefault((row["variant"], _fmt(row["bandwidth"]), row["in_flight"]), []).append(row)
+            out.setdefault(group_key(row), []).append(row)
     return out
 
 
@@ -428,7 +495,7 @@ def criteria(rows: Sequence[Dict[str, Any]], tol: float = 0.10, gap: float = 0.0
     run per scheduler the medians are that run's figures. Medians, because one 8-frame run's fps moved by up to
     30% between repeats of the same plan on this host."""
     out = []
-    for (variant, bw, m), rs in _groups(rows).items():
+    for key, rs in _groups(rows).items():
         fps: Dict[str, List[float]] = {}
         pred: Dict[str, List[float]] = {}
         for r in rs:
@@ -438,9 +505,9 @@ def criteria(rows: Sequence[Dict[str, Any]], tol: float = 0.10, gap: float = 0.0
         med = {k: _median(v) for k, v in fps.items()}
         errs = [abs(_median(pred[k]) / med[k] - 1.0) for k in med if k in pred]
         best = max(med, key=lambda k: med[k])
-        entry: Dict[str, Any] = {"variant": variant, "bandwidth": bw, "in_flight": m, "runs": len(rs),
-                                 "schedulers": len(med), "within": sum(e <= tol for e in errs),
-                                 "worst_err": max(errs) if errs else None, "best": best, "best_fps": med[best]}
+        entry: Dict[str, Any] = dict(_key_fields(key), runs=len(rs))
+        entry.update({"schedulers": len(med), "within": sum(e <= tol for e in errs),
+                      "worst_err": max(errs) if errs else None, "best": best, "best_fps": med[best]})
         if "optimal" in med:
             entry["optimal_vs_best"] = round(med["optimal"] / med[best], 3)
             entry.update(by_plan(rs))
@@ -456,11 +523,11 @@ def engine_table(rows: Sequence[Dict[str, Any]], base: str = "torch") -> List[Di
     max_abs_err and the mean top-1 agreement with the unsplit torch model."""
     groups = _groups(rows)
     out = []
-    for (variant, bw, m), rs in groups.items():
+    for key, rs in groups.items():
         best = max(rs, key=lambda r: float(r["fps"]))
-        ref = groups.get((base, bw, m))
-        entry: Dict[str, Any] = {"variant": variant, "bandwidth": bw, "in_flight": m, "best": best["scheduler"],
-                                 "best_fps": best["fps"], "cuts": best.get("cuts"), "engines": best.get("engines_ran")}
+        ref = groups.get((base,) + key[1:])
+        entry: Dict[str, Any] = dict(_key_fields(key), best=best["scheduler"], best_fps=best["fps"],
+                                     cuts=best.get("cuts"), engines=best.get("engines_ran"))
         if ref:
             entry["vs_" + base] = round(float(best["fps"]) / max(float(r["fps"]) for r in ref), 3)
         frames = float(best.get("completed") or best.get("frames") or 1)
@@ -472,4 +539,4 @@ def engine_table(rows: Sequence[Dict[str, Any]], base: str = "torch") -> List[Di
         entry["max_abs_err"] = max(errs) if errs else None
         entry["top1_agreement"] = _mean([float(v) for v in _present(rs, "top1_agreement")])
         out.append(entry)
-    return sorted(out, key=lambda e: (float(e["bandwidth"].split("-")[0]), e["in_flight"]))
+    return sorted(out, key=lambda e: (float(e["bandwidth"].split("-")[0]), e["in_flight"], e["caps"], e["workers"]))
