@@ -55,10 +55,13 @@ from .summary import (
     bytes_summary,
     criteria,
     cut_summary,
+    edge_table,
     engine_table,
     md_table,
+    medians,
     model_summary,
     ratios_vs,
+    scaling,
     summarise,
     write_csv,
 )
@@ -92,9 +95,13 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     """results.md, results.csv, results.html (plots) in out_dir; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
-    write_csv(rows, csv_path, n_workers(spec))
+    write_csv(rows, csv_path, max([int(r.get("workers") or 0) for r in rows] + [n_workers(spec)]))
     ratio_rows = ratios_vs(rows)
     ok = [r for r in rows if r.get("fps")]
+    # caps and workers columns where the experiment varies them (or sets caps per run)
+    dims = ([("caps", "caps")] if any(r.get("caps") is not None for r in rows) else []) + \
+        ([("workers", "workers")] if len({r.get("workers") for r in ok}) > 1 else [])
+    detector = any(r.get("f1") is not None for r in ok)
     svgs = plots(spec, rows, reports)
     # ---- markdown
     md = io.StringIO()
@@ -113,11 +120,52 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
         md.write("## Best scheduler vs lbs\n\n")
         scheds = [s for s in SCHEDULERS if any(("fps_" + s) in e for e in ratio_rows)]
         md.write("fps = median over repeats (`repeats` runs each).\n\n")
-        cols = [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"), ("repeats", "repeats")] + \
+        cols = [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight")] + dims + \
+               [("repeats", "repeats")] + \
                [("fps_" + s, s + " fps") for s in scheds] + \
                [("best", "best"), ("best_vs_lbs", "best/lbs"), ("optimal_vs_lbs", "optimal/lbs"),
                 ("das_vs_lbs", "das/lbs"), ("adaptive_vs_lbs", "adaptive/lbs")]
         md.write(md_table(ratio_rows, cols) + "\n\n")
+    med = medians(ok)
+    if any(e["runs"] > 1 for e in med) or detector or dims:
+        md.write("## Medians over repeats\n\n")
+        md.write("Per group and scheduler, the median over its `runs` of: fps; send-to-result and capture-to-result "
+                 "latency p50 / p95 (s, each run's own percentiles from report.json); %s; kB per frame on each hop "
+                 "the plan used.\n\n" % ("F1 of the boxes against the unsplit fp32 model (IoU >= 0.5, same label)"
+                                          if detector else "top-1 agreement with the unsplit fp32 model"))
+        md.write(md_table(med, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight")] + dims +
+                          [("scheduler", "scheduler"), ("runs", "runs"), ("fps", "fps"),
+                           ("latency_p50_s", "latency p50"), ("latency_p95_s", "latency p95"),
+                           ("capture_p50_s", "capture p50"), ("capture_p95_s", "capture p95"),
+                           ("f1", "F1") if detector else ("top1_agreement", "top-1 agreement"),
+                           ("hop_kB", "kB per frame per hop")]) + "\n\n")
+    edge = edge_table(ok)
+    if edge:
+        md.write("## Chain vs edge (one device)\n\n")
+        md.write("Per group (variant = engine and model, MB/s, in flight, caps) and chain of N workers: the best "
+                 "scheduler other than `edge` (median fps over its repeats) over `edge`'s median fps (worker 0 runs "
+                 "every layer; the same N, else any one-device run of the group), with each one's median "
+                 "agreement (F1 or top-1) and the best's kB per frame per hop.\n\n")
+        md.write(md_table(edge, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                 ("caps", "caps"), ("workers", "workers"), ("edge_fps", "edge fps"),
+                                 ("edge_runs", "edge runs"), ("edge_agreement", "edge agreement"),
+                                 ("best", "best chain"), ("best_fps", "best fps"), ("best_runs", "its runs"),
+                                 ("best_agreement", "its agreement"), ("best_vs_edge", "best/edge"),
+                                 ("best_capture_p50_s", "its capture p50"),
+                                 ("best_hop_kB", "its kB per frame per hop")]) + "\n\n")
+    scale = scaling(ok)
+    if len({e["workers"] for e in scale}) > 1:
+        md.write("## Scaling with the number of workers\n\n")
+        md.write("Efficiency = fps_N / (N x fps_1): fps_N = the best scheduler's median fps with N workers (`edge` "
+                 "included), fps_1 = one device's (`base`: the best 1-worker median, else `edge`'s median over all "
+                 "N). Latency (s) and agreement are the best scheduler's medians.\n\n")
+        md.write(md_table(scale, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                  ("caps", "caps"), ("workers", "N"), ("best", "best"), ("runs", "runs"),
+                                  ("fps", "fps_N"), ("edge_fps", "edge fps"), ("fps_1", "fps_1"), ("base", "base"),
+                                  ("efficiency", "efficiency"), ("latency_p50_s", "latency p50"),
+                                  ("latency_p95_s", "latency p95"), ("capture_p50_s", "capture p50"),
+                                  ("capture_p95_s", "capture p95"), ("agreement", "agreement"),
+                                  ("hop_kB", "kB per frame per hop")]) + "\n\n")
     md.write("## Bytes per hop (mean over runs; ratio = bytes sent / dense float32)\n\n")
     md.write("`steady` = frames 1.. only (frame 0 is a keyframe on every hop); w0->w1 depends on the cut each "
              "scheduler chose (runs where w0->w1 carried nothing are left out).\n\n")
@@ -125,7 +173,8 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                           ("steady_m_w0", "m->w0 steady"), ("ratio_w0_w1", "w0->w1 all"),
                                           ("steady_w0_w1", "w0->w1 steady"), ("ratio_w1_m", "w1->m"),
                                           ("max_abs_err", "max abs output error"),
-                                          ("top1_min", "lowest top-1 agreement"), ("n", "runs")]) + "\n\n")
+                                          ("top1_min", "lowest top-1 agreement"), ("f1_min", "lowest F1"),
+                                          ("n", "runs")]) + "\n\n")
     cuts = cut_summary(ok)
     if cuts:
         md.write("## Bytes per hop at each cut chosen\n\n")
@@ -189,9 +238,11 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     md.write(md_table(rows, [("id", "run"), ("fps", "fps"), ("pred_fps", "pred fps"), ("model_err", "model err"),
                              ("pred_err", "pred err"),
                              ("recur_err", "recur err"), ("turnaround_s", "turnaround s"),
-                             ("latency_mean_s", "latency s"), ("cuts", "cuts"), ("ratio_m_w0", "m->w0"),
+                             ("latency_mean_s", "latency s"), ("latency_p50_s", "lat p50"),
+                             ("latency_p95_s", "lat p95"), ("capture_p95_s", "capture p95"), ("cuts", "cuts"),
+                             ("ratio_m_w0", "m->w0"),
                              ("ratio_w0_w1", "w0->w1"), ("max_abs_err", "max err"),
-                             ("top1_agreement", "top-1 agr"), ("pred_t0", "t0 p"),
+                             ("top1_agreement", "top-1 agr"), ("f1", "F1"), ("pred_t0", "t0 p"),
                              ("meas_t0", "t0 m"), ("pred_c0", "c0 p"), ("meas_c0", "c0 m"), ("pred_t1", "t1 p"),
                              ("meas_t1", "t1 m"), ("pred_c1", "c1 p"), ("meas_c1", "c1 m"), ("exit", "exit")]))
     md.write("\n\nPlots: [results.html](results.html) (throughput, latency, bytes, model accuracy, Gantt chart).\n")

@@ -307,8 +307,8 @@ class ComposeBackend:
         return {"shaping": "tc htb per destination by the netem helper (compose project %s); every shaped "
                 "container's eth0 with gso_max_size 1500 / gso_max_segs 1 (set by the helper) so htb paces each "
                 "message" % self.project,
-                "cpu_caps": "%s (a run's caps replace the workers')" % (self.spec.get("cpus") or {}), "code": "git HEAD %s (images cnnvideo-exp/*)"
-                % getattr(self, "commit", "?")}
+                "cpu_caps": "%s (a run's caps replace the workers')" % (self.spec.get("cpus") or {}),
+                "code": "git HEAD %s (images cnnvideo-exp/*)" % getattr(self, "commit", "?")}
 
     def run(self, r: Dict[str, Any], cfg: Dict[str, Any], run_dir: str) -> Tuple[int, str]:
         if run_workers(self.spec, r) != self.n:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .spec import bandwidth_list
-from .summary import bytes_summary, hop_names, n_of
+from .summary import bytes_summary, hop_names, medians, n_of, scaling
 
 SCHEDULER_COLOURS = {"lbs": "#4e79a7", "edge": "#f28e2b", "cloud": "#e15759", "nsc": "#76b7b2", "das": "#59a14f",
                      "optimal": "#edc948", "adaptive": "#b07aa1"}
@@ -137,17 +136,33 @@ def plots(spec: Dict[str, Any], rows: Sequence[Dict[str, Any]], reports: Dict[st
     ok = [r for r in rows if r.get("fps") and "_chg" not in r["id"]]
     scheds = [s for s in SCHEDULER_COLOURS if any(r["scheduler"] == s for r in ok)]
     out: List[Tuple[str, str]] = []
-    for variant in sorted({r["variant"] for r in ok}):
-        rs = [r for r in ok if r["variant"] == variant]
-        keys = sorted({(float(bandwidth_list(r["bandwidth"])[0]), r["in_flight"]) for r in rs})
-        for metric, unit, title in (("fps", "fps", "throughput"), ("latency_mean_s", "s", "mean latency")):
+    med = medians(ok)  # one bar per scheduler and group: the median over its repeats
+    for variant in sorted({e["variant"] for e in med}):
+        es = [e for e in med if e["variant"] == variant]
+        def where(e: Dict[str, Any]) -> tuple:
+            return float(e["bandwidth"].split("-")[0]), e["in_flight"], e["caps"], e["workers"]
+
+        keys = sorted({where(e) for e in es})
+        for metric, unit, title in (("fps", "fps", "throughput"), ("latency_p50_s", "s", "median latency")):
             groups = []
-            for bw, m in keys:
-                d = {r["scheduler"]: r.get(metric) for r in rs
-                     if float(bandwidth_list(r["bandwidth"])[0]) == bw and r["in_flight"] == m}
-                groups.append(("%g MB/s, %d in flight" % (bw, m), d))
+            for bw, m, caps, n in keys:
+                d = {e["scheduler"]: e.get(metric) for e in es if where(e) == (bw, m, caps, n)}
+                label = "%g MB/s, %d in flight" % (bw, m)
+                if len({k[2:] for k in keys}) > 1:
+                    label += ", caps %s, %d w" % (caps, n)
+                groups.append((label, d))
             out.append(("%s per scheduler (%s)" % (title.capitalize(), variant),
                         bar_chart(groups, scheds, "%s, %s" % (title, variant), unit)))
+    eff = [e for e in scaling(ok) if e.get("efficiency") is not None]
+    if len({e["workers"] for e in eff}) > 1:
+        groups = [("%s caps %s m%d" % (e["variant"], e["caps"], e["in_flight"]), {}) for e in eff]
+        groups = list(dict(groups).items())
+        for label, d in groups:
+            for e in eff:
+                if "%s caps %s m%d" % (e["variant"], e["caps"], e["in_flight"]) == label:
+                    d["%d workers" % e["workers"]] = e["efficiency"]
+        series = ["%d workers" % n for n in sorted({e["workers"] for e in eff})]
+        out.append(("Scaling efficiency fps_N / (N x fps_1)", bar_chart(groups, series, "scaling efficiency", "")))
     n = n_of(next(iter(reports.values()))) if reports else 2
     hop_groups = []
     for e in bytes_summary([r for r in rows if r.get("fps")]):

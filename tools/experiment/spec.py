@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import re
 from typing import Any, Dict, List
 
 import yaml
@@ -167,7 +168,8 @@ def run_cpus(spec: Dict[str, Any], r: Dict[str, Any]) -> Dict[str, float]:
     n = run_workers(spec, r)
     out = {}
     for k, v in (spec.get("cpus") or {}).items():
-        idx = k.lstrip("workers") if k[:1] == "w" else ""  # worker<i> (or the old w<i>)
+        m = re.fullmatch(r"w(?:orker)?(\d+)", k)  # worker<i> (or the old w<i>)
+        idx = m.group(1) if m else ""
         if idx.isdigit() and int(idx) >= n:
             continue
         if "caps" in r and (k == "workers" or idx.isdigit()):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -214,6 +213,10 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         done = int(report.get("completed") or 0)
         row["kB_" + key] = round(float(h["bytes_sent"]) / done / 1e3, 2) if done and h.get("bytes_sent") is not None \
             else None
+    for w in range(n - 1):  # results come back from the last worker the plan uses (w0 under edge)
+        h = hop(report, "w%d->m" % w)
+        if h.get("bytes_sent") and int(report.get("completed") or 0):
+            row["kB_w%d_m" % w] = round(float(h["bytes_sent"]) / int(report["completed"]) / 1e3, 2)
     for w, name in enumerate(hop_names(n)[:-1]):
         row["steady_" + name.replace("->", "_")] = steady_ratio(report, name, "m" if w == 0 else "w%d" % (w - 1))
         h = hop(report, name)
@@ -250,8 +253,8 @@ def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
 
 COLUMNS = ["id", "scheduler", "variant", "mode", "model", "workers", "caps", "repeat", "in_flight", "bandwidth",
            "frames", "completed", "fps", "s_per_frame", "latency_mean_s", "latency_p50_s", "latency_p95_s",
-           "capture_p50_s", "capture_p95_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err", "turnaround_s", "cuts",
-           "cut_names",
+           "capture_p50_s", "capture_p95_s", "pred_fps", "model_err", "pred_err", "recur_fps", "recur_err",
+           "turnaround_s", "cuts", "cut_names",
            "plans", "max_abs_err", "top1_agreement", "top5_overlap", "f1", "precision", "recall", "agreement",
            "engines_ran", "hop_kB",
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
@@ -261,16 +264,17 @@ COLUMNS = ["id", "scheduler", "variant", "mode", "model", "workers", "caps", "re
 
 
 def columns(n: int = 2) -> List[str]:
-    """CSV columns of an n-worker experiment (COLUMNS for 2)."""
+    """CSV columns of an n-worker experiment (COLUMNS for 2, then kB per frame on every hop)."""
+    kB = ["kB_" + h.replace("->", "_") for h in hop_names(n)[:-1]] + ["kB_w%d_m" % w for w in range(n)]
     if n == 2:
-        return list(COLUMNS)
+        return list(COLUMNS) + kB
     hops = [h.replace("->", "_") for h in hop_names(n)]
     per_hop = [p + h for h in hops for p in ("bytes_", "ratio_")] + ["steady_" + h for h in hops[:-1]] + \
         ["MBps_" + h for h in hops[:-1]]
     stages = [p + x for x in stage_labels(n) for p in ("pred_", "meas_")]
     head = COLUMNS[:COLUMNS.index("bytes_m_w0")]
     tail = COLUMNS[COLUMNS.index("fps_before_change"):]
-    return head + per_hop + stages + tail
+    return head + per_hop + stages + tail + kB
 
 
 def write_csv(rows: Sequence[Dict[str, Any]], path: str, n: int = 2) -> None:
@@ -383,9 +387,11 @@ def _mean(values: Sequence[float]) -> Optional[float]:
 
 
 def _worst(rows: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """The largest max_abs_err and the lowest top-1 agreement among the rows (None where no row has one)."""
-    errs, agree = _present(rows, "max_abs_err"), _present(rows, "top1_agreement")
-    return {"max_abs_err": max(errs) if errs else None, "top1_min": min(agree) if agree else None}
+    """The largest max_abs_err, the lowest top-1 agreement and the lowest F1 among the rows (None where no row has
+    one)."""
+    errs, agree, f1 = _present(rows, "max_abs_err"), _present(rows, "top1_agreement"), _present(rows, "f1")
+    return {"max_abs_err": max(errs) if errs else None, "top1_min": min(agree) if agree else None,
+            "f1_min": min(f1) if f1 else None}
 
 
 IDLE_W1 = "none (w0 runs every layer)"
@@ -540,3 +546,127 @@ def engine_table(rows: Sequence[Dict[str, Any]], base: str = "torch") -> List[Di
         entry["top1_agreement"] = _mean([float(v) for v in _present(rs, "top1_agreement")])
         out.append(entry)
     return sorted(out, key=lambda e: (float(e["bandwidth"].split("-")[0]), e["in_flight"], e["caps"], e["workers"]))
+
+
+def _med(rows: Sequence[Dict[str, Any]], key: str) -> Optional[float]:
+    """Median of `key` over the rows that have one (None without any)."""
+    vals = [float(v) for v in _present(rows, key)]
+    return _median(vals) if vals else None
+
+
+MEDIAN_KEYS = ("fps", "latency_p50_s", "latency_p95_s", "capture_p50_s", "capture_p95_s", "f1", "top1_agreement",
+               "agreement", "max_abs_err")
+
+
+def _hop_keys(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    """The kB_<hop> keys the rows carry, in chain order (m->w0 first, the return hop last)."""
+    n = max([int(r.get("workers") or 2) for r in rows] or [2])
+    return ["kB_" + h.replace("->", "_") for h in hop_names(n)[:-1]] + \
+        ["kB_w%d_m" % w for w in range(n) if any(r.get("kB_w%d_m" % w) for r in rows)]
+
+
+def _hop_text(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
+    """Median kB per frame on each hop the rows used, as "m->w0 120 | w0->w1 31 | w1->m 0.4"."""
+    parts = []
+    for k in _hop_keys(rows):
+        v = _med(rows, k)
+        if v is not None and (v > 0 or not k.endswith("_m")):
+            parts.append("%s %.3g" % (k[3:].replace("_", "->"), v))
+    return " | ".join(parts) or None
+
+
+def medians(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per group_key and scheduler: the runs (repeats) and the median over them of fps, send- and
+    capture-to-result latency p50 / p95, F1, top-1 agreement, max abs error and kB per frame per hop."""
+    cells: Dict[tuple, List[Dict[str, Any]]] = {}
+    for key, rs in _groups(rows).items():
+        for r in rs:
+            cells.setdefault(key + (r["scheduler"],), []).append(r)
+    order = {s: i for i, s in enumerate(SCHEDULERS)}
+    out = []
+    for key in sorted(cells, key=lambda k: _sort(k[:5]) + (order.get(k[5], len(order)), k[5])):
+        rs = cells[key]
+        entry: Dict[str, Any] = dict(_key_fields(key[:5]), scheduler=key[5], runs=len(rs))
+        entry["model"] = rs[0].get("model")
+        for k in MEDIAN_KEYS:
+            entry[k] = _med(rs, k)
+        entry["hop_kB"] = _hop_text(rs)
+        out.append(entry)
+    return out
+
+
+def _one_device(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Runs where one device computes every layer: scheduler `edge`, or a 1-worker chain."""
+    return [r for r in rows if r["scheduler"] == "edge" or int(r.get("workers") or 2) == 1]
+
+
+def edge_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Chain against one device, per (variant, MB/s, in flight, caps) and number of workers N >= 2: the best
+    scheduler other than `edge` (median fps over repeats) over `edge`'s median fps at the same N (else over the
+    one-device runs of the group at any N: `edge` or 1 worker), with both runs' agreement and latency."""
+    by: Dict[tuple, List[Dict[str, Any]]] = {}
+    for key, rs in _groups(rows).items():
+        by.setdefault(key[:4], []).extend(rs)
+    out = []
+    for key in sorted(by, key=lambda k: _sort(k + (0,))):
+        rs = by[key]
+        for n in sorted({int(r.get("workers") or 2) for r in rs if int(r.get("workers") or 2) >= 2}):
+            at_n = [r for r in rs if int(r.get("workers") or 2) == n]
+            ref = [r for r in at_n if r["scheduler"] == "edge"]
+            ref_from = "edge, %d workers" % n
+            if not ref:
+                ref = _one_device(rs)
+                ref_from = "one device (edge or 1 worker)"
+            chain: Dict[str, List[Dict[str, Any]]] = {}
+            for r in at_n:
+                if r["scheduler"] != "edge":
+                    chain.setdefault(r["scheduler"], []).append(r)
+            if not ref or not chain:
+                continue
+            best = max(chain, key=lambda s: _med(chain[s], "fps") or 0.0)
+            entry: Dict[str, Any] = dict(_key_fields(key + (n,)))
+            edge_fps, best_fps = _med(ref, "fps"), _med(chain[best], "fps")
+            entry.update({"edge_fps": edge_fps, "edge_runs": len(ref), "edge_from": ref_from,
+                          "edge_agreement": _med(ref, "agreement"), "best": best, "best_fps": best_fps,
+                          "best_runs": len(chain[best]), "best_agreement": _med(chain[best], "agreement"),
+                          "best_capture_p50_s": _med(chain[best], "capture_p50_s"),
+                          "best_hop_kB": _hop_text(chain[best]),
+                          "best_vs_edge": round(best_fps / edge_fps, 3) if edge_fps and best_fps else None})
+            out.append(entry)
+    return out
+
+
+def scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Scaling efficiency fps_N / (N x fps_1) per (variant, MB/s, in flight, caps) and number of workers N:
+    fps_N = the best scheduler's median fps at N (`edge` included: a chain that loses to one device shows it);
+    fps_1 = the best median fps of the 1-worker runs, else `edge`'s median over its runs at every N (one device
+    either way: `base` says which). With the best run's median latency (send and capture to result, p50 / p95),
+    agreement and kB per frame per hop, and `edge`'s median fps at N beside it."""
+    by: Dict[tuple, List[Dict[str, Any]]] = {}
+    for key, rs in _groups(rows).items():
+        by.setdefault(key[:4], []).extend(rs)
+    out = []
+    for key in sorted(by, key=lambda k: _sort(k + (0,))):
+        rs = by[key]
+        per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
+        for r in rs:
+            per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
+        if 1 in per_n:
+            fps1, base = max(_med(v, "fps") or 0.0 for v in per_n[1].values()), "1 worker"
+        else:
+            edge = [r for r in rs if r["scheduler"] == "edge"]
+            fps1, base = (_med(edge, "fps"), "edge") if edge else (None, "-")
+        for n in sorted(per_n):
+            scheds = per_n[n]
+            best = max(scheds, key=lambda s: _med(scheds[s], "fps") or 0.0)
+            b = scheds[best]
+            fps_n = _med(b, "fps")
+            entry: Dict[str, Any] = dict(_key_fields(key + (n,)))
+            entry.update({"best": best, "runs": len(b), "fps": fps_n, "fps_1": fps1, "base": base,
+                          "edge_fps": _med(scheds["edge"], "fps") if "edge" in scheds else None,
+                          "efficiency": round(fps_n / (n * fps1), 3) if fps_n and fps1 else None,
+                          "latency_p50_s": _med(b, "latency_p50_s"), "latency_p95_s": _med(b, "latency_p95_s"),
+                          "capture_p50_s": _med(b, "capture_p50_s"), "capture_p95_s": _med(b, "capture_p95_s"),
+                          "agreement": _med(b, "agreement"), "hop_kB": _hop_text(b)})
+            out.append(entry)
+    return out
