@@ -155,12 +155,12 @@ def latency_percentiles(report: Dict[str, Any], key: str = "latency_s") -> Tuple
 
 
 def hop_kB(report: Dict[str, Any]) -> Optional[str]:
-    """kB per completed frame on every hop in chain order, e.g. "m->w0 120 | w0->w1 31 | w1->m 0.4"."""
+    """kB per completed frame on every hop in chain order, e.g. "m->w0 120, w0->w1 31, w1->m 0.4"."""
     frames = int(report.get("completed") or 0)
     hops = [h for h in report.get("hops") or [] if h.get("bytes_sent") is not None]
     if not frames or not hops:
         return None
-    return " | ".join("%s %.3g" % (h["name"], float(h["bytes_sent"]) / frames / 1e3) for h in hops)
+    return ", ".join("%s %.3g" % (h["name"], float(h["bytes_sent"]) / frames / 1e3) for h in hops)
 
 
 def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seconds: float) -> Dict[str, Any]:
@@ -566,13 +566,13 @@ def _hop_keys(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 
 def _hop_text(rows: Sequence[Dict[str, Any]]) -> Optional[str]:
-    """Median kB per frame on each hop the rows used, as "m->w0 120 | w0->w1 31 | w1->m 0.4"."""
+    """Median kB per frame on each hop the rows used, as "m->w0 120, w0->w1 31, w1->m 0.4"."""
     parts = []
     for k in _hop_keys(rows):
         v = _med(rows, k)
         if v is not None and (v > 0 or not k.endswith("_m")):
             parts.append("%s %.3g" % (k[3:].replace("_", "->"), v))
-    return " | ".join(parts) or None
+    return ", ".join(parts) or None
 
 
 def medians(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -161,3 +161,60 @@ def test_a_failed_start_releases_the_project(tmp_path):
     other = ComposeBackend({}, str(tmp_path / "b"), project=project)
     other.lock()  # free again, though `failed` is still alive
     other.unlock()
+
+
+def test_workers_and_caps_are_matrix_dimensions():
+    """A matrix over workers and caps: each run's id names both, its config has one bandwidth and one address per
+    worker and every worker capped at the run's caps (the spec's per-worker caps replaced, master's kept; a
+    worker key beyond a shorter chain dropped; null = uncapped); runs of one caps and worker count are grouped
+    together (the compose backend re-creates workers between groups); bad values are refused."""
+    from cnnvideo.tools.experiment import spec as spec_mod
+
+    spec = {"frames": 4, "cpus": {"master": 1.0, "worker1": 0.5},
+            "matrix": {"scheduler": ["edge", "lbs"], "workers": [1, 3], "caps": [0.1, None]}}
+    runs = spec_mod.expand(spec)
+    ids = [r["id"] for r in runs]
+    assert "edge_delta_m3_bw3_w1_c0.1" in ids and "lbs_delta_m3_bw3_w3_cnone" in ids and len(ids) == 8
+    by_id = {r["id"]: r for r in runs}
+    three = spec_mod.run_config(spec, by_id["lbs_delta_m3_bw3_w3_c0.1"])
+    assert three["bandwidth"] == [3.0] * 3 and len(three["cluster"]["workers"]) == 3
+    assert three["cpus"] == {"master": 1.0, "workers": 0.1}
+    cfg = config.from_dict(three, check_files=False)
+    assert [cfg.cpu_share("worker%d" % i) for i in range(3)] == [0.1, 0.1, 0.1]
+    one = spec_mod.run_config(spec, by_id["edge_delta_m3_bw3_w1_cnone"])
+    assert one["cpus"] == {"master": 1.0} and len(one["cluster"]["workers"]) == 1
+    config.from_dict(one, check_files=False)  # worker1's cap would name a worker the 1-worker chain lacks
+    two = dict(spec, matrix={"workers": [2]})
+    kept = spec_mod.run_config(two, spec_mod.expand(two)[0])
+    assert kept["cpus"] == {"master": 1.0, "worker1": 0.5}  # without caps the spec's own stand
+    order = [(r.get("workers"), r.get("caps")) for r in spec_mod.grouped(spec, runs)]
+    blocks = [o for i, o in enumerate(order) if i == 0 or order[i - 1] != o]  # each (workers, caps) in one block
+    assert blocks == list(dict.fromkeys(order)) and len(blocks) == 4
+    for bad in ({"workers": [0]}, {"caps": [-1]}, {"caps": ["0.1"]}):
+        with pytest.raises(ExperimentError, match="workers|caps"):
+            spec_mod.expand(dict(spec, matrix=bad))
+
+
+def test_compose_backend_resizes_for_a_run_with_another_worker_count(tmp_path):
+    """A 2-worker project meeting a 3-worker run writes a 3-worker compose file, rates for 3 hops and the run's
+    caps for every worker; `docker compose config` (when the plugin is here) resolves worker2 with the cap."""
+    b = ComposeBackend({"cpus": {"master": 1.0}}, str(tmp_path / "work"), project="cnnvideo-resizetest")
+    src = os.path.join(b.gen, "src")
+    for rel in ("scripts/compose_workers.py", "docker-compose.yml", "configs/compose.yml", ".env"):
+        os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, rel), os.path.join(src, rel))
+    b.write_project(src)
+    if not shutil.which("docker"):
+        pytest.skip("no docker CLI for the resize's compose down")
+    b.resize(3)  # its `down` finds nothing of a project never started
+    assert b.n == 3 and b.workers == ["worker0", "worker1", "worker2"] and b.rates == [3.0] * 3
+    assert b.running_key == "" and b.dirty  # the run's configure_roles and set_rates bring them up
+    assert "worker2:" in open(os.path.join(src, "docker-compose.exp.yml")).read()
+    b.cpus = {"master": 1.0, "workers": 0.1}
+    env = b._env([3, 3, 3])
+    assert [env["WORKER%d_CPUS" % i] for i in range(3)] == ["0.1"] * 3 and env["MASTER_CPUS"] == "1"
+    assert b.roles_key({"cpus": {"workers": 0.1}}) != b.roles_key({"cpus": {"workers": 0.4}})
+    if not _compose_plugin():
+        pytest.skip("no docker compose plugin to resolve the written project")
+    resolved = json.loads(b.compose("config", "--format", "json", rates=[3, 3, 3]))["services"]
+    assert [resolved["worker%d" % i]["cpus"] for i in range(3)] == [0.1, 0.1, 0.1]
