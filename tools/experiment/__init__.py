@@ -18,6 +18,11 @@ EXPERIMENT.yml:
       variant: [full, delta]
       in_flight: [1, 3, 6]
       scheduler: [lbs, optimal]
+      workers: [1, 2, 4]         # optional: workers in this run's chain (the spec's `workers` otherwise; compose
+                                 # re-creates the project for each count); the run id gains _w<N>
+      caps: [0.1, 0.4]           # optional: every worker's CPU cap (replaces the spec's worker caps; null = none);
+                                 # the run id gains _c<caps>
+      repeat: [0, 1]             # optional: repeats (tables take medians over them); the run id gains _r<i>
     runs:                        # extra single runs; `change` re-shapes one link mid-run (compose only)
       - {scheduler: adaptive, variant: delta, in_flight: 3, bandwidth: 3, frames: 40,
          change: {after_frame: 10, link: "worker0<>worker1", rate: 1}}
@@ -27,6 +32,11 @@ StartRun, which resets the workers' delta caches; tc rules are re-created whenev
 after a mid-run change). Runs are grouped by the settings the trainer and workers depend on
 (cnnvideo.wire.settings: thresholds, fp16, model, ...); they are re-created on each group's config, since they refuse
 a master whose settings differ. A mid-run change fires when the master's progress.json says the frame was sent.
+
+Tables (results.md): best scheduler vs lbs; medians over repeats per scheduler (fps, send- and capture-to-result
+latency p50 / p95, F1 for a detector or top-1 agreement, kB per frame per hop); chain vs edge (the best scheduler
+other than `edge` over `edge`'s fps, per engine, caps, in flight and N); scaling (fps_N / (N x fps_1) when the runs
+have more than one worker count); bytes per hop; cost-model accuracy and criteria; engines against torch; all runs.
 
 Modules: spec (the file, the matrix, each run's config), backends (local, compose), summary (rows and tables),
 charts (SVG); this one drives a whole experiment.
