@@ -157,7 +157,8 @@ def latency_percentiles(report: Dict[str, Any], key: str = "latency_s") -> Tuple
 def hop_kB(report: Dict[str, Any]) -> Optional[str]:
     """kB per completed frame on every hop in chain order, e.g. "m->w0 120, w0->w1 31, w1->m 0.4"."""
     frames = int(report.get("completed") or 0)
-    hops = [h for h in report.get("hops") or [] if h.get("bytes_sent") is not None]
+    hops = [h for h in report.get("hops") or [] if h.get("bytes_sent") is not None
+            and (h["bytes_sent"] or not h.get("name", "").endswith("->m"))]  # a return hop the plan left unused
     if not frames or not hops:
         return None
     return ", ".join("%s %.3g" % (h["name"], float(h["bytes_sent"]) / frames / 1e3) for h in hops)

@@ -48,6 +48,10 @@ def test_rows_carry_f1_for_a_detector_and_top1_for_a_classifier():
     assert cls["f1"] is None and cls["agreement"] == 0.875
     assert det["hop_kB"] == "m->w0 40, w0->w1 10, w1->m 0.2" and det["kB_w0_w1"] == 10.0
     assert det["workers"] == 2 and det["caps"] == 0.1
+    edge = _report(2.0)  # worker 0 ran every layer: results came back on w0->m, w1->m carried nothing
+    edge["hops"] = [edge["hops"][0], {"name": "w0->w1", "bytes_sent": 0}, {"name": "w1->m", "bytes_sent": 0},
+                    {"name": "w0->m", "bytes_sent": 800}]
+    assert summarise(_run("edge"), edge, 0, 1.0)["hop_kB"] == "m->w0 40, w0->w1 0, w0->m 0.2"
 
 
 def test_latency_percentiles_come_from_the_report_or_its_per_frame_latencies():
