@@ -383,3 +383,17 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
                              convert=(lambda ts: _quantised(ts, stages)) if stages is not None else None)
     return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio), reference=reference,
                          reference_bounds=bounds)
+
+
+def fastest_profile(profiles) -> WorkerProfile:
+    """One profile from several engines' (label -> WorkerProfile, torch first) for the planner under `engine:
+    auto`: each segment at its fastest engine's seconds (a lower bound of the stage the worker then runs on one
+    engine, equal where one engine wins all of a stage's segments), the codec of the first (the same tensors
+    travel whichever engine computes), rescaled by torch passes like a torch profile (no engine bounds)."""
+    items = list(profiles.values())
+    if not items:
+        raise ValueError("fastest_profile needs at least one profile")
+    first = items[0]
+    seconds = np.min(np.stack([p.seconds for p in items]), axis=0)
+    return WorkerProfile(seconds=seconds, encode=first.encode, decode=first.decode, wall_per_cpu=first.wall_per_cpu,
+                         reference=rescale_reference(first), reference_bounds=())
