@@ -41,7 +41,7 @@ def test_fused_kernel_goes_to_its_main_operator_and_unnamed_to_the_one_before():
 
 
 @ORT
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=pytest.mark.slow)])
 def test_engine_profile_splits_by_the_engines_own_nodes(precision, tmp_path):
     """AlexNet (random weights) at 128x192 on ORT fp32 and int8: the profile's segment times sum to the measured
     whole-model engine stage (its reference), their shares are not torch's, and the share they give the features
