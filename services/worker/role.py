@@ -14,9 +14,10 @@ import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
-from cnnvideo.model.engines import EngineError, factory_for, ort_available
+from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
+from cnnvideo.model.engines.auto import AutoStages, auto_factories
 from cnnvideo.model.loading import load_graph
-from cnnvideo.plan.profiling import WorkerProfile, cfs_quota, profile_worker, senders_for
+from cnnvideo.plan.profiling import WorkerProfile, cfs_quota, fastest_profile, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 from cnnvideo.wire.pacing import pacer_for
@@ -28,27 +29,35 @@ from cnnvideo.worker.servicer import WorkerServicer
 log = logging.getLogger(__name__)
 
 
-def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32") -> str:
-    """Cache file of this worker's profile on `engine` (engine-precision, the one that really runs), named by
-    cnnvideo.artifacts."""
+def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32", worker: int = 0,
+                     cap: Tuple[float, float] = (0.0, 0.0)) -> str:
+    """Cache file of worker `worker`'s profile on `engine` (engine-precision, the one that really runs) under CPU
+    cap `cap` (CFS quota, period), named by cnnvideo.artifacts with this process's torch and engine threads."""
     import torch
 
-    return artifacts.profile_path(cfg, host, torch.get_num_threads(), engine)
+    return artifacts.profile_path(cfg, host, torch.get_num_threads(), engine, worker, cap,
+                                  cpu_threads(cfg.engine_options.threads))
 
 
-def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=None) -> Tuple[WorkerProfile, bool]:
+def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=None, worker: int = 0,
+                   cap: Optional[Tuple[float, float]] = None) -> Tuple[WorkerProfile, bool]:
     """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored; with
-    `stages` (engines.StageFactory) on its engine and precision."""
+    `stages` (engines.StageFactory) on its engine and precision. The file is this worker's own (its id and the CPU
+    cap it sees, `cap` or read now, are in the name), so a neighbour on the same host never hands it a profile
+    measured under another cap; either way one log line says what was used."""
     engine = "torch-fp32"
     if stages is not None:
         ok = stages.spec.engine == "torch" or ort_available()[0]
         engine = "%s-%s" % (stages.spec.engine if ok else "torch", stages.precision)
-    path = costs_cache_path(cfg, host, engine)
+    path = costs_cache_path(cfg, host, engine, worker, cfs_quota() if cap is None else cap)
     k = len(graph.cuts) - 1
     if not refresh and os.path.isfile(path):
         try:
             with np.load(path, allow_pickle=False) as data:
-                return WorkerProfile.from_arrays({n: data[n] for n in data.files}, k), True
+                prof = WorkerProfile.from_arrays({n: data[n] for n in data.files}, k)
+            log.info("profile of %d segments loaded from %s: %.3f s compute per frame, wall/CPU %.2f", k, path,
+                     float(prof.seconds.sum()), prof.wall_per_cpu)
+            return prof, True
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:  # truncated, bad CRC, ...
             log.warning("cached profile %s is damaged (%s: %s); profiling again", path, type(exc).__name__, exc)
 
@@ -97,15 +106,18 @@ class WorkerRole:
         self.graph = load_graph(self.cfg)
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
                  len(self.graph.cuts), self.cfg.frame_size[0], self.cfg.frame_size[1], time.time() - t0)
-        self.stages = factory_for(self.cfg, self.graph)
-        self.engine_available = self.cfg.engine == "torch" or ort_available()[0]
+        if self.cfg.engine == "auto":
+            self.stages = AutoStages(auto_factories(self.cfg, self.graph))
+        else:
+            self.stages = factory_for(self.cfg, self.graph)
+        self.engine_available = self.cfg.engine in ("torch", "auto") or ort_available()[0]
         if not self.engine_available:
             if self.cfg.engine_options.on_error == "stop":
                 raise EngineError("worker %d: engine %s asked for: %s" % (self.worker_id, self.cfg.engine,
                                                                            ort_available()[1]))
             log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
-        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, stages=self.stages)
         self.cfs = cfs_quota()
+        self.costs, self.costs_cached = self._profile()
         if self.next_address:
             self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
             self.next_stub = pb_grpc.WorkerStub(self._next_channel)
@@ -133,18 +145,37 @@ class WorkerRole:
 
     # ------------------------------------------------------------------ plain operations behind the servicer
     def refresh_costs(self) -> None:
-        """Profile again, ignoring the cache (Costs(refresh=true))."""
-        self.costs, self.costs_cached = profile_cached(self.cfg, self.graph, self.host, refresh=True,
-                                                       stages=self.stages)
+        """Profile again, ignoring the cache (Costs(refresh=true)), under the CPU cap seen now."""
+        self.cfs = cfs_quota()
+        self.costs, self.costs_cached = self._profile(refresh=True)
+
+    def _profile(self, refresh: bool = False) -> Tuple[WorkerProfile, bool]:
+        """(this worker's profile, from the cache?) on its engine; with `engine: auto` one profile per engine it has
+        (each cached as its own), handed to the stages' choice, and the planner's profile is each segment's
+        fastest (`fastest_profile`)."""
+        if not isinstance(self.stages, AutoStages):
+            return profile_cached(self.cfg, self.graph, self.host, refresh, self.stages, self.worker_id, self.cfs)
+        profiles, cached = {}, True
+        for label, factory in self.stages.factories.items():
+            profiles[label], hit = profile_cached(self.cfg, self.graph, self.host, refresh, factory, self.worker_id,
+                                                  self.cfs)
+            cached = cached and hit
+        self.stages.set_costs({label: p.seconds for label, p in profiles.items()})
+        log.info("worker %d: engine auto, whole model per engine: %s", self.worker_id,
+                 ", ".join("%s %.4f s" % (label, float(p.seconds.sum())) for label, p in profiles.items()))
+        return fastest_profile(profiles), cached
 
     def forward(self, start: int, end: int, x: np.ndarray) -> np.ndarray:
         """The stage's compute: segments start..end-1 on x, on this worker's engine (one stage per range)."""
         return self.stages.stage(start, end).run(x)
 
     def describe(self, start: int, end: int) -> Tuple[str, str]:
-        """(engine-precision, why not the one asked for) of the stage start..end."""
+        """(engine-precision, why not the one asked for; with `engine: auto`, why this one: the times compared) of
+        the stage start..end."""
         st = self.stages.stage(start, end)
-        return "%s-%s" % (st.engine, st.precision), st.reason or self.stages.int8_failed
+        why = self.stages.choose(start, end)[1] if isinstance(self.stages, AutoStages) else ""
+        reason = st.reason or self.stages.int8_failed
+        return "%s-%s" % (st.engine, st.precision), "; ".join(x for x in (why, reason) if x)
 
     def _emit(self, task: Task) -> None:
         """Hand a task to worker i+1 (the engine's `emit`). While it is unreachable (down, restarting, or the hop

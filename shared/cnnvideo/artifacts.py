@@ -16,8 +16,9 @@ from typing import Any, Dict, Optional
 
 # bump when what a predictor file holds (or how it is fitted) changes (3: p_unchanged; the detector's backbone cuts)
 PREDICTOR_FORMAT = 3
-PROFILE_FORMAT = 5  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
-#   5: an engine profile's reference is its own stages (`reference_bounds`)
+PROFILE_FORMAT = 7  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
+#   5: an engine profile's reference is its own stages (`reference_bounds`); 6: keyed by worker and CPU cap;
+#   7: an engine profile splits its whole-model stage by ORT's per-node profile
 
 
 def file_id(path: str) -> str:
@@ -88,15 +89,23 @@ def predictor_path(cfg: Any) -> str:
     return cfg.cache_path("predictors", "%s-%s.npz" % (model_tag(cfg.model), digest))
 
 
-def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32") -> str:
-    """costs/<...>.npz: one worker profile per model, frame size, host (its CPU cap is in the compose host name),
-    torch thread count, iterations, hop codec options and engine-precision (the one that really runs)."""
-    key = "%s-%dx%d-%s-t%d-i%d-d%g-%g%s" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1], host,
-                                           threads, cfg.profile_iters, cfg.delta.threshold,
-                                           cfg.delta.input_threshold, "-fp16" if cfg.delta.fp16 else "")
-    key += "-p%d" % PROFILE_FORMAT
-    if engine != "torch-fp32":
-        key += "-" + engine
+def cap_tag(quota: float, period: float) -> str:
+    """The CPU cap in a profile's key: `c<cores>` from the CFS (quota, period) the worker sees (`c0.4` for 40 ms
+    per 100 ms), `cmax` when uncapped."""
+    return "c%.3g" % (quota / period) if quota > 0 and period > 0 else "cmax"
+
+
+def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32", worker: int = 0,
+                 cap: Any = (0.0, 0.0), engine_threads: int = 0) -> str:
+    """costs/<...>.npz: one worker profile per model, frame size, host, worker id (two workers on one host each
+    measure their own), CPU cap (the CFS (quota, period) the worker sees: a profile made at another cap is
+    another file), torch threads, engine threads, iterations, hop codec options and engine-precision (the one
+    that really runs)."""
+    key = "%s-%dx%d-%s-w%d-%s-t%d-e%d-i%d-d%g-%g%s" % (
+        model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1], host, worker, cap_tag(*cap), threads,
+        engine_threads, cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
+        "-fp16" if cfg.delta.fp16 else "")
+    key += "-p%d-%s" % (PROFILE_FORMAT, engine)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return cfg.cache_path("costs", safe + ".npz")
 

@@ -22,6 +22,7 @@ from cnnvideo.errors import ConfigError  # noqa: F401 - re-exported: `from cnnvi
 
 MODES = ("full", "delta")
 ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.model.engines (which imports numpy; config stays light)
+ENGINE_CHOICES = ENGINES + ("auto",)  # auto: each worker profiles every engine it has, each stage runs the fastest
 PRECISIONS = ("fp32", "int8")
 ON_ERROR = ("fallback", "stop")
 # The demo: `cnnvideo local` and `cnnvideo plan` without -c load this file; configs/local.yml is a symlink to it.
@@ -243,7 +244,7 @@ class Config:
     video: str = "media/vtest.avi"
     frame_size: Tuple[int, int] = (480, 720)  # height, width
     mode: str = "delta"
-    engine: str = "torch"  # torch | onnxruntime: what runs each worker's stage
+    engine: str = "torch"  # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled)
     precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
     engine_options: EngineOptions = field(default_factory=EngineOptions)
     int8: Int8Options = field(default_factory=Int8Options)
@@ -440,8 +441,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     if cfg.source.mode == "offline" and (kind_of(cfg.video) != "file" or cfg.source.realtime):
         raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
                           "(source.realtime: false), got %r" % cfg.video)
-    if cfg.engine not in ENGINES:
-        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINES), cfg.engine))
+    if cfg.engine not in ENGINE_CHOICES:
+        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINE_CHOICES), cfg.engine))
     if cfg.precision not in PRECISIONS:
         raise ConfigError("config key 'precision' must be one of %s, got %r" % ("|".join(PRECISIONS), cfg.precision))
     if cfg.engine_options.on_error not in ON_ERROR:

@@ -50,3 +50,21 @@ def test_ort_engine_writes_its_stage_file_at_the_artifacts_path(tmp_path):
     want = artifacts.onnx_stage_path(factory.cache_dir, 0, 3, "fp32", stage_key(factory, 0, 3, "fp32"))
     assert st.engine == "onnxruntime" and st.path == want and os.path.isfile(want)
     assert os.listdir(factory.cache_dir) == [os.path.basename(want)]  # no tmp file left behind
+
+
+def test_profile_path_carries_cap_worker_threads_and_engine(tmp_path):
+    """A worker's profile file differs for every CPU cap (CFS quota/period), worker id, torch or engine thread
+    count and engine-precision; the same inputs give the same file, and equal caps written differently
+    (20/50 ms and 40/100 ms) share it."""
+    cfg = config.from_dict({"model": "alexnet", "frame_size": [64, 96], "cache_dir": str(tmp_path)},
+                           check_files=False)
+    base = dict(host="h", threads=2, engine="torch-fp32", worker=0, cap=(0.04, 0.1), engine_threads=1)
+    a = artifacts.profile_path(cfg, **base)
+    assert a == artifacts.profile_path(cfg, **base)
+    assert a == artifacts.profile_path(cfg, **dict(base, cap=(0.02, 0.05)))
+    assert os.path.dirname(a) == os.path.join(str(tmp_path), "costs") and "-c0.4-" in os.path.basename(a)
+    changes = [dict(cap=(0.01, 0.1)), dict(cap=(0.0, 0.0)), dict(worker=1), dict(threads=1), dict(engine_threads=2),
+               dict(engine="onnxruntime-int8"), dict(engine="onnxruntime-fp32"), dict(host="g")]
+    others = {artifacts.profile_path(cfg, **dict(base, **c)) for c in changes}
+    assert len(others) == len(changes) and a not in others
+    assert "-cmax-" in artifacts.profile_path(cfg, **dict(base, cap=(0.0, 0.0)))

@@ -36,3 +36,18 @@ def test_damaged_profile_cache_is_rebuilt(setup, damage, caplog):
     assert any("is damaged" in r.getMessage() and path in r.getMessage() for r in caplog.records)
     reread, cached = profile_cached(cfg, graph, "testhost")
     assert cached and np.array_equal(reread.seconds, rebuilt.seconds)
+
+
+def test_profile_cache_is_per_cap_and_per_worker(setup, caplog):
+    """A profile cached under one CPU cap is not loaded under another, nor by the other worker of the same host
+    (each measures its own); a load from the cache logs the file it came from."""
+    cfg, graph = setup
+    _, cached = profile_cached(cfg, graph, "capshost", worker=0, cap=(0.04, 0.1))
+    assert not cached
+    with caplog.at_level(logging.INFO, logger="cnnvideo.worker.role"):
+        _, cached = profile_cached(cfg, graph, "capshost", worker=0, cap=(0.04, 0.1))
+    path = costs_cache_path(cfg, "capshost", worker=0, cap=(0.04, 0.1))
+    assert cached and any("loaded from %s" % path in r.getMessage() for r in caplog.records)
+    assert not profile_cached(cfg, graph, "capshost", worker=0, cap=(0.01, 0.1))[1]  # another cap: measured anew
+    assert not profile_cached(cfg, graph, "capshost", worker=1, cap=(0.04, 0.1))[1]  # the neighbour: its own
+    assert profile_cached(cfg, graph, "capshost", worker=0, cap=(0.01, 0.1))[1]

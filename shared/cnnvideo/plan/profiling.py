@@ -286,7 +286,7 @@ def senders_for(delta_options) -> Callable[[int], object]:
     return HopSettings.from_delta(delta_options).sender
 
 
-ENGINE_CHUNKS = 4  # stages timed on a non-torch engine to scale the per-segment torch profile
+ENGINE_CHUNKS = 4  # stages timed on a non-torch engine to scale the per-segment torch profile (no node profile)
 
 
 def engine_chunks(seconds: np.ndarray, n: int = ENGINE_CHUNKS) -> List[Tuple[int, int]]:
@@ -319,13 +319,25 @@ def _engine_time(fn, x, iters: int, min_wall: float = ENGINE_MIN_WALL_S, max_run
 
 def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: int = 3
                  ) -> Tuple[np.ndarray, Tuple[int, ...], float]:
-    """(per-segment factor, the stages' cut bounds, their summed seconds): the factor is engine seconds / torch
-    seconds of the profile, measured over ENGINE_CHUNKS stages of the worker's engine (`engines.StageFactory`):
-    one stage per range of segments, since exporting every segment would take minutes; each segment takes its
-    range's factor. Int8 stages are fed the quantised tensor. Both are CPU times scaled by their own wall/CPU
-    ratio (a torch pass's CPU also counts its idle OpenMP threads' spinning; ORT sessions here do not spin).
-    The bounds and sum are what `rescale_engine` times again."""
-    factor = np.ones(len(seconds))
+    """(engine seconds per segment, the stage bounds timed, their summed seconds) on the worker's engine
+    (`engines.StageFactory`). The whole model runs as one engine stage, timed back to back (`_engine_time`), and
+    that time is split over its segments by ORT's own per-node profile of the same stage (`OrtStage.
+    segment_seconds`): an int8 stage's segments do not slow down in torch's proportions (its first convolution and
+    classifier stay fp32, the rest runs u8 kernels). Where the stage gives no per-node times (it fell back to
+    torch, or came from an ONNX-file model), the older way applies: ENGINE_CHUNKS stages, each segment scaled by its
+    range's engine/torch ratio. Int8 stages are fed the quantised tensor. The bounds and sum are what
+    `rescale_engine` times again."""
+    k = len(seconds)
+    st = stages.stage(0, k)
+    x = tensors[0] if st.q_in is None else st.q_in.quantize(tensors[0])
+    own = st.segment_seconds(x, max(int(iters), 1)) if hasattr(st, "segment_seconds") else None
+    if own is not None:
+        got = _engine_time(st.run, x, iters)
+        out = got * own / own.sum()
+        log.info("stage 0..%d on %s-%s: %.4f s (%.4f s in ORT's nodes) vs %.4f s torch fp32; per segment from ORT's "
+                 "node profile", k, st.engine, st.precision, got, float(own.sum()), float(seconds.sum()))
+        return out, (0, k), got
+    factor = np.ones(k)
     chunks = engine_chunks(seconds)
     total = 0.0
     for a, b in chunks:
@@ -340,7 +352,7 @@ def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: 
             factor[a:b] = got / ref
         log.info("stage %d..%d on %s-%s: %.4f s vs %.4f s torch fp32 (x%.2f)", a, b, st.engine, st.precision,
                  got, ref, ref / got if got > 0 else float("nan"))
-    return factor, tuple(int(c) for c in [chunks[0][0]] + [b for _, b in chunks]), total
+    return seconds * factor, tuple(int(c) for c in [chunks[0][0]] + [b for _, b in chunks]), total
 
 
 def _quantised(tensors: List[np.ndarray], stages) -> List[np.ndarray]:
@@ -363,8 +375,7 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
     reference = float(seconds.sum())  # the torch fp32 pass, before any engine scaling (what rescale compares)
     bounds: Tuple[int, ...] = ()
     if stages is not None and (stages.spec.engine != "torch" or stages.precision != "fp32"):
-        factor, bounds, reference = engine_scale(stages, seconds, tensors, iters)
-        seconds = seconds * factor
+        seconds, bounds, reference = engine_scale(stages, seconds, tensors, iters)
     if sender_for is None:
         def sender_for(k: int) -> object:
             return HopSender()
@@ -372,3 +383,17 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
                              convert=(lambda ts: _quantised(ts, stages)) if stages is not None else None)
     return WorkerProfile(seconds=seconds, encode=enc, decode=dec, wall_per_cpu=float(ratio), reference=reference,
                          reference_bounds=bounds)
+
+
+def fastest_profile(profiles) -> WorkerProfile:
+    """One profile from several engines' (label -> WorkerProfile, torch first) for the planner under `engine:
+    auto`: each segment at its fastest engine's seconds (a lower bound of the stage the worker then runs on one
+    engine, equal where one engine wins all of a stage's segments), the codec of the first (the same tensors
+    travel whichever engine computes), rescaled by torch passes like a torch profile (no engine bounds)."""
+    items = list(profiles.values())
+    if not items:
+        raise ValueError("fastest_profile needs at least one profile")
+    first = items[0]
+    seconds = np.min(np.stack([p.seconds for p in items]), axis=0)
+    return WorkerProfile(seconds=seconds, encode=first.encode, decode=first.decode, wall_per_cpu=first.wall_per_cpu,
+                         reference=rescale_reference(first), reference_bounds=())

@@ -143,12 +143,16 @@ def weights_digest(graph) -> str:
 
 
 def factory_for(cfg, graph) -> StageFactory:
-    """The StageFactory of a Config: its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
+    """The StageFactory of a Config (`engine: auto`: onnxruntime where installed; a worker builds one factory per
+    engine instead, `auto.AutoStages`): its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
     frames of the trainer's video that the run does not evaluate (cached in cache_dir/calibration)."""
     from cnnvideo.artifacts import calibration_path, onnx_dir
     from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
 
-    spec = EngineSpec(cfg.engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
+    engine = cfg.engine
+    if engine == "auto":  # one factory (a trainer's calibration, `cnnvideo plan`): the engine auto would try first
+        engine = "onnxruntime" if ort_available()[0] else "torch"
+    spec = EngineSpec(engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
     key = "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))
     cal = CalibrationSpec(cfg.calibration_video, cfg.int8.calibration_frames, cfg.calibration_start,
                           cfg.int8.calibration_stride)

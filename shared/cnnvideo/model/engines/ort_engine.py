@@ -128,7 +128,7 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
         except Exception as exc:  # noqa: BLE001 - onnx raises its own types
             raise EngineError("stage %d..%d of %s: %s" % (start, end, graph.path, first_line(exc))) from None
     sample = _sample(graph, start)
-    module, notes = fix_pools(graph.stage_module(start, end), sample)
+    module, notes = fix_pools(segment_scoped(graph, start, end), sample)
     try:
         return _export_bytes(module, sample), notes
     except Exception as exc:  # the exporter raises many types
@@ -138,6 +138,19 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
             names = [graph.layers[i].name for i in graph.segment_layers(first)]
             where = " at layer %s (segment %d)" % (", ".join(names), first)
         raise EngineError("ONNX export of stage %d..%d failed%s: %s" % (start, end, where, first_line(exc))) from None
+
+
+def segment_scoped(graph, start: int, end: int):
+    """The stage start..end as its segments in sequence, each under the module name `s<k>`, so every exported
+    node and tensor name says which segment it computes (ort_profile reads ORT's per-node times back by it); the
+    same layers as graph.stage_module(start, end), since a cut is one tensor."""
+    from collections import OrderedDict
+
+    from torch import nn
+
+    from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE
+
+    return nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
 
 
 def _failing_segment(graph, start: int, end: int) -> Optional[int]:
@@ -182,7 +195,7 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
 
     g = factory.graph
     parts = [factory.key, "cuts %d..%d (%s..%s)" % (start, end, g.cuts[start].name, g.cuts[end].name),
-             precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET]
+             precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET, "segment-scoped names"]
     if precision == "int8":
         from cnnvideo.model.engines.ort_int8 import RECIPE
 
@@ -256,8 +269,10 @@ class OrtStage(Stage):
 
     engine = "onnxruntime"
 
-    def __init__(self, graph, start: int, end: int, sess, precision: str, q_in, q_out, path: str = "") -> None:
+    def __init__(self, graph, start: int, end: int, sess, precision: str, q_in, q_out, path: str = "",
+                 threads: int = 1) -> None:
         super().__init__(start, end, q_in, q_out)
+        self.threads = threads
         self.precision = precision
         self.in_cut = graph.cuts[start]
         self.out_cut = graph.cuts[end]
@@ -265,6 +280,19 @@ class OrtStage(Stage):
         self.path = path
         self.input_name = sess.get_inputs()[0].name
         self.in_dtype = "uint8" if q_in is not None else self.in_cut.dtype
+
+    def segment_seconds(self, x: np.ndarray, runs: int = 3) -> Optional[np.ndarray]:
+        """Kernel seconds per segment of this stage on x, from ORT's per-node profile (ort_profile); None for a
+        stage whose node names carry no segments (extracted from an ONNX-file model)."""
+        from cnnvideo.model.engines.ort_profile import segment_kernel_seconds
+
+        if not self.path or not os.path.isfile(self.path):
+            return None
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        x = check_input(x, self.in_cut.shape, self.in_dtype, "cut %d (%s)" % (self.start, self.in_cut.name))
+        got = segment_kernel_seconds(data, self.start, self.end, np.ascontiguousarray(x), self.threads, runs)
+        return got if got.sum() > 0 else None
 
     def run(self, x: np.ndarray) -> np.ndarray:
         """Run the stage (see Stage.run)."""
@@ -283,7 +311,7 @@ def build_ort_stage(factory, start: int, end: int, q_in: Optional[QParams], q_ou
         try:
             sess = load_cached(path, key, threads)
             log.info("stage %d..%d: %s from %s (%d threads)", start, end, factory.spec.label, path, threads)
-            return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path)
+            return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path, threads)
         except EngineError as exc:
             if factory.spec.on_error == "stop":
                 raise
@@ -292,4 +320,4 @@ def build_ort_stage(factory, start: int, end: int, q_in: Optional[QParams], q_ou
     _store(path, data)
     sess = session(data, threads, "stage %d..%d" % (start, end))
     log.info("stage %d..%d: %s built into %s (%d threads)", start, end, factory.spec.label, path, threads)
-    return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path)
+    return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path, threads)

@@ -1,0 +1,111 @@
+"""Per-segment compute of an ONNX Runtime stage, from ORT's own per-node profile (not torch's shares).
+
+Exported stages name every node and tensor under the segment it came from (`/s<k>/...`, see
+`ort_engine.export_stage`), and those names survive quantisation and ORT's graph rewrites: a rewritten node
+takes the name of one of its original nodes or of an original tensor (`/s3/.../Clip_output_0_nchwc`). A fused
+node is named after the last node it swallowed (Conv+BatchNorm+ReLU6 after the ReLU6's segment), so its time goes
+to the latest segment at or before that name that holds an original node of the fused node's main operator (the
+Conv). Nodes ORT adds with no such name (layout reorders) go with the node run just before them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from typing import Dict, Iterable, List, Optional, Set
+
+import numpy as np
+
+SEGMENT_SCOPE = "s%d"  # the torch module name each segment is exported under (node names start /s<k>/)
+_SEGMENT = re.compile(r"(?:^|/)s(\d+)[/.]")  # a node's scope (/s3/...) or a weight's name (s3.model...)
+_OP_PREFIXES = ("QLinear", "Fused", "Nhwc", "Nchwc", "Dynamic", "Q")
+
+
+def base_op(op: str) -> str:
+    """The operator an ORT kernel computes, without its fusion or quantisation prefix (QLinearConv, QGemm,
+    NhwcMaxPool -> Conv, Gemm, MaxPool; QuantizeLinear stays)."""
+    changed = True
+    while changed:
+        changed = False
+        for p in _OP_PREFIXES:
+            if op.startswith(p) and op[len(p):len(p) + 1].isupper():
+                op, changed = op[len(p):], True
+    return op
+
+
+def segment_of(name: str) -> Optional[int]:
+    """The segment a node or tensor name was exported under (`/s<k>/...`, or `s<k>.` for a weight's nodes), None
+    if it carries none."""
+    found = _SEGMENT.search(name)
+    return int(found.group(1)) if found else None
+
+
+def segment_ops(model) -> Dict[int, Set[str]]:
+    """Segment -> base operators of the nodes exported under it (of an onnx ModelProto)."""
+    ops: Dict[int, Set[str]] = {}
+    for node in model.graph.node:
+        k = segment_of(node.name)
+        if k is not None:
+            ops.setdefault(k, set()).add(base_op(node.op_type))
+    return ops
+
+
+def attribute(events: Iterable[dict], start: int, end: int, ops: Dict[int, Set[str]]) -> np.ndarray:
+    """Microseconds per segment start..end-1 summed over ORT trace events (`Node` events ending `_kernel_time`, in
+    the order run); see the module docstring for how each event finds its segment."""
+    out = np.zeros(end - start)
+    last = start
+    nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    for e in sorted(nodes, key=lambda e: e.get("ts", 0)):
+        k = segment_of(e["name"])
+        if k is None or not start <= k < end:
+            k = last
+        else:
+            op = base_op(str(e.get("args", {}).get("op_name", "")))
+            j = k
+            while j >= start and op not in ops.get(j, ()):
+                j -= 1
+            k = j if j >= start else k
+        out[k - start] += float(e.get("dur", 0.0))
+        last = k
+    return out
+
+
+def segment_kernel_seconds(data: bytes, start: int, end: int, x: np.ndarray, threads: int, runs: int = 3
+                           ) -> np.ndarray:
+    """Median kernel seconds per segment start..end-1 of the stage model `data` on input `x` over `runs` runs
+    (after a warm-up) in a session with ORT's profiler on, configured as the engine's (`ort_session.session`);
+    zeros when the model's names carry no segments. The trace file is removed."""
+    import onnx
+
+    from cnnvideo.model.engines.ort_session import session
+
+    ops = segment_ops(onnx.load_from_string(data))
+    if not ops:  # a stage extracted from an ONNX-file model: its node names carry no segments
+        return np.zeros(end - start)
+    folder = tempfile.mkdtemp(prefix="cnnvideo-ortprof-")
+    path = ""
+    try:
+        sess = session(data, threads, "stage %d..%d" % (start, end), os.path.join(folder, "p"))
+        name = sess.get_inputs()[0].name
+        sess.run(None, {name: x})  # warm-up (first-run allocations): its nodes are dropped below
+        runs = max(int(runs), 1)
+        for _ in range(runs):
+            sess.run(None, {name: x})
+        path = sess.end_profiling()
+        with open(path) as fh:
+            events: List[dict] = json.load(fh)
+        # one attribution per run (the warm-up dropped), then the median per segment: a run slowed by a neighbour
+        # on a shared host moves no segment
+        model_runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e.get("ts", 0))[1:]
+        per_run = [attribute([e for e in events if r["ts"] <= e.get("ts", -1) <= r["ts"] + r["dur"]], start, end, ops)
+                   for r in model_runs]
+        if not per_run:
+            return np.zeros(end - start)
+        return np.median(np.stack(per_run), axis=0) / 1e6
+    finally:
+        for f in [path] + [os.path.join(folder, n) for n in os.listdir(folder)]:
+            if f and os.path.exists(f):
+                os.remove(f)
+        os.rmdir(folder)
