@@ -541,6 +541,38 @@ def node_deps(node) -> List[str]:
     return deps
 
 
+def sort_nodes(graph) -> None:
+    """Reorder a graph's nodes topologically in place, counting what Loop/If/Scan bodies read from the outer scope
+    as inputs (ORT's quantiser sorts by explicit inputs only and can put a detector's resize Loop before the Cast
+    its body reads, which the ONNX checker refuses). Stable: file order where it already is one; every node kept.
+    OnnxModelError on a cycle."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    users: List[List[int]] = [[] for _ in nodes]
+    indeg = [0] * len(nodes)
+    for i, n in enumerate(nodes):
+        for p in {producer[d] for d in node_deps(n) if d in producer and producer[d] != i}:
+            indeg[i] += 1
+            users[p].append(i)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order: List[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        raise OnnxModelError("the graph has a cycle")
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
 def _topo_live(graph, deps: List[List[str]]) -> List[int]:
     """Indices of the nodes some graph output depends on, in a topological order (stable: file order when it
     already is one). OnnxModelError on a cycle or an undefined input."""

@@ -181,6 +181,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         import onnxruntime as ort
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from cnnvideo.model.onnx_graph import sort_nodes
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
         raise EngineError("int8 quantisation is not available here: %s" % first_line(exc)) from None
     ort.set_default_logger_severity(3)
@@ -203,6 +205,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                             calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
                             extra_options={"TensorQuantOverrides": overrides} if overrides else None)
         model = onnx.load(dst)
+        sort_nodes(model.graph)
         if correct_bias:
             corr = bias_correction(session(fp32, 1, "fp32 stage"), session(model.SerializeToString(), 1, "int8 stage"),
                                    inputs, chain_inputs)
