@@ -506,3 +506,28 @@ def test_person_detector_has_backbone_cuts_and_a_split_is_exact(person_detector)
     np.testing.assert_array_equal(got["detection_classes:0"][0][:n], ref["detection_classes:0"][0][:n])
     for key in ("detection_boxes:0", "detection_scores:0"):
         np.testing.assert_allclose(got[key], ref[key], atol=1e-4, rtol=0)
+
+
+def test_sort_nodes_counts_what_a_loop_body_reads():
+    """A Loop whose body reads a tensor of the outer graph, placed before the node making that tensor (as ORT's
+    int8 quantiser left the detector's resize Loop): the checker refuses it, sort_nodes moves the producer first
+    (Loop bodies' outer reads counted as inputs), and the model then checks and runs (y = 2 * x)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["xf", "xf"], ["twice"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL)],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("twice", [1, 3])])
+    nodes = [helper.make_node("Loop", ["trip", ""], ["scan"], body=body, name="loop"),
+             helper.make_node("Cast", ["x"], ["xf"], to=FLOAT, name="cast"),
+             helper.make_node("Squeeze", ["scan", "axis"], ["y"], name="squeeze")]
+    inits = [helper.make_tensor("trip", TensorProto.INT64, [], [1]),
+             helper.make_tensor("axis", TensorProto.INT64, [1], [0])]
+    model = _model(nodes, [_vi("x", [1, 3], TensorProto.INT32)], [_vi("y", [1, 3])], inits)
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(model)
+    og.sort_nodes(model.graph)
+    assert [n.name for n in model.graph.node] == ["cast", "loop", "squeeze"]
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.array([[1, 2, 3]], dtype=np.int32)
+    assert np.array_equal(sess.run(None, {"x": x})[0], 2 * x.astype(np.float32))

@@ -972,10 +972,11 @@ def pack_outputs(model, cut: OnnxCut) -> None:
     flat = []
     for t in cut.tensors:
         f32, row = t + "/cnnvideo_float", t + "/cnnvideo_row"
-        g.node.extend([helper.make_node("Cast", [t], [f32], to=TensorProto.FLOAT),
-                       helper.make_node("Reshape", [f32, shape.name], [row])])
+        g.node.extend([helper.make_node("Cast", [t], [f32], to=TensorProto.FLOAT, name=f32),
+                       helper.make_node("Reshape", [f32, shape.name], [row], name=row)])
         flat.append(row)
-    g.node.append(helper.make_node("Concat", flat, [PACKED], axis=1))
+    # named nodes: the int8 quantiser excludes nodes by name (ort_int8.fp32_nodes keeps these fp32)
+    g.node.append(helper.make_node("Concat", flat, [PACKED], axis=1, name=PACKED))
     del g.output[:]
     g.output.append(helper.make_tensor_value_info(PACKED, TensorProto.FLOAT, list(cut.shape)))
 
