@@ -121,7 +121,49 @@ def load_model(path: str):
         onnx.checker.check_model(path)  # by path: no serialising of the weights in Python
     except Exception as exc:  # ValidationError
         raise OnnxModelError("%s is not a valid ONNX model: %s" % (path, _one_line(exc))) from None
+    check_ops(model, path)
     return model
+
+
+def _all_nodes(graph) -> Iterable:
+    """Every node of a graph and of the Loop/If/Scan bodies inside it."""
+    for node in graph.node:
+        yield node
+        for g in _subgraphs(node):
+            yield from _all_nodes(g)
+
+
+def check_ops(model, path: str = "model") -> None:
+    """OnnxModelError naming the first op (domain:type and node) that ONNX Runtime here can run neither as a CPU
+    kernel nor as a function (the model's own, or an ONNX op defined as one), also inside Loop/If bodies; checked
+    at load so a model with a custom op stops in one line before any role starts. Nothing is checked where
+    onnxruntime (or its kernel listing) is missing: a session then says what it lacks."""
+    try:
+        import onnx.defs
+        from onnxruntime import __version__ as ort_version
+        from onnxruntime.capi import _pybind_state
+
+        kernels = {(k.domain or "", k.op_name) for k in _pybind_state.get_all_opkernel_def()}
+    except Exception:  # noqa: BLE001 - no ORT here (armv7), or one without the kernel listing
+        return
+    local = {(f.domain or "", f.name) for f in model.functions}
+    local.add(("", "Constant"))  # no kernel: ORT turns Constant nodes into initialisers
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    seen: Set[Tuple[str, str]] = set()
+    for node in _all_nodes(model.graph):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        key = (domain, node.op_type)
+        if key in seen or key in kernels or key in local:
+            continue
+        seen.add(key)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+            if schema.has_function or schema.has_context_dependent_function:
+                continue
+        except Exception:  # noqa: BLE001 - SchemaError: ONNX does not define it either
+            pass
+        raise OnnxModelError("%s: op %s%s (node %s) is not available in ONNX Runtime %s" % (
+            path, domain + ":" if domain else "", node.op_type, node.name or "unnamed", ort_version))
 
 
 def _data_inputs(graph) -> List:
