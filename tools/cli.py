@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heldout", default="", metavar="START:STRIDE:COUNT",
                    help="also top-1 agreement on these frames (e.g. 560:5:47: after the calibration frames)")
     p.add_argument("--split-cut", type=int, default=0, help="cut of the 2-worker split (default: halve torch's time)")
+    p.add_argument("--score-threshold", type=float, default=0.5, help="a detector's boxes kept for F1 (0..1)")
     p = bench.add_parser("tradeoff", help="bytes per hop vs top-1 agreement: input/later thresholds and fp16")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table of the answers)")
     p.add_argument("--model", default="mobilenet_v2")

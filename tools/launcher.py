@@ -348,10 +348,12 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
 
 
 def run(args) -> int:
+    from cnnvideo.model.loading import check_weights
+
     cfg, cfg_path = effective_config(args)  # ConfigError here: nothing has started yet
     if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
+        check_weights(cfg)  # a bad model or weights file stops here, before the namespace is made
         return _run_in_netns(cfg, cfg_path, args)
-    from cnnvideo.model.loading import check_weights
     from cnnvideo.wire import tls
 
     print("[local] %s, weights: %s" % (cfg.model, check_weights(cfg).describe()), file=sys.stderr, flush=True)

@@ -1,6 +1,8 @@
-"""`cnnvideo bench engine`: the JSON contract (summary per engine and precision) on a tiny synthetic clip, and
-one clear error line for a calibration with no frames."""
+"""`cnnvideo bench engine`: the JSON contract (summary per engine and precision) on a tiny synthetic clip, the
+person detector's (ORT fp32 and int8, F1 against fp32) on a few vtest.avi frames, and one clear error line for a
+calibration with no frames."""
 import json
+import math
 import subprocess
 import sys
 
@@ -16,6 +18,12 @@ def _bench(*extra):
     return subprocess.run([sys.executable, "-m", "cnnvideo", "bench", "engine", "--json", "--model", "mobilenet_v2",
                            "--frame-size", "64", "96", "--frames", "3", "--repeat", "1", "--calibration-frames", "2"]
                           + list(extra), capture_output=True, text=True, timeout=600)
+
+
+def _bench_model(model, *extra):
+    return subprocess.run([sys.executable, "-m", "cnnvideo", "bench", "engine", "--json", "--model", model,
+                           "--frames", "3", "--repeat", "1", "--calibration-frames", "2"] + list(extra),
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_bench_engine_json(tmp_path):
@@ -53,3 +61,37 @@ def test_bench_engine_bad_heldout(tmp_path):
                         ("9:x", "must be START:STRIDE:COUNT")):
         proc = _bench("--video", video, "--calibration-start", "6", "--engines", "torch-fp32", "--heldout", spec)
         assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, spec
+
+
+def _numbers(*values):
+    """True when every value is a finite int or float (not a bool, not None)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+def test_bench_engine_detector_json(tmp_path, person_detector):
+    """`--model <the person detector file>` on 3 small vtest.avi frames: the JSON names weights (the file's hash),
+    frame size, engine and threads/caps; ORT fp32 and int8 each have real timings (whole and both stages), errors
+    and F1 of whole and split against fp32; fp32 against itself is exact (F1 1.0, error 0)."""
+    proc = _bench_model(person_detector, "--video", "media/vtest.avi", "--frame-size", "144", "192",
+                        "--calibration-start", "40", "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["weights"].startswith("file sha256 ") and out["frame_size"] == [144, 192]
+    assert out["engine"].startswith("onnxruntime ") and out["threads"] == 1 and out["cpu_cap_cores"] >= 1
+    assert out["detector"] == {"name": "person-ssdlite", "score_threshold": 0.5, "iou_threshold": 0.5}
+    assert set(out["results"]) == {"onnxruntime-fp32", "onnxruntime-int8"} and out["eval_frames"] == 3
+    for label, row in out["results"].items():
+        assert _numbers(row["whole_s"], *row["stage_s"], row["max_abs_err"], row["split_max_abs_err"],
+                        row["cut_max_abs_err"], row["f1"], row["split_f1"], row["speedup_vs_onnxruntime_fp32"]), label
+        assert row["whole_s"] > 0 and all(s > 0 for s in row["stage_s"]) and 0 <= row["f1"] <= 1, label
+        assert row["engines_run"] == [label] and row["detections"]["frames"] == 3, label
+    fp32 = out["results"]["onnxruntime-fp32"]
+    assert fp32["f1"] == fp32["split_f1"] == 1.0 and fp32["split_max_abs_err"] == 0.0
+    assert out["summary"]["onnxruntime-int8"]["f1"] == out["results"]["onnxruntime-int8"]["f1"]
+
+
+def test_bench_engine_detector_rejects_torch(person_detector):
+    """An ONNX model with `--engines torch-fp32`: one error line naming the engines it runs on, non-zero exit."""
+    proc = _bench_model(person_detector, "--engines", "torch-fp32")
+    assert proc.returncode != 0 and "torch-fp32" in proc.stderr and "onnxruntime-fp32" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -29,11 +29,15 @@ def load_graph(cfg):
 
 def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
-    ConfigError: one line, exit 2) before a role serves anything. Random weights need no check."""
+    ConfigError: one line, exit 2) before a role serves anything. Random weights need no check; an ONNX file is
+    read and checked (onnx_graph.load_model: readable, valid, every op available in ONNX Runtime)."""
     from cnnvideo.model.zoo import WeightsInfo, load_model, sha256_of
 
     path = onnx_model_path(cfg.model)
     if path:  # the weights are in the file; `weights` is not used
+        from cnnvideo.model.onnx_graph import load_model as load_onnx
+
+        load_onnx(path)  # unreadable, invalid or with an op ONNX Runtime lacks: one line (OnnxModelError)
         return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(path), sha256_of(path))
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)

@@ -121,7 +121,49 @@ def load_model(path: str):
         onnx.checker.check_model(path)  # by path: no serialising of the weights in Python
     except Exception as exc:  # ValidationError
         raise OnnxModelError("%s is not a valid ONNX model: %s" % (path, _one_line(exc))) from None
+    check_ops(model, path)
     return model
+
+
+def _all_nodes(graph) -> Iterable:
+    """Every node of a graph and of the Loop/If/Scan bodies inside it."""
+    for node in graph.node:
+        yield node
+        for g in _subgraphs(node):
+            yield from _all_nodes(g)
+
+
+def check_ops(model, path: str = "model") -> None:
+    """OnnxModelError naming the first op (domain:type and node) that ONNX Runtime here can run neither as a CPU
+    kernel nor as a function (the model's own, or an ONNX op defined as one), also inside Loop/If bodies; checked
+    at load so a model with a custom op stops in one line before any role starts. Nothing is checked where
+    onnxruntime (or its kernel listing) is missing: a session then says what it lacks."""
+    try:
+        import onnx.defs
+        from onnxruntime import __version__ as ort_version
+        from onnxruntime.capi import _pybind_state
+
+        kernels = {(k.domain or "", k.op_name) for k in _pybind_state.get_all_opkernel_def()}
+    except Exception:  # noqa: BLE001 - no ORT here (armv7), or one without the kernel listing
+        return
+    local = {(f.domain or "", f.name) for f in model.functions}
+    local.add(("", "Constant"))  # no kernel: ORT turns Constant nodes into initialisers
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    seen: Set[Tuple[str, str]] = set()
+    for node in _all_nodes(model.graph):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        key = (domain, node.op_type)
+        if key in seen or key in kernels or key in local:
+            continue
+        seen.add(key)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+            if schema.has_function or schema.has_context_dependent_function:
+                continue
+        except Exception:  # noqa: BLE001 - SchemaError: ONNX does not define it either
+            pass
+        raise OnnxModelError("%s: op %s%s (node %s) is not available in ONNX Runtime %s" % (
+            path, domain + ":" if domain else "", node.op_type, node.name or "unnamed", ort_version))
 
 
 def _data_inputs(graph) -> List:
@@ -541,6 +583,38 @@ def node_deps(node) -> List[str]:
     return deps
 
 
+def sort_nodes(graph) -> None:
+    """Reorder a graph's nodes topologically in place, counting what Loop/If/Scan bodies read from the outer scope
+    as inputs (ORT's quantiser sorts by explicit inputs only and can put a detector's resize Loop before the Cast
+    its body reads, which the ONNX checker refuses). Stable: file order where it already is one; every node kept.
+    OnnxModelError on a cycle."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    users: List[List[int]] = [[] for _ in nodes]
+    indeg = [0] * len(nodes)
+    for i, n in enumerate(nodes):
+        for p in {producer[d] for d in node_deps(n) if d in producer and producer[d] != i}:
+            indeg[i] += 1
+            users[p].append(i)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order: List[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        raise OnnxModelError("the graph has a cycle")
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
 def _topo_live(graph, deps: List[List[str]]) -> List[int]:
     """Indices of the nodes some graph output depends on, in a topological order (stable: file order when it
     already is one). OnnxModelError on a cycle or an undefined input."""
@@ -940,10 +1014,11 @@ def pack_outputs(model, cut: OnnxCut) -> None:
     flat = []
     for t in cut.tensors:
         f32, row = t + "/cnnvideo_float", t + "/cnnvideo_row"
-        g.node.extend([helper.make_node("Cast", [t], [f32], to=TensorProto.FLOAT),
-                       helper.make_node("Reshape", [f32, shape.name], [row])])
+        g.node.extend([helper.make_node("Cast", [t], [f32], to=TensorProto.FLOAT, name=f32),
+                       helper.make_node("Reshape", [f32, shape.name], [row], name=row)])
         flat.append(row)
-    g.node.append(helper.make_node("Concat", flat, [PACKED], axis=1))
+    # named nodes: the int8 quantiser excludes nodes by name (ort_int8.fp32_nodes keeps these fp32)
+    g.node.append(helper.make_node("Concat", flat, [PACKED], axis=1, name=PACKED))
     del g.output[:]
     g.output.append(helper.make_tensor_value_info(PACKED, TensorProto.FLOAT, list(cut.shape)))
 

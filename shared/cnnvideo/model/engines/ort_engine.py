@@ -242,9 +242,14 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
             chain = _chain_inputs(factory, start, q_in)
         except EngineError as exc:  # the stage itself can still be built; its correction then covers only itself
             log.warning("stage %d..%d: int8 bias correction without the stages before it (%s)", start, end, exc)
+    # a stage ending at several model outputs (a detector's boxes, scores, classes, packed in one row): its
+    # post-processing stays fp32, and no per-"channel" bias correction (each packed element is a box slot whose
+    # content changes from frame to frame: a mean error per slot shifted boxes)
+    detector_end = len(getattr(g.cuts[end], "tensors", ())) > 1
     q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
-                       stem_area=(h // 2) * (w // 2), chain_inputs=chain)
+                       stem_area=(h // 2) * (w // 2), chain_inputs=chain, correct_bias=not detector_end,
+                       postprocess=detector_end)
     return _with_key(q, stage_key(factory, start, end, "int8"))
 
 

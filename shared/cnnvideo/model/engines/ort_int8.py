@@ -24,7 +24,8 @@ from cnnvideo.model.engines.ort_session import session
 log = logging.getLogger(__name__)
 
 RECIPE = ("qdq u8 act, per-channel s8 weights, minmax, pre-processed, fp32: first conv, classifier, half-resolution "
-          "stem; output bias correction per channel against the fp32 model, on the int8 prefix's output")
+          "stem, a detector's post-processing; output bias correction per channel against the fp32 model, on the "
+          "int8 prefix's output, none on a detector's outputs")
 
 
 def name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
@@ -81,13 +82,17 @@ def _spatial_sizes(model) -> dict:
     return sizes
 
 
-def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0) -> List[str]:
+def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0, postprocess: bool = False) -> List[str]:
     """Nodes kept in fp32: the model's first convolution (its input is the normalised frame), the classifier's
-    Gemm/MatMul (its output is what top-1 reads), and with `stem_area` > 0 every node whose input has at least
+    Gemm/MatMul (its output is what top-1 reads), with `stem_area` > 0 every node whose input has at least
     that many pixels (the blocks at half the input resolution: few channels, so the most quantisation noise per
-    multiply-add, measured as the largest share of the int8 error)."""
+    multiply-add, measured as the largest share of the int8 error), and with `postprocess` every node after the
+    last convolution (postprocess_nodes: a detector's score sigmoid, box decoding and NMS loop, whose uint8
+    rounding moved and dropped boxes)."""
     nodes = list(model.graph.node)
     names = []
+    if postprocess:
+        names += postprocess_nodes(model)
     if first_conv:
         names += [n.name for n in nodes if n.op_type == "Conv"][:1]
     if classifier:
@@ -96,6 +101,42 @@ def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0) ->
         sizes = _spatial_sizes(model)
         names += [n.name for n in nodes if n.input and sizes.get(n.input[0], 0) >= stem_area and n.name not in names]
     return names
+
+
+def name_nodes(graph) -> int:
+    """Give every unnamed node of the graph a unique name, in place (the quantiser excludes nodes by name only: an
+    unnamed Concat packing a detector's outputs was quantised, and every box collapsed); how many were named."""
+    taken = {n.name for n in graph.node}
+    count = 0
+    for i, node in enumerate(graph.node):
+        if not node.name:
+            name, k = "cnnvideo_node_%d" % i, 0
+            while name in taken:
+                k += 1
+                name = "cnnvideo_node_%d_%d" % (i, k)
+            node.name = name
+            taken.add(name)
+            count += 1
+    return count
+
+
+def postprocess_nodes(model) -> List[str]:
+    """Names of the nodes no convolution depends on (what follows the last convolution on every path: a detector's
+    reshapes and concats of the head outputs, score sigmoid, box decoding, NMS loop), reads of Loop/If bodies
+    counted as inputs."""
+    from cnnvideo.model.onnx_graph import node_deps
+
+    nodes = list(model.graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    feeds_conv = set()
+    stack = [i for i, n in enumerate(nodes) if n.op_type.startswith("Conv")]
+    while stack:
+        i = stack.pop()
+        if i in feeds_conv:
+            continue
+        feeds_conv.add(i)
+        stack.extend(producer[d] for d in node_deps(nodes[i]) if d in producer)
+    return [n.name for i, n in enumerate(nodes) if i not in feeds_conv and n.name]
 
 
 def _run_all(sess, inputs: List[np.ndarray]) -> List[np.ndarray]:
@@ -154,7 +195,8 @@ def set_correction(model, correction: np.ndarray) -> None:
 def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams], q_out: Optional[QParams],
                    workdir: str, first_conv: bool = False, classifier: bool = False, stem_area: int = 0,
                    correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
-                   method: str = "minmax", reduce_range: bool = False, weights: str = "s8") -> bytes:
+                   method: str = "minmax", reduce_range: bool = False, weights: str = "s8",
+                   postprocess: bool = False) -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
@@ -162,7 +204,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     deliver it, dequantised: the correction then covers their error too). EngineError when there are no calibration
     inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies);
     `reduce_range` (7-bit weights, against AVX2's u8 x s8 pair-sum saturation) and `weights` ("s8" or "u8"): study
-    knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise)."""
+    knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise).
+    `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes)."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -181,6 +224,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         import onnxruntime as ort
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from cnnvideo.model.onnx_graph import sort_nodes
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
         raise EngineError("int8 quantisation is not available here: %s" % first_line(exc)) from None
     ort.set_default_logger_severity(3)
@@ -193,9 +238,11 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
             # constant folding and shape inference first: conv biases become initialisers, so convs quantise
             quant_pre_process(src, pre, skip_symbolic_shape=True)
             model = onnx.load(pre)
-            keep = fp32_nodes(model, first_conv, classifier, stem_area)
+            named = name_nodes(model.graph)
+            keep = fp32_nodes(model, first_conv, classifier, stem_area, postprocess)
             if correct_bias:
                 keep += with_correction_node(model)
+            if correct_bias or named:
                 onnx.save(model, pre)
             quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, reduce_range=reduce_range,
@@ -203,6 +250,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                             calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
                             extra_options={"TensorQuantOverrides": overrides} if overrides else None)
         model = onnx.load(dst)
+        sort_nodes(model.graph)
         if correct_bias:
             corr = bias_correction(session(fp32, 1, "fp32 stage"), session(model.SerializeToString(), 1, "int8 stage"),
                                    inputs, chain_inputs)
