@@ -16,14 +16,10 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
-# torchvision's Faster R-CNN builders this module splits (the 320 one resizes frames to 320 instead of 800)
-DETECTOR_NAMES: Tuple[str, ...] = ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
-                                   "fasterrcnn_mobilenet_v3_large_320_fpn")
-PACKED_COLUMNS = ("x1", "y1", "x2", "y2", "score", "label")
+from cnnvideo.model.zoo import DETECTOR_NAMES
 
 
 def is_detector_name(name: str) -> bool:
@@ -141,7 +137,8 @@ def splittable(model: nn.Module, frame_size: Tuple[int, int]) -> nn.Module:
 
 
 def pack_detections(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, rows: int) -> torch.Tensor:
-    """[rows, 6] float32: (x1, y1, x2, y2, score, label) per detection, best first as given, zero rows after them;
+    """[rows, 6] float32 (results.detections.PACKED_COLUMNS; unpack_packed reads it): (x1, y1, x2, y2, score,
+    label) per detection, best first as given, zero rows after them;
     detections beyond `rows` are dropped (the ROI heads never give more than detections_per_img)."""
     n = min(int(boxes.shape[0]), int(rows))
     out = boxes.new_zeros((int(rows), 6), dtype=torch.float32)
@@ -149,17 +146,3 @@ def pack_detections(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Ten
     out[:n, 4] = scores[:n].to(torch.float32)
     out[:n, 5] = labels[:n].to(torch.float32)
     return out
-
-
-def unpack_detections(packed: np.ndarray) -> Dict[str, np.ndarray]:
-    """{"boxes" [n, 4], "scores" [n], "labels" [n] int64} of the rows with a score above 0 (the detections; the
-    heads drop scores below their threshold, so padding rows are the zero-score ones). ValueError on a bad shape."""
-    a = np.asarray(packed)
-    if a.ndim == 3 and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim != 2 or a.shape[1] != len(PACKED_COLUMNS):
-        raise ValueError("packed detections must be [rows, %d] (%s), got shape %s"
-                         % (len(PACKED_COLUMNS), ", ".join(PACKED_COLUMNS), a.shape))
-    a = a[a[:, 4] > 0]
-    return {"boxes": a[:, :4].astype(np.float32), "scores": a[:, 4].astype(np.float32),
-            "labels": np.rint(a[:, 5]).astype(np.int64)}
