@@ -449,6 +449,17 @@ class LayerGraph:
             raise GraphError("segment %s out of range 0..%d" % (k, self.num_segments - 1))
         return list(range(self.cuts[k].layer + 1, self.cuts[k + 1].layer + 1))
 
+    def torch_only(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> str:
+        """Why the stage between the cuts must run eagerly on torch ('' = it may be exported): it holds a module
+        flagged `onnx_export = False` (a detector's heads, whose data-dependent shapes an export would freeze)."""
+        start, end = self.cut_index(start_cut), self.cut_index(end_cut)
+        if start == end:
+            return ""
+        for module in self.stage_module(start, end).modules():
+            if getattr(type(module), "onnx_export", True) is False:
+                return "it holds %s (data-dependent shapes an ONNX export would freeze)" % type(module).__name__
+        return ""
+
     def stage_module(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> nn.Module:
         """A module mapping the tensor at `start_cut` to the tensor at `end_cut` (identity when equal)."""
         start, end = self.cut_index(start_cut), self.cut_index(end_cut)
