@@ -190,3 +190,27 @@ def test_detector_net_keeps_torchvision_modules():
     net = DetectorNet(model, (60, 80))
     assert net.head.rpn is model.rpn and net.head.roi_heads is model.roi_heads and net.head.fpn is model.backbone.fpn
     assert net.body["0"] is model.backbone.body["0"]
+
+
+def test_onnxruntime_engine_exports_the_body_and_keeps_the_heads_on_torch(tmp_path):
+    """With engine onnxruntime (even on_error: stop) a body stage runs in ORT within 1e-5 of torch, and the stage
+    holding the heads runs on torch with a note saying why (an export would freeze their data-dependent shapes)
+    instead of failing; export_stage refuses it with that reason."""
+    from cnnvideo.model.engines.base import EngineError, EngineSpec, ort_available
+    from cnnvideo.model.engines.factory import StageFactory
+    from cnnvideo.model.engines.ort_engine import export_stage
+
+    if not ort_available()[0]:
+        pytest.skip("onnxruntime not installed")
+    model, _ = load_model("fasterrcnn_mobilenet_v3_large_320_fpn")
+    graph = LayerGraph.from_model(model, (60, 80))
+    last, mid = len(graph.cuts) - 1, [c.index for c in graph.cuts if c.name.startswith("body.")][3]
+    factory = StageFactory(graph, EngineSpec("onnxruntime", "fp32", 1, "stop"), str(tmp_path), "frcnn test")
+    frame = _frame((60, 80))
+    body, heads = factory.stage(0, mid), factory.stage(mid, last)
+    assert (body.engine, heads.engine) == ("onnxruntime", "torch")
+    assert np.abs(body.run(frame) - TorchStage(graph, 0, mid).run(frame)).max() <= 1e-5
+    assert heads.run(body.run(frame)).shape == (100, 6)
+    assert len(factory.notes) == 1 and "holds Head" in factory.notes[0]
+    with pytest.raises(EngineError, match="cannot be exported to ONNX: it holds Head"):
+        export_stage(graph, mid, last)
