@@ -150,8 +150,9 @@ def _cfg(**over):
 
 
 def test_config_accepts_the_detectors_with_any_weights_and_checks_their_labels():
-    """Each detector name validates with weights random and imagenet (torchvision's COCO weights) and takes
-    `detect:` settings; a label COCO does not have is refused naming it."""
+    """Each zoo detector name is a registered packed detector and validates with weights random and imagenet
+    (torchvision's COCO weights) and takes `detect:` settings; a label COCO does not have is refused naming it."""
+    assert all(dt.is_detector(n) and dt.DETECTORS[n].packed for n in DETECTOR_NAMES)  # the two lists agree
     for name in DETECTOR_NAMES:
         for weights in ("random", "imagenet"):
             assert _cfg(model=name, weights=weights).model == name

@@ -77,15 +77,19 @@ PERSON_SSDLITE = DetectorSpec(
     classes="detection_classes:0", count="num_detections:0", box_format="yxyx_norm", labels={1: "person"})
 
 
-
 class CocoLabels(Mapping):
     """COCO class id -> name of torchvision's detectors (their weights' meta, read on first use: no file, no
     network); the placeholder ids (`__background__`, `N/A`) are left out."""
 
-    def _table(self) -> Dict[int, str]:
-        from cnnvideo.results.labels import coco_categories
+    def __init__(self) -> None:
+        self._names: Optional[Dict[int, str]] = None
 
-        return {i: n for i, n in enumerate(coco_categories()) if n not in ("__background__", "N/A")}
+    def _table(self) -> Dict[int, str]:
+        if self._names is None:
+            from cnnvideo.results.labels import coco_categories
+
+            self._names = {i: n for i, n in enumerate(coco_categories()) if n not in ("__background__", "N/A")}
+        return self._names
 
     def __getitem__(self, key: int) -> str:
         return self._table()[key]
@@ -447,13 +451,10 @@ def draw_boxes(rgb: np.ndarray, detections: Sequence[Detection], scale: float = 
 
 
 def as_outputs(outputs: Any, names: Optional[Sequence[str]] = None) -> Mapping[str, np.ndarray]:
-    """A stage's model outputs as {name: array}: a mapping as it is, a packed [rows, 6] array unpacked
-    (unpack_packed), a list/tuple zipped with `names` (the model's output names in order; ValueError when they do
-    not line up)."""
+    """A stage's model outputs as {name: array}: a mapping as it is, a list/tuple zipped with `names` (the
+    model's output names in order; ValueError when they do not line up)."""
     if isinstance(outputs, Mapping):
         return outputs
-    if isinstance(outputs, np.ndarray) and names is None:
-        return unpack_packed(outputs)
     outs = list(outputs)
     if names is None or len(names) != len(outs):
         raise ValueError("detector outputs: %d arrays need as many output names, got %r" % (len(outs), names))
