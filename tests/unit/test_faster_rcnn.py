@@ -195,8 +195,8 @@ def test_detector_net_keeps_torchvision_modules():
 
 def test_onnxruntime_engine_exports_the_body_and_keeps_the_heads_on_torch(tmp_path):
     """With engine onnxruntime (even on_error: stop) a body stage runs in ORT within 1e-5 of torch, and the stage
-    holding the heads runs on torch with a note saying why (an export would freeze their data-dependent shapes)
-    instead of failing; export_stage refuses it with that reason."""
+    holding the heads runs on torch with a note saying why (their ONNX export is not exact) instead of failing;
+    export_stage refuses it with that reason."""
     from cnnvideo.model.engines.base import EngineError, EngineSpec, ort_available
     from cnnvideo.model.engines.factory import StageFactory
     from cnnvideo.model.engines.ort_engine import export_stage

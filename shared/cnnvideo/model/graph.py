@@ -451,13 +451,13 @@ class LayerGraph:
 
     def torch_only(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> str:
         """Why the stage between the cuts must run eagerly on torch ('' = it may be exported): it holds a module
-        flagged `onnx_export = False` (a detector's heads, whose data-dependent shapes an export would freeze)."""
+        flagged `onnx_export = False` (a detector's heads: data-dependent shapes, and their export is not exact)."""
         start, end = self.cut_index(start_cut), self.cut_index(end_cut)
         if start == end:
             return ""
         for module in self.stage_module(start, end).modules():
             if getattr(type(module), "onnx_export", True) is False:
-                return "it holds %s (data-dependent shapes an ONNX export would freeze)" % type(module).__name__
+                return "it holds %s (data-dependent shapes; its ONNX export is not exact)" % type(module).__name__
         return ""
 
     def stage_module(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> nn.Module:
