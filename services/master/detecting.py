@@ -32,8 +32,10 @@ class MasterDetections:
         return cls(dt.spec_for(model, detect), frame_size, output_names=output_names)
 
     def decode(self, outputs: Any) -> List[Detection]:
-        """The detections of one frame's outputs ({name: array}, or a list in output order)."""
-        return dt.decode(dt.as_outputs(outputs, self.output_names), self.spec, self.frame_w, self.frame_h)
+        """The detections of one frame's outputs ({name: array}, a list in output order, or a torch detector's
+        packed [rows, 6] array)."""
+        named = dt.unpack_packed(outputs) if self.spec.packed else dt.as_outputs(outputs, self.output_names)
+        return dt.decode(named, self.spec, self.frame_w, self.frame_h)
 
     def frame(self, frame: int, outputs: Any) -> List[Detection]:
         """Decode a finished frame's outputs and count them; its detections."""

@@ -53,6 +53,10 @@ class Setup:
         m.setup_s["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
             self.load_onnx_outputs()
+        else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
+            from cnnvideo.master.detecting import MasterDetections
+
+            m.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
         training = None

@@ -396,12 +396,14 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         if cfg.engine != "onnxruntime":
             raise ConfigError("config key 'engine' must be onnxruntime for an ONNX model file (%s), got %r"
                               % (cfg.model, cfg.engine))
-    elif cfg.model not in models.MODEL_NAMES and not models.is_torchvision_model(cfg.model):
-        known = ", ".join(models.MODEL_NAMES)
+    elif not models.is_known_model(cfg.model):
+        known = ", ".join(models.MODEL_NAMES + models.DETECTOR_NAMES)
         raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
     from cnnvideo.results.detections import check_settings, is_detector
 
-    check_settings(cfg.model, is_detector(cfg.model), cfg.detect, classifier={"weights": cfg.weights})
+    # an ONNX file holds its weights, so `weights` is a classifier setting there; a torchvision detector takes it
+    check_settings(cfg.model, is_detector(cfg.model), cfg.detect,
+                   classifier={"weights": cfg.weights} if onnx_path else None)
     if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
     from cnnvideo.video.sources import kind_of
@@ -559,7 +561,7 @@ def model_unavailable(model: str, weights: str) -> str:
     if onnx_path:
         return "" if os.path.isfile(onnx_path) else "%s is not in the model cache (scripts/fetch_detector.sh)" % (
             onnx_path)
-    if model not in zoo.MODEL_NAMES and not zoo.is_torchvision_model(model):
+    if not zoo.is_known_model(model):
         return "model %s is unknown to this build" % model
     if weights == "imagenet" and not zoo.imagenet_available(model):
         return "its ImageNet weights are not in the torch hub cache (scripts/fetch_weights.sh fetches mobilenet_v2's)"

@@ -137,8 +137,10 @@ def _make_tracer(fx):
             self.scopes: Dict[Any, str] = {}
 
         def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-            """Preprocess is a leaf; otherwise fx's default (torch.nn built-ins)."""
-            return isinstance(m, Preprocess) or super().is_leaf_module(m, qualname)
+            """Preprocess and modules flagged `fx_leaf` (a detector's resize and heads) are leaves; otherwise fx's
+            default (torch.nn built-ins)."""
+            return (isinstance(m, Preprocess) or getattr(type(m), "fx_leaf", False)
+                    or super().is_leaf_module(m, qualname))
 
         def call_module(self, m, forward, args, kwargs):
             """Track the module path while tracing through (or recording) a module call."""
@@ -268,11 +270,13 @@ def _module_spans(body: List[Any], scopes: Dict[Any, str]) -> Dict[str, Tuple[in
     return spans
 
 
-def _branched_modules(spans: Dict[str, Tuple[int, int]], cut_set: Set[int]) -> List[str]:
-    """Sub-modules (not the roots) with a non-cut point at their own level, i.e. a fork/merge in their forward."""
+def _branched_modules(spans: Dict[str, Tuple[int, int]], cut_set: Set[int],
+                      chains: Set[str] = frozenset()) -> List[str]:
+    """Sub-modules (not the roots, not the `chains`) with a non-cut point at their own level, i.e. a fork/merge
+    in their forward."""
     out: List[str] = []
     for path, (first, last) in spans.items():
-        if path in ("", _ROOT, PREPROCESS):
+        if path in ("", _ROOT, PREPROCESS) or path in chains:
             continue
         children = [span for child, span in spans.items() if child.startswith(path + ".")
                     and "." not in child[len(path) + 1:]]
@@ -284,12 +288,15 @@ def _branched_modules(spans: Dict[str, Tuple[int, int]], cut_set: Set[int]) -> L
     return out
 
 
-def _boundary_cuts(body: List[Any], scopes: Dict[Any, str], positions: List[int]) -> List[int]:
-    """Drop cut positions strictly inside a branched sub-module (e.g. between a ResNet block's add and relu)."""
+def _boundary_cuts(body: List[Any], scopes: Dict[Any, str], positions: List[int],
+                   chains: Set[str] = frozenset()) -> List[int]:
+    """Drop cut positions strictly inside a branched sub-module (e.g. between a ResNet block's add and relu).
+    `chains` are module paths run as a chain of children that keep some outputs as taps (a detector's backbone
+    body, flagged `fx_chain`): the points between their children before the first tap stay cuts."""
     spans = _module_spans(body, scopes)
     cut_set = set(positions)
     banned: Set[int] = set()
-    for path in _branched_modules(spans, cut_set):
+    for path in _branched_modules(spans, cut_set, chains):
         first, last = spans[path]
         banned.update(range(first, last))
     return [i for i in positions if i not in banned]
@@ -414,11 +421,16 @@ class LayerGraph:
 
     @classmethod
     def from_model(cls, model: nn.Module, frame_size: Tuple[int, int], method: str = "auto") -> LayerGraph:
-        """Build the graph of Preprocess+model for (H, W) frames; method 'fx', 'chain' or 'auto' (fx if present)."""
+        """Build the graph of Preprocess+model for (H, W) frames; method 'fx', 'chain' or 'auto' (fx if present).
+        A torchvision detector (Faster R-CNN) is re-arranged by cnnvideo.model.detector first (fx only)."""
         if method not in METHODS:
             raise GraphError("method must be one of %s, got %r" % ("|".join(METHODS), method))
         height, width = (int(v) for v in frame_size)
         disable_inplace(model).eval()
+        if type(model).__module__.startswith("torchvision.models.detection"):
+            from cnnvideo.model.detector import splittable
+
+            model = splittable(model, (height, width)).eval()
         if method == "auto":
             method = "fx" if _fx() is not None else "chain"
         frame = torch.zeros((1, height, width, 3), dtype=torch.uint8)
@@ -436,6 +448,17 @@ class LayerGraph:
         if not 0 <= int(k) < self.num_segments:
             raise GraphError("segment %s out of range 0..%d" % (k, self.num_segments - 1))
         return list(range(self.cuts[k].layer + 1, self.cuts[k + 1].layer + 1))
+
+    def torch_only(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> str:
+        """Why the stage between the cuts must run eagerly on torch ('' = it may be exported): it holds a module
+        flagged `onnx_export = False` (a detector's heads: data-dependent shapes, and their export is not exact)."""
+        start, end = self.cut_index(start_cut), self.cut_index(end_cut)
+        if start == end:
+            return ""
+        for module in self.stage_module(start, end).modules():
+            if getattr(type(module), "onnx_export", True) is False:
+                return "it holds %s (data-dependent shapes; its ONNX export is not exact)" % type(module).__name__
+        return ""
 
     def stage_module(self, start_cut: Union[int, str], end_cut: Union[int, str]) -> nn.Module:
         """A module mapping the tensor at `start_cut` to the tensor at `end_cut` (identity when equal)."""
@@ -465,7 +488,8 @@ def _build_fx(model: nn.Module, frame: torch.Tensor) -> _Built:
     gm, scopes = _trace(model)
     placeholder, body, result = _compute_nodes(gm)
     layers = _fx_layers(gm, scopes, body)
-    positions = _boundary_cuts(body, scopes, _single_live_positions(placeholder, body, result))
+    chains = {"%s.%s" % (_ROOT, path) for path, m in model.named_modules() if getattr(type(m), "fx_chain", False)}
+    positions = _boundary_cuts(body, scopes, _single_live_positions(placeholder, body, result), chains)
     values = _record_values(gm, frame, [body[i] for i in positions])
     cuts = [_input_cut(frame)]
     for i in positions:

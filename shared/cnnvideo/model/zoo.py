@@ -1,4 +1,5 @@
-"""Model zoo: build torchvision classifiers with a weights policy (random+seed, imagenet, file) and no in-place ops."""
+"""Model zoo: build torchvision classifiers and Faster R-CNN detectors (cnnvideo.model.detector splits them) with a
+weights policy (random+seed, imagenet, file) and no in-place ops."""
 from __future__ import annotations
 
 import hashlib
@@ -17,6 +18,9 @@ from cnnvideo.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MODEL_NAMES: Tuple[str, ...] = ("alexnet", "vgg16", "resnet50", "googlenet", "mobilenet_v2")
+# torchvision detectors (cnnvideo.model.detector.DETECTOR_NAMES; kept equal, that module is not imported here)
+DETECTOR_NAMES: Tuple[str, ...] = ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
+                                   "fasterrcnn_mobilenet_v3_large_320_fpn")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -81,6 +85,11 @@ def is_torchvision_model(name: str) -> bool:
     return callable(obj) and name.islower() and name not in _NOT_BUILDERS and not isinstance(obj, type)
 
 
+def is_known_model(name: str) -> bool:
+    """True if the zoo builds `name`: a torchvision classifier or one of the DETECTOR_NAMES."""
+    return name in DETECTOR_NAMES or name in MODEL_NAMES or is_torchvision_model(name)
+
+
 def disable_inplace(model: nn.Module) -> nn.Module:
     """Set `inplace = False` on every submodule that has the flag, so cached tensors are never overwritten."""
     for module in model.modules():
@@ -91,10 +100,14 @@ def disable_inplace(model: nn.Module) -> nn.Module:
 
 def _builder(name: str):
     """The torchvision builder for `name`, or ModelError listing known names."""
+    if name in DETECTOR_NAMES:
+        import torchvision.models.detection
+
+        return getattr(torchvision.models.detection, name)
     if not is_torchvision_model(name):
         raise ModelError(
-            "unknown model %r; known: %s (or any torchvision classification model)" % (name, ", ".join(MODEL_NAMES))
-        )
+            "unknown model %r; known: %s (or any torchvision classification model)"
+            % (name, ", ".join(MODEL_NAMES + DETECTOR_NAMES)))
     return getattr(_tv_models(), name)
 
 
@@ -102,10 +115,13 @@ def _build_random(name: str, seed: int) -> nn.Module:
     """Construct with torch's (and numpy's, used by old torchvision inits) RNG seeded; caller RNG state is kept."""
     builder = _builder(name)
     kwargs = dict(_RANDOM_KWARGS.get(name, {}))
-    if _torchvision_version() >= (0, 13):
+    new_api = _torchvision_version() >= (0, 13)
+    if new_api:
         kwargs["weights"] = None
     else:
         kwargs["pretrained"] = False
+    if name in DETECTOR_NAMES:  # random everywhere: no ImageNet backbone download either
+        kwargs["weights_backbone" if new_api else "pretrained_backbone"] = None if new_api else False
     np_state = np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
@@ -176,7 +192,8 @@ def check_file_hash(path: str, what: str = "weights file") -> str:
 
 def imagenet_weights(name: str):
     """torchvision's ImageNet weights enum for `name`: IMAGENET1K_V1 where it exists (the checkpoint the offline
-    fetch provides for mobilenet_v2), else DEFAULT; None on torchvision < 0.14 (no weights registry)."""
+    fetch provides for mobilenet_v2), else DEFAULT (a detector's COCO_V1); None on torchvision < 0.14 (no weights
+    registry)."""
     getter = getattr(_tv_models(), "get_model_weights", None)
     if getter is None:
         return None

@@ -2,7 +2,9 @@
 the unsplit model, what the report counts, and the boxes drawn on thumbnails and the live frame.
 
   DetectorSpec   output names, box format, class-id -> label map, score threshold, label filter of one detector
-  DETECTORS      the registry by short config name (`person-ssdlite`); is_detector(), spec_for()
+  DETECTORS      the registry by short config name (`person-ssdlite`, torchvision's Faster R-CNN names);
+                 is_detector(), spec_for()
+  unpack_packed()  {boxes, scores, labels} of a torch detector's packed [rows, 6] output (cnnvideo.model.detector)
   decode()       {output name: array} -> [Detection] in frame pixels, clipped, best first (numpy, no per-box loops)
   match()        greedy same-label IoU matching; DetectionAgreement: precision/recall/F1 over frames
   DetectionCounts  report.json `detections`: per label total boxes, frames with one, most in a frame
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,6 +52,7 @@ class DetectorSpec:
     score_threshold: float = 0.5
     label_filter: Tuple[str, ...] = ()
     input_size: Optional[Tuple[int, int]] = None
+    packed: bool = False  # the model gives one [rows, 6] tensor (x1, y1, x2, y2, score, label): unpack_packed
 
     def __post_init__(self):
         if self.box_format not in BOX_FORMATS:
@@ -73,7 +76,40 @@ PERSON_SSDLITE = DetectorSpec(
     name="person-ssdlite", boxes="detection_boxes:0", scores="detection_scores:0",
     classes="detection_classes:0", count="num_detections:0", box_format="yxyx_norm", labels={1: "person"})
 
-DETECTORS: Dict[str, DetectorSpec] = {PERSON_SSDLITE.name: PERSON_SSDLITE}
+
+class CocoLabels(Mapping):
+    """COCO class id -> name of torchvision's detectors (their weights' meta, read on first use: no file, no
+    network); the placeholder ids (`__background__`, `N/A`) are left out."""
+
+    def __init__(self) -> None:
+        self._names: Optional[Dict[int, str]] = None
+
+    def _table(self) -> Dict[int, str]:
+        if self._names is None:
+            from cnnvideo.results.labels import coco_categories
+
+            self._names = {i: n for i, n in enumerate(coco_categories()) if n not in ("__background__", "N/A")}
+        return self._names
+
+    def __getitem__(self, key: int) -> str:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+COCO_LABELS = CocoLabels()
+PACKED_COLUMNS = ("x1", "y1", "x2", "y2", "score", "label")
+# torchvision's Faster R-CNN (cnnvideo.model.detector): one packed [100, 6] output, boxes in frame pixels
+FASTER_RCNN = tuple(
+    DetectorSpec(name=n, boxes="boxes", scores="scores", classes="labels", box_format="xyxy_pixels",
+                 labels=COCO_LABELS, packed=True)
+    for n in ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn"))
+
+DETECTORS: Dict[str, DetectorSpec] = {s.name: s for s in (PERSON_SSDLITE,) + FASTER_RCNN}
 
 
 def _short(model_name: str) -> str:
@@ -89,10 +125,10 @@ def is_detector(model_name: str) -> bool:
 
 def detector_for_outputs(output_names: Sequence[str]) -> Optional[DetectorSpec]:
     """The registered spec whose outputs a model has (every name present), else None: tells an ONNX file that is
-    a known detector from a classifier by its graph's output names."""
+    a known detector from a classifier by its graph's output names (packed torch detectors are not ONNX files)."""
     have = set(output_names)
     for spec in DETECTORS.values():
-        if set(spec.output_names) <= have:
+        if not spec.packed and set(spec.output_names) <= have:
             return spec
     return None
 
@@ -173,6 +209,21 @@ def with_settings(spec: DetectorSpec, detect: Any = None) -> DetectorSpec:
 
 
 # ------------------------------------------------------------------------------------------------- decoding
+
+
+def unpack_packed(packed: np.ndarray) -> Dict[str, np.ndarray]:
+    """{"boxes" [n, 4], "scores" [n], "labels" [n] int64} of a packed [rows, 6] detector output (x1, y1, x2, y2,
+    score, label): the rows with a score above 0 (the heads drop low scores, so padding rows are the zero ones).
+    ValueError naming the shape when it is not [rows, 6] (or [1, rows, 6])."""
+    a = np.asarray(packed)
+    if a.ndim == 3 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 2 or a.shape[1] != len(PACKED_COLUMNS):
+        raise ValueError("packed detections must be [rows, %d] (%s), got shape %s"
+                         % (len(PACKED_COLUMNS), ", ".join(PACKED_COLUMNS), a.shape))
+    a = a[a[:, 4] > 0]
+    return {"boxes": a[:, :4].astype(np.float32), "scores": a[:, 4].astype(np.float32),
+            "labels": np.rint(a[:, 5]).astype(np.int64)}
 
 
 def _rows(a: np.ndarray, ndim: int) -> np.ndarray:

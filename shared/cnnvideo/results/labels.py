@@ -1,4 +1,4 @@
-"""ImageNet class names (torchvision's weights metadata) and top-k / agreement of classifier outputs."""
+"""ImageNet and COCO class names (torchvision's weights metadata) and top-k / agreement of classifier outputs."""
 from __future__ import annotations
 
 import functools
@@ -18,6 +18,18 @@ def categories() -> Tuple[str, ...]:
     except ImportError:
         return ()
     return tuple(MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"])
+
+
+@functools.lru_cache(maxsize=1)
+def coco_categories() -> Tuple[str, ...]:
+    """The 91 COCO category names torchvision's detectors use, by label id (with its `__background__` and `N/A`
+    placeholders), from FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta (no file, no network); empty on torchvision
+    < 0.13."""
+    try:
+        from torchvision.models.detection import FasterRCNN_ResNet50_FPN_Weights
+    except ImportError:
+        return ()
+    return tuple(FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta["categories"])
 
 
 def name(index: int) -> str:

@@ -111,6 +111,14 @@ class StageFactory:
         q_in, q_out = self.qparams(start), self.qparams(end)
         if start == end or self.spec.engine == "torch":
             return TorchStage(self.graph, start, end, q_in, q_out)
+        why = self.graph.torch_only(start, end) if hasattr(self.graph, "torch_only") else ""
+        if why:  # not a failure: such a stage (a detector's heads) runs on torch whatever on_error says
+            note = "stage %d..%d runs on torch instead of %s: %s" % (start, end, self.spec.label, why)
+            log.info("%s", note)
+            self.notes.append(note)
+            st = TorchStage(self.graph, start, end, q_in, q_out)
+            st.reason = why
+            return st
         ok, why = ort_available()
         try:
             if not ok:

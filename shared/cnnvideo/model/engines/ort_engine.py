@@ -127,6 +127,9 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
             return graph.stage_model(start, end, io_names=("x", "y")).SerializeToString(), []
         except Exception as exc:  # noqa: BLE001 - onnx raises its own types
             raise EngineError("stage %d..%d of %s: %s" % (start, end, graph.path, first_line(exc))) from None
+    why = graph.torch_only(start, end) if hasattr(graph, "torch_only") else ""
+    if why:
+        raise EngineError("stage %d..%d cannot be exported to ONNX: %s" % (start, end, why))
     sample = _sample(graph, start)
     module, notes = fix_pools(segment_scoped(graph, start, end), sample)
     try:
