@@ -6,7 +6,7 @@ frame size (batch 1, H and W of an NCHW or NHWC image input), runs shape inferen
 whose shape is then static into constants, folds the shape values inference leaves open (Shape/Size of tensors after
 a Loop, a Loop's shape-only outputs such as a TF detector's true image shape) to the values two ORT runs (a zero and
 a noise input) agree on and pins open Loop/If output shapes likewise, unless a data-dependent op (NonMaxSuppression,
-NonZero, TopK, Unique, also inside a Loop/If/Scan body) is upstream (see _fold_probed_shapes), and finds the CUTS:
+NonZero, TopK, Unique, also inside a Loop/If/Scan body) is upstream (cnnvideo.model.onnx_fold), and finds the CUTS:
 tensors that every path from the graph input to the graph outputs crosses. With the nodes in topological order, a
 position (after node i) is a cut when exactly one non-constant tensor is live there (produced at or before i,
 consumed after i, or a graph output) and node i produced it. Constants (initializers, Constant nodes and anything
@@ -32,21 +32,26 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from cnnvideo.errors import ConfigError
 from cnnvideo.model.cuts import find_cut, unique_name
+from cnnvideo.model.onnx_fold import fold_probed_shapes as _fold_probed_shapes
+from cnnvideo.model.onnx_fold import fold_shapes as _fold_shapes
+from cnnvideo.model.onnx_fold import infer as _infer
+from cnnvideo.model.onnx_fold import is_static as _static
+from cnnvideo.model.onnx_fold import probe_session as _session
+from cnnvideo.model.onnx_fold import tensor_types as _types
+from cnnvideo.model.onnx_nodes import NONDETERMINISTIC as _NONDETERMINISTIC
+from cnnvideo.model.onnx_nodes import OnnxModelError, node_deps, sort_nodes  # noqa: F401 (re-exported)
+from cnnvideo.model.onnx_nodes import all_nodes as _all_nodes
+from cnnvideo.model.onnx_nodes import np_dtype as _np_dtype
+from cnnvideo.model.onnx_nodes import one_line as _one_line
+from cnnvideo.model.onnx_nodes import subgraphs as _subgraphs  # noqa: F401
+from cnnvideo.model.onnx_nodes import topo_live as _topo_live
 
 METHOD = "onnx"
-# ops whose output is not a function of their inputs: never treated as constants (they must run once, in order)
-_NONDETERMINISTIC = frozenset(("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                               "Multinomial", "Bernoulli", "Dropout"))
-
-
-class OnnxModelError(ConfigError):
-    """An ONNX file that cannot be loaded, fixed to the frame size, or split; one line, naming the file."""
 
 
 @dataclass
@@ -88,19 +93,6 @@ class OnnxCut:
                        for s, d in zip(self.shapes, self.dtypes)))
 
 
-def _one_line(exc: BaseException) -> str:
-    """'Type: first line of the message' (at most 200 characters)."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return ("%s: %s" % (type(exc).__name__, lines[0] if lines else ""))[:200].rstrip(": ")
-
-
-def _np_dtype(elem_type: int) -> str:
-    """ONNX TensorProto element type -> numpy dtype name ('float32')."""
-    from onnx import helper
-
-    return np.dtype(helper.tensor_dtype_to_np_dtype(int(elem_type))).name
-
-
 # ---------------------------------------------------------------- loading and fixing the input
 
 
@@ -123,14 +115,6 @@ def load_model(path: str):
         raise OnnxModelError("%s is not a valid ONNX model: %s" % (path, _one_line(exc))) from None
     check_ops(model, path)
     return model
-
-
-def _all_nodes(graph) -> Iterable:
-    """Every node of a graph and of the Loop/If/Scan bodies inside it."""
-    for node in graph.node:
-        yield node
-        for g in _subgraphs(node):
-            yield from _all_nodes(g)
 
 
 def check_ops(model, path: str = "model") -> None:
@@ -277,381 +261,7 @@ def prepend_preprocess(model, input_name: str, input_shape: Tuple[int, ...], pat
 # ---------------------------------------------------------------- shapes
 
 
-_LIGHT_MAX = 4096  # initializers with more elements go into shape inference without their data (shapes only)
-_TENSOR_DATA = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-
-def _infer(model, path: str):
-    """`model` with shapes inferred (data propagation on), in place; OnnxModelError naming the file on
-    inconsistency. Inference runs on a copy without the data of large initializers (weights: only their shapes
-    matter; small ones, such as Reshape targets, keep theirs), since serialising the weights twice took seconds."""
-    import onnx
-
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for t in light.graph.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) > _LIGHT_MAX:
-            for f in _TENSOR_DATA:
-                t.ClearField(f)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as exc:  # InferenceError
-        raise OnnxModelError("%s: shape inference failed for the fixed input: %s" % (path, _one_line(exc))) from None
-    del model.graph.value_info[:]
-    model.graph.value_info.extend(inferred.graph.value_info)
-    del model.graph.output[:]
-    model.graph.output.extend(inferred.graph.output)
-    return model
-
-
-def _types(graph) -> Dict[str, Tuple[int, Optional[Tuple[Optional[int], ...]]]]:
-    """name -> (elem type, shape with None for unknown dims, or None for unknown rank) of the top-level tensors."""
-    out: Dict[str, Tuple[int, Optional[Tuple[Optional[int], ...]]]] = {}
-    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if not v.type.HasField("tensor_type"):
-            continue
-        tt = v.type.tensor_type
-        shape = None
-        if tt.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-        prev = out.get(v.name)
-        if prev is None or (prev[1] is None or None in prev[1]) and shape is not None:
-            out[v.name] = (tt.elem_type, shape)
-    for t in graph.initializer:
-        out[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
-    return out
-
-
-def _static(shape) -> bool:
-    return shape is not None and all(d is not None and d >= 0 for d in shape)
-
-
-def _fold_shapes(graph, types) -> int:
-    """Replace Shape/Size nodes whose input shape is static by Constant nodes (in place); how many were folded."""
-    from onnx import helper
-
-    folded = 0
-    for node in graph.node:
-        if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx") or not node.input:
-            continue
-        shape = types.get(node.input[0], (0, None))[1]
-        if not _static(shape):
-            continue
-        if node.op_type == "Shape":
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            value = np.array(shape[slice(attrs.get("start", 0), attrs.get("end"))], dtype=np.int64)
-        else:
-            value = np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
-        out = node.output[0]
-        node.Clear()
-        node.CopyFrom(helper.make_node("Constant", [], [out], value=helper.make_tensor(
-            out + "_value", 7, value.shape, value.ravel().tolist())))
-        folded += 1
-    return folded
-
-
-# ops whose outputs' values AND shapes depend on the data in ways no probe can vouch for: a Shape/Size downstream of
-# one (or of a Loop/If/Scan whose body holds one anywhere) is never folded, even when two probes agree
-_DATA_DEPENDENT = frozenset(("NonMaxSuppression", "NonZero", "TopK", "Unique"))
-_PROBE_SEED = 20240601  # the noise frame of the shape probe (fixed: loading is reproducible)
-
-
-def _holds_op(graph, ops: frozenset) -> bool:
-    """True when a (sub)graph or any body nested in it has a node of one of `ops`."""
-    return any(n.op_type in ops or any(_holds_op(g, ops) for g in _subgraphs(n)) for n in graph.node)
-
-
-def _data_dependent(graph) -> Set[str]:
-    """Top-level tensor names downstream of a data-dependent op (_DATA_DEPENDENT; a node with a body holding one
-    counts as one), following subgraph bodies' outer reads as inputs."""
-    deps = [node_deps(n) for n in graph.node]
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    tainted: Dict[int, bool] = {}
-    for root in range(len(graph.node)):  # iterative DFS: no recursion limit on deep graphs
-        stack = [root]
-        while stack:
-            i = stack[-1]
-            if i in tainted:
-                stack.pop()
-                continue
-            ups = [producer[d] for d in deps[i] if d in producer and producer[d] != i]
-            todo = [u for u in ups if u not in tainted]
-            if todo:
-                stack.extend(todo)
-                continue
-            stack.pop()
-            node = graph.node[i]
-            tainted[i] = (node.op_type in _DATA_DEPENDENT or any(tainted[u] for u in ups)
-                          or any(_holds_op(g, _DATA_DEPENDENT) for g in _subgraphs(node)))
-    return {o for i, n in enumerate(graph.node) if tainted.get(i) for o in n.output if o}
-
-
-def _probe_inputs(elem: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
-    """A zero and a (seeded) random-noise input of the given ONNX element type and static shape."""
-    dtype = np.dtype(_np_dtype(elem))
-    rng = np.random.default_rng(_PROBE_SEED)
-    if dtype.kind == "f":
-        noise = rng.random(shape).astype(dtype)
-    elif dtype.kind == "b":
-        noise = rng.random(shape) < 0.5
-    else:
-        hi = min(255, int(np.iinfo(dtype).max))
-        noise = rng.integers(0, hi + 1, size=shape).astype(dtype)
-    return [np.zeros(shape, dtype=dtype), noise]
-
-
-def _shape_only(graph, outer: Set[str]) -> Set[str]:
-    """Names in `graph` whose values depend on the data only through tensor shapes: initializers, Shape/Size
-    outputs, outputs of deterministic nodes reading only such names (Constant nodes included), and the Loop/If
-    outputs their bodies compute so (_shape_only_outputs). `outer`: such names of the enclosing scopes. Nodes are
-    taken in file order (topological, as ONNX requires)."""
-    known = set(outer) | {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
-    for node in graph.node:
-        outs = [o for o in node.output if o]
-        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
-            known.update(outs)
-        elif node.op_type in _NONDETERMINISTIC:
-            continue
-        elif all(d in known for d in node_deps(node)):
-            known.update(outs)
-        elif node.op_type in ("Loop", "If") and node.domain in ("", "ai.onnx"):
-            known.update(_shape_only_outputs(node, known))
-    return known
-
-
-def _shape_only_outputs(node, known: Set[str]) -> Set[str]:
-    """The outputs of a Loop or If node that its body computes from shapes only (see _shape_only), given the
-    outer names `known` to be so: an If's when its condition and both branches' outputs are; a Loop's when its
-    trip count, its condition in and out and (for a loop-carried value) the initial value and the body's update
-    are; nothing when the body reads a data tensor (through `known`) to decide how often it runs."""
-    bodies = {a.name: a.g for a in node.attribute if a.HasField("g")}
-    if node.op_type == "If":
-        then, other = bodies.get("then_branch"), bodies.get("else_branch")
-        if then is None or other is None or node.input[0] not in known:
-            return set()
-        a, b = _shape_only(then, known), _shape_only(other, known)
-        return {o for k, o in enumerate(node.output)
-                if o and then.output[k].name in a and other.output[k].name in b}
-    body = bodies.get("body")
-    if body is None or any(i and i not in known for i in node.input[:2]):
-        return set()
-    n_carried = len(node.input) - 2
-    carried = {k for k in range(n_carried) if not node.input[2 + k] or node.input[2 + k] in known}
-    while True:
-        ins = {body.input[0].name, body.input[1].name} | {body.input[2 + k].name for k in carried}
-        names = _shape_only(body, known | ins)
-        if body.output[0].name not in names:
-            return set()
-        kept = {k for k in carried if body.output[1 + k].name in names}
-        if kept == carried:
-            break
-        carried = kept
-    out = {node.output[k] for k in carried if k < len(node.output)}
-    out |= {o for j, o in enumerate(node.output) if j >= n_carried and body.output[1 + j].name in names}
-    return {o for o in out if o}
-
-
-def _fold_probed_shapes(model, input_name: str, path: str) -> List[str]:
-    """Fold (in place) the shape values shape inference leaves open into Constant nodes of the values measured by
-    running the model (input fixed) in ORT on a zero and on a random-noise input, and pin the shapes it leaves open
-    on Loop/If outputs to the measured ones (so inference makes what follows static); the names of the folded and
-    pinned tensors. Folded are: Shape/Size nodes whose input shape is not static, and Loop/If outputs their bodies
-    compute from shapes only (_shape_only: a TF detector's resize Loop also returns the true image shape). Only
-    values (shapes) both runs agree on are folded (pinned), and never one downstream of a data-dependent op
-    (_data_dependent: NonMaxSuppression, NonZero, TopK, Unique, also inside an upstream Loop/If/Scan body). So a
-    detector's resize Loop before the backbone no longer hides the backbone's cuts behind shape values kept live
-    until the postprocessor, while whatever follows its NMS keeps being computed. Limit: a shape that depends on the
-    pixel values only through other ops (a Reshape target or a Loop trip count computed from them, no data-dependent
-    op involved) and happens to agree on both inputs would be folded too. Nothing is folded when ORT cannot load or
-    run the model (loading goes on as before)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = model.graph
-    types = _types(graph)
-    tainted = _data_dependent(graph)
-    shape_only = _shape_only(graph, set())
-    used = {d for n in graph.node for d in node_deps(n)} | {o.name for o in graph.output}
-    cands: List[Tuple[int, str, int]] = []  # (node index, tensor, elem type): values to fold
-    pins: List[Tuple[str, int]] = []  # (tensor, elem type): shapes to pin
-    for i, n in enumerate(graph.node):
-        if n.domain not in ("", "ai.onnx") or tainted.intersection(o for o in n.output if o):
-            continue
-        if n.op_type in ("Shape", "Size") and n.input and n.output[0] in used:
-            if n.input[0] not in tainted and not _static(types.get(n.input[0], (0, None))[1]):
-                cands.append((i, n.output[0], TensorProto.INT64))
-        elif n.op_type in ("Loop", "If") and not all(d in shape_only for d in node_deps(n)):
-            for o in n.output:
-                if o in used and o in shape_only and types.get(o, (0, None))[0]:
-                    cands.append((i, o, types[o][0]))
-        if n.op_type in ("Loop", "If"):
-            pins += [(o, types[o][0]) for o in n.output if o in used and types.get(o, (0, None))[0]
-                     and not _static(types[o][1])]
-    if not cands and not pins:
-        return []
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    names = [t for _, t, _ in cands]
-    names += [t for t, _ in pins if t not in names]
-    for t, elem in [(t, e) for _, t, e in cands] + pins:
-        if t not in have:
-            have.add(t)
-            m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
-    elem, shape = types[input_name]
-    try:
-        sess = _session(m.SerializeToString(), 1, "%s (shape probe)" % path)
-        runs = [dict(zip(names, sess.run(names, {input_name: x})))
-                for x in _probe_inputs(elem, tuple(int(d) for d in shape))]
-    except Exception:  # noqa: BLE001 - EngineError or ORT's own: an optimisation only, the cut search still runs
-        return []
-    folded: List[str] = []
-    infos = {v.name: v for v in list(graph.value_info) + list(graph.output)}
-    for t, elem in pins:
-        a, b = np.asarray(runs[0][t]), np.asarray(runs[1][t])
-        if a.shape != b.shape:
-            continue
-        if t in infos:
-            dims = infos[t].type.tensor_type.shape.dim
-            del dims[:]
-            for d in a.shape:
-                dims.add().dim_value = int(d)
-        else:
-            graph.value_info.append(helper.make_tensor_value_info(t, elem, a.shape))
-        folded.append(t)
-    taken = {o for n in graph.node for o in n.output if o} | {v.name for v in graph.input}
-    taken |= {t.name for t in graph.initializer}
-    consts = []
-    for i, t, _ in cands:
-        a, b = np.asarray(runs[0][t]), np.asarray(runs[1][t])
-        if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(a, b):
-            continue
-        node = graph.node[i]
-        value = numpy_helper.from_array(a, t + "_value")
-        if node.op_type in ("Shape", "Size"):
-            node.Clear()
-            node.CopyFrom(helper.make_node("Constant", [], [t], value=value))
-        else:  # the Loop/If keeps running for its other outputs; this one goes to an unused name
-            k = list(node.output).index(t)
-            node.output[k] = unique_name(t + "_folded", taken)
-            consts.append(helper.make_node("Constant", [], [t], value=value, name=unique_name(t + "_const", taken)))
-        folded.append(t)
-    if consts:
-        old = list(graph.node)
-        del graph.node[:]
-        graph.node.extend(consts + old)
-    return folded
-
-
 # ---------------------------------------------------------------- graph analysis
-
-
-def _subgraphs(node) -> Iterable:
-    """The GraphProtos held in a node's attributes (Loop/Scan body, If branches)."""
-    from onnx import AttributeProto
-
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == AttributeProto.GRAPHS:
-            for g in a.graphs:
-                yield g
-
-
-def _outer_refs(graph) -> Set[str]:
-    """Names a (sub)graph reads from enclosing scopes: used by its nodes (or their bodies) and not defined in it."""
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
-    defined |= {t.values.name for t in graph.sparse_initializer}
-    used: Set[str] = set()
-    for node in graph.node:
-        defined.update(o for o in node.output if o)
-        used.update(i for i in node.input if i)
-        for g in _subgraphs(node):
-            used |= _outer_refs(g)
-    return used - defined
-
-
-def node_deps(node) -> List[str]:
-    """Every tensor name a node reads: its inputs and what its subgraph bodies read from the outer scope."""
-    deps = [i for i in node.input if i]
-    seen = set(deps)
-    for g in _subgraphs(node):
-        for name in sorted(_outer_refs(g)):
-            if name not in seen:
-                seen.add(name)
-                deps.append(name)
-    return deps
-
-
-def sort_nodes(graph) -> None:
-    """Reorder a graph's nodes topologically in place, counting what Loop/If/Scan bodies read from the outer scope
-    as inputs (ORT's quantiser sorts by explicit inputs only and can put a detector's resize Loop before the Cast
-    its body reads, which the ONNX checker refuses). Stable: file order where it already is one; every node kept.
-    OnnxModelError on a cycle."""
-    import heapq
-
-    nodes = list(graph.node)
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    users: List[List[int]] = [[] for _ in nodes]
-    indeg = [0] * len(nodes)
-    for i, n in enumerate(nodes):
-        for p in {producer[d] for d in node_deps(n) if d in producer and producer[d] != i}:
-            indeg[i] += 1
-            users[p].append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order: List[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        raise OnnxModelError("the graph has a cycle")
-    if order != list(range(len(nodes))):
-        del graph.node[:]
-        graph.node.extend(nodes[i] for i in order)
-
-
-def _topo_live(graph, deps: List[List[str]]) -> List[int]:
-    """Indices of the nodes some graph output depends on, in a topological order (stable: file order when it
-    already is one). OnnxModelError on a cycle or an undefined input."""
-    producer: Dict[str, int] = {}
-    for i, node in enumerate(graph.node):
-        for o in node.output:
-            if o:
-                producer[o] = i
-    needed: Set[int] = set()
-    stack = [producer[o.name] for o in graph.output if o.name in producer]
-    while stack:
-        i = stack.pop()
-        if i in needed:
-            continue
-        needed.add(i)
-        stack.extend(producer[d] for d in deps[i] if d in producer and producer[d] not in needed)
-    indeg = {i: 0 for i in needed}
-    users: Dict[int, List[int]] = {i: [] for i in needed}
-    for i in needed:
-        for p in {producer[d] for d in deps[i] if d in producer}:
-            indeg[i] += 1
-            users[p].append(i)
-    import heapq
-
-    ready = [i for i in needed if indeg[i] == 0]
-    heapq.heapify(ready)
-    order: List[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(needed):
-        raise OnnxModelError("the graph has a cycle")
-    return order
 
 
 def _node_macs(node, types) -> int:
@@ -1052,13 +662,6 @@ def _rename_io(model, in_name: str, out_name: str) -> None:
     if old_out is not None and out_name != old_out:
         g.output[0].name = out_name
         g.node.append(helper.make_node("Identity", [old_out], [out_name], name="cnnvideo_stage_output"))
-
-
-def _session(data: bytes, threads: int, where: str):
-    """ORT CPU session set up as cnnvideo.model.engines.ort_engine.session does (sequential, no spinning)."""
-    from cnnvideo.model.engines.ort_engine import session
-
-    return session(data, threads, where)
 
 
 def is_onnx_path(model: str) -> bool:

@@ -124,7 +124,7 @@ def postprocess_nodes(model) -> List[str]:
     """Names of the nodes no convolution depends on (what follows the last convolution on every path: a detector's
     reshapes and concats of the head outputs, score sigmoid, box decoding, NMS loop), reads of Loop/If bodies
     counted as inputs."""
-    from cnnvideo.model.onnx_graph import node_deps
+    from cnnvideo.model.onnx_nodes import node_deps
 
     nodes = list(model.graph.node)
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
@@ -225,7 +225,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        from cnnvideo.model.onnx_graph import sort_nodes
+        from cnnvideo.model.onnx_nodes import sort_nodes
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
         raise EngineError("int8 quantisation is not available here: %s" % first_line(exc)) from None
     ort.set_default_logger_severity(3)
