@@ -274,6 +274,16 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
     return [md_path, csv_path, html_path]
 
 
+def weights_fact(base: Dict[str, Any]) -> str:
+    """The weights an experiment's runs use: an ONNX model's are its file's (`weights` does not apply to it)."""
+    from cnnvideo import artifacts
+
+    model = str(base.get("model", "alexnet"))
+    if artifacts.onnx_model_path(model) is not None:
+        return "the ONNX file's own" if model.lower().endswith(".onnx") else "trained (the model cache's ONNX file)"
+    return str(base.get("weights", "random"))
+
+
 def trimmed(report: rpt.RunReport) -> Dict[str, Any]:
     """A report without the bulky per-span list (kept in the raw run folder)."""
     return {k: v for k, v in report.to_dict().items() if k not in ("spans", "per_frame")}
@@ -294,7 +304,7 @@ def run_experiment(spec: Dict[str, Any], command: str, only: Optional[str] = Non
     facts["backend"] = spec["backend"]
     base = spec.get("base") or {}
     facts["model / weights / frame size"] = "%s / %s / %s" % (
-        base.get("model", "alexnet"), base.get("weights", "random"), base.get("frame_size", [480, 720]))
+        base.get("model", "alexnet"), weights_fact(base), base.get("frame_size", [480, 720]))
     facts["frames per run"] = spec.get("frames")
     facts["cost model"] = cost_model_facts(base)
     facts["note"] = ("2 cores shared with other jobs: timings are noisy" if (os.cpu_count() or 0) <= 2 else "")
