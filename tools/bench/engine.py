@@ -98,15 +98,42 @@ def _margins(ref: np.ndarray) -> Dict[str, Any]:
             "share_below_0.1": float(np.mean(m < 0.1))}
 
 
+def _build_stages(graph, model: str, frame_size, key: str, variants, cut: int, video: str, calibration_frames: int,
+                  calibration_start: int, cache_dir: Optional[str]):
+    """Per engine label ("onnxruntime-int8"): its [whole, first, second] stages split at `cut`, their build time
+    in seconds, and the StageFactory that built them (notes, qparams); int8 calibrated on `calibration_frames`
+    frames of `video` from `calibration_start`, every 10th."""
+    from cnnvideo.artifacts import calibration_path, onnx_dir
+    from cnnvideo.model.engines import EngineSpec, StageFactory
+    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
+    cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
+    cal_path = calibration_path(cache_dir, model, frame_size)
+
+    def calibration():
+        return load_or_measure(graph, cal_spec, cal_path, key)
+
+    k = graph.num_segments
+    stages, build_s, factories = {}, {}, {}
+    for label in variants:
+        engine, precision = label.split("-")
+        factory = StageFactory(graph, EngineSpec(engine, precision, threads=1, on_error="stop"),
+                               onnx_dir(cache_dir), key, calibration)
+        t0 = time.perf_counter()
+        stages[label] = [factory.stage(0, k), factory.stage(0, cut), factory.stage(cut, k)]
+        build_s[label] = time.perf_counter() - t0
+        factories[label] = factory
+    return stages, build_s, factories
+
+
 def measure(model: str, weights: str, frame_size, video: str, frames: int, repeat: int, calibration_start: int,
             calibration_frames: int, variants=VARIANTS, cache_dir: str = "",
             heldout: Optional[Tuple[int, int, int]] = None, split_at: int = 0) -> Dict[str, Any]:
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
     import torch
 
-    from cnnvideo.artifacts import calibration_path, onnx_dir
-    from cnnvideo.model.engines import EngineSpec, StageFactory, weights_digest
-    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+    from cnnvideo.model.engines import weights_digest
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import build_model
     from cnnvideo.results.labels import top1_agreement
@@ -117,23 +144,10 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
     if split_at and not 0 < split_at < k:
         raise HeldoutError("--split-cut must be 1..%d for %s, got %d" % (k - 1, model, split_at))
     cut = split_at or split_cut(graph)
-    cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     key = "%s %dx%d weights %s" % (model, frame_size[0], frame_size[1], weights_digest(graph))
-    cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
-    cal_path = calibration_path(cache_dir, model, frame_size)
-
-    def calibration():
-        return load_or_measure(graph, cal_spec, cal_path, key)
-
-    stages, build_s, notes = {}, {}, {}
-    for label in variants:
-        engine, precision = label.split("-")
-        factory = StageFactory(graph, EngineSpec(engine, precision, threads=1, on_error="stop"),
-                               onnx_dir(cache_dir), key, calibration)
-        t0 = time.perf_counter()
-        stages[label] = [factory.stage(0, k), factory.stage(0, cut), factory.stage(cut, k)]
-        build_s[label] = time.perf_counter() - t0
-        notes[label] = factory.notes
+    stages, build_s, factories = _build_stages(graph, model, frame_size, key, variants, cut, video,
+                                               calibration_frames, calibration_start, cache_dir)
+    notes = {label: f.notes for label, f in factories.items()}
     clip = _frames(video, frame_size, frames)
     outputs = {label: np.concatenate([st[0].run(f) for f in clip]) for label, st in stages.items()}
     split = {label: np.concatenate([st[2].run(st[1].run(f)) for f in clip]) for label, st in stages.items()}
@@ -215,9 +229,8 @@ def measure_onnx(model: str, frame_size, video: str, frames: int, repeat: int, c
 
     import onnxruntime
 
-    from cnnvideo.artifacts import calibration_path, onnx_dir, onnx_model_path
-    from cnnvideo.model.engines import EngineSpec, StageFactory, cpu_threads
-    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+    from cnnvideo.artifacts import onnx_model_path
+    from cnnvideo.model.engines import cpu_threads
     from cnnvideo.model.onnx_graph import load_graph
     from cnnvideo.model.zoo import sha256_of
     from cnnvideo.results.detections import detector_for_outputs
@@ -235,23 +248,9 @@ def measure_onnx(model: str, frame_size, video: str, frames: int, repeat: int, c
     spec = detector_for_outputs(graph.cuts[-1].tensors)
     if spec is not None:
         spec = dataclasses.replace(spec, score_threshold=float(score_threshold))
-    cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     key = "%s %dx%d weights %s" % (model, frame_size[0], frame_size[1], graph.digest)
-    cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
-    cal_path = calibration_path(cache_dir, model, frame_size)
-
-    def calibration():
-        return load_or_measure(graph, cal_spec, cal_path, key)
-
-    stages, build_s, factories = {}, {}, {}
-    for label in variants:
-        engine, precision = label.split("-")
-        factory = StageFactory(graph, EngineSpec(engine, precision, threads=1, on_error="stop"),
-                               onnx_dir(cache_dir), key, calibration)
-        t0 = time.perf_counter()
-        stages[label] = [factory.stage(0, k), factory.stage(0, cut), factory.stage(cut, k)]
-        build_s[label] = time.perf_counter() - t0
-        factories[label] = factory
+    stages, build_s, factories = _build_stages(graph, model, frame_size, key, variants, cut, video,
+                                               calibration_frames, calibration_start, cache_dir)
     clip = _frames(video, frame_size, frames)
     whole = {label: [st[0].run(f) for f in clip] for label, st in stages.items()}
     mids = {label: [st[1].run(f) for f in clip] for label, st in stages.items()}

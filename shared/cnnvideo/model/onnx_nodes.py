@@ -79,7 +79,6 @@ def sort_nodes(graph) -> None:
     as inputs (ORT's quantiser sorts by explicit inputs only and can put a detector's resize Loop before the Cast
     its body reads, which the ONNX checker refuses). Stable: file order where it already is one; every node kept.
     OnnxModelError on a cycle."""
-    import heapq
 
     nodes = list(graph.node)
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
@@ -89,18 +88,7 @@ def sort_nodes(graph) -> None:
         for p in {producer[d] for d in node_deps(n) if d in producer and producer[d] != i}:
             indeg[i] += 1
             users[p].append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order: List[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        raise OnnxModelError("the graph has a cycle")
+    order = _kahn(dict(enumerate(indeg)), dict(enumerate(users)))
     if order != list(range(len(nodes))):
         del graph.node[:]
         graph.node.extend(nodes[i] for i in order)
@@ -128,9 +116,16 @@ def topo_live(graph, deps: List[List[str]]) -> List[int]:
         for p in {producer[d] for d in deps[i] if d in producer}:
             indeg[i] += 1
             users[p].append(i)
+    return _kahn(indeg, users)
+
+
+def _kahn(indeg: Dict[int, int], users: Dict[int, List[int]]) -> List[int]:
+    """Node indices in topological order, the lowest ready index first (so file order where it already is one);
+    `indeg` (consumed) counts each node's producers, `users` lists each node's consumers. OnnxModelError on a
+    cycle."""
     import heapq
 
-    ready = [i for i in needed if indeg[i] == 0]
+    ready = [i for i, d in indeg.items() if d == 0]
     heapq.heapify(ready)
     order: List[int] = []
     while ready:
@@ -140,7 +135,7 @@ def topo_live(graph, deps: List[List[str]]) -> List[int]:
             indeg[u] -= 1
             if indeg[u] == 0:
                 heapq.heappush(ready, u)
-    if len(order) != len(needed):
+    if len(order) != len(indeg):
         raise OnnxModelError("the graph has a cycle")
     return order
 
