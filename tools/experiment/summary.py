@@ -601,16 +601,20 @@ def _one_device(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [r for r in rows if r["scheduler"] == "edge" or int(r.get("workers") or 2) == 1]
 
 
+def _setting_groups(rows: Sequence[Dict[str, Any]]) -> List[Tuple[tuple, List[Dict[str, Any]]]]:
+    """The runs per (variant, MB/s, in flight, caps), every scheduler and worker count together, in table order."""
+    by: Dict[tuple, List[Dict[str, Any]]] = {}
+    for key, rs in _groups(rows).items():
+        by.setdefault(key[:4], []).extend(rs)
+    return [(key, by[key]) for key in sorted(by, key=lambda k: _sort(k + (0,)))]
+
+
 def edge_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Chain against one device, per (variant, MB/s, in flight, caps) and number of workers N >= 2: the best
     scheduler other than `edge` (median fps over repeats) over `edge`'s median fps at the same N (else over the
     one-device runs of the group at any N: `edge` or 1 worker), with both runs' agreement and latency."""
-    by: Dict[tuple, List[Dict[str, Any]]] = {}
-    for key, rs in _groups(rows).items():
-        by.setdefault(key[:4], []).extend(rs)
     out = []
-    for key in sorted(by, key=lambda k: _sort(k + (0,))):
-        rs = by[key]
+    for key, rs in _setting_groups(rows):
         for n in sorted({int(r.get("workers") or 2) for r in rs if int(r.get("workers") or 2) >= 2}):
             at_n = [r for r in rs if int(r.get("workers") or 2) == n]
             ref = [r for r in at_n if r["scheduler"] == "edge"]
@@ -643,12 +647,8 @@ def scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     fps_1 = the best median fps of the 1-worker runs, else `edge`'s median over its runs at every N (one device
     either way: `base` says which). With the best run's median latency (send and capture to result, p50 / p95),
     agreement and kB per frame per hop, and `edge`'s median fps at N beside it."""
-    by: Dict[tuple, List[Dict[str, Any]]] = {}
-    for key, rs in _groups(rows).items():
-        by.setdefault(key[:4], []).extend(rs)
     out = []
-    for key in sorted(by, key=lambda k: _sort(k + (0,))):
-        rs = by[key]
+    for key, rs in _setting_groups(rows):
         per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
         for r in rs:
             per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
