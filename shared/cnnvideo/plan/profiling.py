@@ -317,6 +317,12 @@ def _engine_time(fn, x, iters: int, min_wall: float = ENGINE_MIN_WALL_S, max_run
     return float(np.median(cpu)) * (walls / total if total > 0 else 1.0)
 
 
+# per-node profiles are medians of at least this many runs: with profile_iters 1 a single profiled run put one
+# stall (58% of MobileNetV2's time) into one segment, a different one on each worker, and `adaptive` then saw no
+# better plan than a badly unbalanced one
+NODE_PROFILE_RUNS = 5
+
+
 def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: int = 3
                  ) -> Tuple[np.ndarray, Tuple[int, ...], float]:
     """(engine seconds per segment, the stage bounds timed, their summed seconds) on the worker's engine
@@ -330,7 +336,7 @@ def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: 
     k = len(seconds)
     st = stages.stage(0, k)
     x = tensors[0] if st.q_in is None else st.q_in.quantize(tensors[0])
-    own = st.segment_seconds(x, max(int(iters), 1)) if hasattr(st, "segment_seconds") else None
+    own = st.segment_seconds(x, max(int(iters), NODE_PROFILE_RUNS)) if hasattr(st, "segment_seconds") else None
     if own is not None:
         got = _engine_time(st.run, x, iters)
         out = got * own / own.sum()
