@@ -50,8 +50,8 @@ def test_adaptive_replan_waits_for_the_new_plans_stages(tmp_path, synthetic_vide
     """A stale profile (the first 60% of the segments 50x too fast, the rest 20x too slow) makes `adaptive` put too
     much on worker 0, then re-plan mid-run to cuts no worker has built. The frames keep the plan they run while the
     workers export the new stages in the background (report.json `plan_warming`: switched at a later frame than
-    asked, after at least two polls), so no frame waits for an ONNX export; every frame completes within 1e-4 of torch and runs
-    the first plan or one that was built before frames took it."""
+    asked, after at least two polls), so no frame waits for an ONNX export; every frame completes within 1e-4 of
+    torch and runs the first plan or one that was built before frames took it."""
     import glob
     import os
 
