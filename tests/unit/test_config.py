@@ -1,4 +1,5 @@
-"""Config loading: defaults are valid; every bad key or value fails with a message naming the key."""
+"""Config loading: defaults are valid; every bad key or value fails with a message naming the key; every name the
+single-module config had is still `config.<name>`."""
 import pytest
 
 from cnnvideo import config
@@ -81,94 +82,31 @@ def test_unreadable_or_invalid_yaml(tmp_path):
         config.load(_write(tmp_path, "- a list\n"))
 
 
-def test_scheduler_options_each_scheduler_takes_pass():
-    """The options schedulers.OPTIONS lists for a scheduler are accepted (the one list config checks against)."""
-    from cnnvideo.plan.schedulers import OPTIONS
-
-    for name, keys in OPTIONS.items():
-        cfg = config.from_dict({"scheduler": name, "scheduler_options": {k: 1 for k in keys}}, check_files=False)
-        assert set(cfg.scheduler_options) == set(keys)
-
-
-def _nest(values):
-    """{"a.b": 1, "c": 2} -> {"a": {"b": 1}, "c": 2}"""
-    data = {}
-    for path, value in values.items():
-        *parents, leaf = path.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return data
+# The public names of cnnvideo.config before its split, by the module that owns each now.
+MOVED = {
+    "config_types": ["MODES", "ENGINES", "ENGINE_CHOICES", "PRECISIONS", "ON_ERROR", "CPUS_ROLES", "Cluster", "Delta",
+                     "TrainerOptions", "Limits", "Tls", "Reliability", "Detect", "Source", "LiveView", "Local",
+                     "EngineOptions", "Int8Options", "CostModel", "ModelChoice", "Events", "Config"],
+    "config_upgrade": ["RENAMED", "CPUS_OLD", "upgrade"],
+    "config_checks": ["validate", "resolve_fallback", "model_unavailable", "VIEW_TOKEN_ENV", "view_token",
+                      "is_loopback"],
+    "errors": ["ConfigError"],
+}
 
 
-@pytest.mark.parametrize("old, new", sorted(config.RENAMED.items()))
-def test_renamed_keys_load_with_a_warning_naming_the_new_key(old, new, caplog):
-    """Every old key still loads, as the new one (same value), with one warning that names the new key; the old
-    and the new key at once is an error naming both."""
-    with caplog.at_level("WARNING", logger="cnnvideo.config"):
-        cfg = config.from_dict(_nest({old: 7.5}), check_files=False)
-    value = cfg
-    for part in new.split("."):
-        value = getattr(value, part)
-    assert value == 7.5
-    warned = [r.getMessage() for r in caplog.records if r.name == "cnnvideo.config"]
-    assert len(warned) == 1 and "'%s'" % new in warned[0] and "'%s'" % old in warned[0], warned
-    with pytest.raises(ConfigError) as err:
-        config.from_dict(_nest({old: 1.0, new: 2.0}), check_files=False)
-    assert "'%s'" % old in str(err.value) and "'%s'" % new in str(err.value)
+def test_moved_names_are_still_config_names():
+    """Every name callers reached as `config.<name>` before the split still is, as the owner's own object (a
+    re-export, not a copy that could drift), and every public name of config_types is re-exported (a new section
+    reaches the callers)."""
+    import importlib
 
+    for owner, names in MOVED.items():
+        module = importlib.import_module("cnnvideo." + owner)
+        for name in names:
+            assert name in config.__all__ and getattr(config, name) is getattr(module, name), (owner, name)
+    from cnnvideo import config_types
 
-def test_renamed_keys_are_dumped_under_the_new_names(tmp_path):
-    """A config loaded from old names dumps (and so reaches every role) under the new ones only."""
-    cfg = config.from_dict({"limits": {"max_message_mb": 8}, "master_turnaround_s": 0.5}, check_files=False)
-    data = config.to_dict(cfg)
-    assert data["limits"]["max_message_mib"] == 8 and "max_message_mb" not in data["limits"]
-    assert data["cost_model"]["master_turnaround_s"] == 0.5 and "master_turnaround_s" not in data
-    assert cfg.max_message_bytes == 8 * 1024 * 1024  # MiB
-
-
-def test_cpus_canonical_roles_and_old_spellings(caplog):
-    """cpus keys are master, trainer, worker<i>, workers; w<i> and worker load with a warning naming the canonical
-    key; a worker's share is its own key, else `workers`."""
-    cfg = config.from_dict({"cpus": {"master": 1.0, "worker1": 0.3, "workers": 0.5}}, check_files=False)
-    assert [cfg.cpu_share(r) for r in ("master", "trainer", "worker0", "w1")] == [1.0, None, 0.5, 0.3]
-    with caplog.at_level("WARNING", logger="cnnvideo.config"):
-        cfg = config.from_dict({"cpus": {"w0": 0.1, "worker": 0.2}}, check_files=False)
-    assert cfg.cpus == {"worker0": 0.1, "workers": 0.2}
-    warned = " | ".join(r.getMessage() for r in caplog.records)
-    assert "'cpus.worker0'" in warned and "'cpus.workers'" in warned, warned
-
-
-@pytest.mark.parametrize("cpus, key", [
-    ({"wrker0": 0.5}, "cpus.wrker0"),
-    ({"worker2": 0.5}, "cpus.worker2"),  # the default chain has 2 workers
-    ({"w0": 0.5, "worker0": 0.4}, "cpus.worker0"),  # one role named twice
-    ({"gpu": 1}, "cpus.gpu"),
-])
-def test_unknown_cpus_keys_are_one_line_errors_naming_the_key(cpus, key):
-    with pytest.raises(ConfigError) as err:
-        config.from_dict({"cpus": cpus}, check_files=False)
-    assert "'%s'" % key in str(err.value) and "\n" not in str(err.value)
-
-
-def test_fallback_runs_the_first_model_that_can_run_and_says_so(monkeypatch, caplog):
-    """`fallback` entries are tried in order when model/weights cannot run here; one warning line says which ran
-    and why; the list is consumed (the config that runs names one model)."""
-    from cnnvideo.model import zoo
-
-    data = {"model": "mobilenet_v2", "weights": "imagenet",
-            "fallback": [{"model": "person-detector-not-in-this-build"}, {"model": "alexnet", "weights": "random"}]}
-    monkeypatch.setattr(zoo, "imagenet_available", lambda name="": False)
-    with caplog.at_level("WARNING", logger="cnnvideo.config"):
-        cfg = config.from_dict(data, check_files=False)
-    assert (cfg.model, cfg.weights, cfg.fallback) == ("alexnet", "random", [])
-    lines = [r.getMessage() for r in caplog.records if r.name == "cnnvideo.config"]
-    assert len(lines) == 1 and "mobilenet_v2" in lines[0] and "fallback alexnet" in lines[0], lines
-    caplog.clear()
-    monkeypatch.setattr(zoo, "imagenet_available", lambda name="": True)
-    with caplog.at_level("WARNING", logger="cnnvideo.config"):
-        cfg = config.from_dict(data, check_files=False)
-    assert (cfg.model, cfg.weights, cfg.fallback) == ("mobilenet_v2", "imagenet", []) and not caplog.records
-    with pytest.raises(ConfigError, match=r"'fallback\[0\]\.model'"):
-        config.from_dict({"fallback": [{"weights": "random"}]}, check_files=False)
+    public = {n for n, v in vars(config_types).items()  # the classes it defines and its constants
+              if (isinstance(v, type) and v.__module__ == config_types.__name__) or n.isupper()}
+    assert {"Config", "Events", "MODES"} <= public
+    assert sorted(public - set(config.__all__)) == []

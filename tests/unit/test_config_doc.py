@@ -5,7 +5,7 @@ import re
 
 import yaml
 
-from cnnvideo import config
+from cnnvideo import config, config_upgrade
 from cnnvideo.results import report as rpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,7 +55,7 @@ def test_documented_types_and_defaults_are_the_code_s():
 def test_renamed_keys_are_documented():
     renamed = tables("docs/configuration.md")["Renamed keys"]
     pairs = {(code(r[0]), code(r[1])) for r in renamed}
-    for old, new in config.RENAMED.items():
+    for old, new in config_upgrade.RENAMED.items():
         assert (old, new) in pairs, old
 
 

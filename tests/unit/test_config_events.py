@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from cnnvideo import config
+from cnnvideo import config, config_checks
 from cnnvideo.config import ConfigError
 
 TOKEN = "0123456789abcdef0123"
@@ -20,7 +20,7 @@ def _no_env_token(monkeypatch):
 def test_defaults_off():
     """No events, no token, metrics closed; the default pipeline config puts snapshots under <out>/snapshots."""
     cfg = config.from_dict({}, check_files=False)
-    assert cfg.events.enabled is False and cfg.events.mqtt is None and config.view_token(cfg) is None
+    assert cfg.events.enabled is False and cfg.events.mqtt is None and config_checks.view_token(cfg) is None
     assert cfg.live_view.metrics_open is False
     assert cfg.events.pipeline_config("/o")["snapshots"] == {"dir": os.path.join("/o", "snapshots")}
 
@@ -72,7 +72,7 @@ def test_non_loopback_view_needs_a_token(monkeypatch):
         config.from_dict({"live_view": {"port": 8080, "token": TOKEN + ";x"}}, check_files=False)
     monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", TOKEN)
     cfg = config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
-    assert config.view_token(cfg) == TOKEN
+    assert config_checks.view_token(cfg) == TOKEN
     monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", "bad token")
     with pytest.raises(ConfigError, match="'environment variable CNNVIDEO_VIEW_TOKEN' must be"):
         config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
@@ -99,5 +99,5 @@ def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
     data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
     cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
     with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
-        config._validate_events(cfg, check_files=True)
+        config_checks._validate_events(cfg, check_files=True)
     config.from_dict(data, check_files=False)

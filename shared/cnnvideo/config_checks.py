@@ -1,0 +1,291 @@
+"""Option validation: the one module that checks a config's values beyond their types (ranges, choices, rules
+across keys, files that must exist, the `cpus` role names, the live view's token, the `events:` section) and
+applies the model `fallback` rule. Every failure is one ConfigError line naming the key.
+
+Unknown keys and wrong types are refused earlier, while config builds the dataclasses from YAML (config._build);
+an old and a new key name set at once while config_upgrade renames. Layout: this module imports the dataclasses
+from config_types and the `cpus` spellings from config_upgrade; config's loaders import this module. It cannot
+import config itself (config imports it: tests/unit/test_layout.py counts lazy imports too), which is why the
+dataclasses live in config_types and not in config. Heavy packages (torch via the zoo, the events pipeline) are
+imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from typing import Dict, Optional, Tuple
+
+from cnnvideo.config_types import (
+    CPUS_ROLES,
+    ENGINE_CHOICES,
+    MODES,
+    ON_ERROR,
+    PRECISIONS,
+    Config,
+    CostModel,
+    Events,
+    ModelChoice,
+)
+from cnnvideo.config_upgrade import cpus_role_name
+from cnnvideo.errors import ConfigError
+
+# the logger config's warnings always used (log lines read `cnnvideo.config: ...`): the module split changed no output
+log = logging.getLogger("cnnvideo.config")
+
+
+def validate(cfg: Config, check_files: bool = True) -> Config:
+    """Check values that types alone cannot; raise ConfigError naming the key."""
+    from cnnvideo.model import zoo as models  # local import: models pulls in torch
+    from cnnvideo.plan import schedulers
+
+    if not cfg.cluster.workers:
+        raise ConfigError("config key 'cluster.workers' must list at least one worker address")
+    for i, addr in enumerate(cfg.cluster.workers + [cfg.cluster.trainer]):
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
+            raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
+    from cnnvideo.artifacts import onnx_model_path
+
+    onnx_path = onnx_model_path(cfg.model)
+    if onnx_path:  # an ONNX file or a short name of one (cnnvideo.model.onnx_graph); the weights are in the file
+        if check_files and not os.path.isfile(onnx_path):
+            raise ConfigError("config key 'model': ONNX file not found: %s%s" % (
+                onnx_path, "" if onnx_path == cfg.model else " (`make setup` fetches %s)" % cfg.model))
+        if cfg.engine != "onnxruntime":
+            raise ConfigError("config key 'engine' must be onnxruntime for an ONNX model file (%s), got %r"
+                              % (cfg.model, cfg.engine))
+    elif not models.is_known_model(cfg.model):
+        known = ", ".join(models.MODEL_NAMES + models.DETECTOR_NAMES)
+        raise ConfigError("config key 'model': unknown model %r (known: %s)" % (cfg.model, known))
+    from cnnvideo.results.detections import check_settings, is_detector
+
+    # an ONNX file holds its weights, so `weights` is a classifier setting there; a torchvision detector takes it
+    check_settings(cfg.model, is_detector(cfg.model), cfg.detect,
+                   classifier={"weights": cfg.weights} if onnx_path else None)
+    if cfg.weights not in ("imagenet", "random") and check_files and not os.path.isfile(cfg.weights):
+        raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
+    from cnnvideo.video.sources import kind_of
+
+    if check_files and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
+        raise ConfigError("config key 'video': file not found: %s" % cfg.video)
+    if (cfg.trainer.video is not None and check_files and kind_of(cfg.trainer.video) == "file"
+            and not os.path.isfile(cfg.trainer.video)):
+        raise ConfigError("config key 'trainer.video': file not found: %s" % cfg.trainer.video)
+    if any(v <= 0 for v in cfg.frame_size):
+        raise ConfigError("config key 'frame_size' must be two positive integers, got %r" % (cfg.frame_size,))
+    if cfg.mode not in MODES:
+        raise ConfigError("config key 'mode' must be one of %s, got %r" % ("|".join(MODES), cfg.mode))
+    if cfg.scheduler not in schedulers.SCHEDULERS:
+        raise ConfigError("config key 'scheduler' must be one of %s, got %r" % ("|".join(schedulers.SCHEDULERS),
+                                                                             cfg.scheduler))
+    for key in cfg.scheduler_options:
+        try:
+            schedulers.check_options(cfg.scheduler, {key: None})
+        except ValueError:
+            raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
+                              % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
+    if cfg.frames < 0:
+        raise ConfigError("config key 'frames' must be >= 0 (0 = until a signal), got %r" % cfg.frames)
+    if not 0 < cfg.check_share <= 1:
+        raise ConfigError("config key 'check_share' must be in (0, 1], got %r" % cfg.check_share)
+    _choice(cfg.source.drop, ("newest", "oldest", "none"), "source.drop")
+    _choice(cfg.source.mode, ("offline", "live"), "source.mode")
+    _choice(cfg.local.links, ("auto", "tc", "paced", "none"), "local.links")
+    _choice(cfg.local.cpus, ("auto", "cgroup", "none"), "local.cpus")
+    _positive(cfg.source.queue, "source.queue")
+    if cfg.source.fps < 0 or cfg.source.reopen_s <= 0:
+        key = "source.fps" if cfg.source.fps < 0 else "source.reopen_s"
+        raise ConfigError("config key '%s' must be %s" % (key, ">= 0" if key == "source.fps" else "> 0"))
+    if not 0 <= cfg.live_view.port < 65536:
+        raise ConfigError("config key 'live_view.port' must be 0 (off) or a TCP port, got %r" % cfg.live_view.port)
+    if cfg.source.mode == "offline" and (kind_of(cfg.video) != "file" or cfg.source.realtime):
+        raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
+                          "(source.realtime: false), got %r" % cfg.video)
+    if cfg.engine not in ENGINE_CHOICES:
+        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINE_CHOICES), cfg.engine))
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError("config key 'precision' must be one of %s, got %r" % ("|".join(PRECISIONS), cfg.precision))
+    if cfg.engine_options.on_error not in ON_ERROR:
+        raise ConfigError("config key 'engine_options.on_error' must be one of %s, got %r"
+                          % ("|".join(ON_ERROR), cfg.engine_options.on_error))
+    if cfg.engine_options.threads < 0:
+        raise ConfigError("config key 'engine_options.threads' must be >= 0 (0 = the CPU cap), got %r"
+                          % cfg.engine_options.threads)
+    _positive(cfg.int8.calibration_frames, "int8.calibration_frames")
+    _positive(cfg.int8.calibration_stride, "int8.calibration_stride")
+    if cfg.int8.calibration_start < -1:
+        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the run's frames)")
+    if (cfg.precision == "int8" and cfg.calibration_video == cfg.video
+            and 0 <= cfg.int8.calibration_start < cfg.frames):
+        raise ConfigError("config key 'int8.calibration_start' (%d) must not be below 'frames' (%d): int8 calibrates "
+                          "on frames of the video the run does not evaluate" % (cfg.int8.calibration_start, cfg.frames))
+    _positive(cfg.group_size, "group_size")
+    _positive(cfg.trainer.frames, "trainer.frames")
+    _positive(cfg.profile_iters, "profile_iters")
+    if cfg.in_flight < 0:
+        raise ConfigError("config key 'in_flight' must be >= 0 (0 = unlimited), got %r" % cfg.in_flight)
+    if len(cfg.bandwidth) not in (1, cfg.n_workers) or any(b <= 0 for b in cfg.bandwidth):
+        raise ConfigError(
+            "config key 'bandwidth' must list 1 or %d positive MB/s values (one per hop), got %r"
+            % (cfg.n_workers, cfg.bandwidth)
+        )
+    if not 0 <= cfg.delta.input_threshold <= 255:
+        raise ConfigError("config key 'delta.input_threshold' must be 0..255, got %r" % cfg.delta.input_threshold)
+    for f in dataclasses.fields(CostModel):
+        value = getattr(cfg.cost_model, f.name)
+        if not value >= 0:
+            raise ConfigError("config key 'cost_model.%s' must be >= 0, got %r" % (f.name, value))
+    if cfg.delta.threshold < 0:
+        raise ConfigError("config key 'delta.threshold' must be >= 0, got %r" % cfg.delta.threshold)
+    if not 0 < cfg.trainer.fit_fraction <= 1:
+        raise ConfigError("config key 'trainer.fit_fraction' must be in (0, 1], got %r" % cfg.trainer.fit_fraction)
+    if cfg.limits.max_message_mib <= 0:
+        raise ConfigError("config key 'limits.max_message_mib' must be > 0, got %r" % cfg.limits.max_message_mib)
+    if cfg.tls.enabled and not cfg.tls.dir and not (cfg.tls.ca and cfg.tls.cert and cfg.tls.key):
+        raise ConfigError("config key 'tls' is enabled but names neither 'tls.dir' nor all of 'tls.ca', "
+                          "'tls.cert', 'tls.key'")
+    if cfg.reliability.max_restarts < 0 or cfg.reliability.retries < 0:
+        key = "max_restarts" if cfg.reliability.max_restarts < 0 else "retries"
+        raise ConfigError("config key 'reliability.%s' must be >= 0" % key)
+    if cfg.reliability.peer_wait_s <= 0:
+        raise ConfigError("config key 'reliability.peer_wait_s' must be > 0, got %r" % cfg.reliability.peer_wait_s)
+    cfg.cpus = _canonical_cpus(cfg.cpus, cfg.n_workers)
+    for role, share in cfg.cpus.items():
+        if share <= 0:
+            raise ConfigError("config key 'cpus.%s' must be > 0, got %r" % (role, share))
+    _validate_live_view(cfg)
+    _validate_events(cfg, check_files)
+    return cfg
+
+
+def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:
+    """`cpus` with canonical role names (master, trainer, worker<i>, workers); old spellings (w<i>, worker:
+    config_upgrade.cpus_role_name) are renamed with a warning; an unknown role, a worker index outside the chain
+    or one role named twice is an error naming the key."""
+    out: Dict[str, float] = {}
+    for key, share in cpus.items():
+        new = cpus_role_name(key)
+        m = re.match(r"^worker(\d+)$", new)
+        if m and int(m.group(1)) >= n_workers:
+            raise ConfigError("config key 'cpus.%s': no such worker (the chain has %d: worker0..worker%d)"
+                              % (key, n_workers, n_workers - 1))
+        if not m and new not in CPUS_ROLES:
+            raise ConfigError("config key 'cpus.%s' is not a role (known: master, trainer, worker0..worker%d, "
+                              "workers = every worker without its own key)" % (key, n_workers - 1))
+        if new in out:
+            raise ConfigError("config key 'cpus.%s' names the same role as 'cpus.%s'" % (key, new))
+        if new != key:
+            log.warning("config key 'cpus.%s' is an old spelling: use 'cpus.%s'", key, new)
+        out[new] = share
+    return out
+
+
+def model_unavailable(model: str, weights: str) -> str:
+    """Why `model` with `weights` cannot run here, offline ('' = it can): the one rule `fallback` follows.
+    Unknown models, `imagenet` weights not in the torch hub cache (scripts/fetch_weights.sh), missing weight files."""
+    from cnnvideo.artifacts import onnx_model_path
+    from cnnvideo.model import zoo  # local import: the zoo pulls in torch
+
+    onnx_path = onnx_model_path(model)
+    if onnx_path:
+        return "" if os.path.isfile(onnx_path) else "%s is not in the model cache (scripts/fetch_detector.sh)" % (
+            onnx_path)
+    if not zoo.is_known_model(model):
+        return "model %s is unknown to this build" % model
+    if weights == "imagenet" and not zoo.imagenet_available(model):
+        return "its ImageNet weights are not in the torch hub cache (scripts/fetch_weights.sh fetches mobilenet_v2's)"
+    if weights not in ("imagenet", "random") and not os.path.isfile(weights):
+        return "weights file %s not found" % weights
+    return ""
+
+
+def resolve_fallback(cfg: Config) -> Config:
+    """Apply `fallback`: the first of `model`/`weights`, then each fallback entry in order, that can run here
+    (model_unavailable) becomes the config's model and weights; one warning line says why when it is not the first.
+    The fallback list is consumed (the config that runs names one model). None can run: the first stays, and
+    validation or the weights check says why."""
+    if not cfg.fallback:
+        return cfg
+    for i, choice in enumerate(cfg.fallback):
+        if not choice.model:
+            raise ConfigError("config key 'fallback[%d].model' must name a model" % i)
+    choices = [ModelChoice(cfg.model, cfg.weights)] + list(cfg.fallback)
+    cfg.fallback = []
+    why = model_unavailable(choices[0].model, choices[0].weights)
+    if not why:
+        return cfg
+    for choice in choices[1:]:
+        if not model_unavailable(choice.model, choice.weights):
+            log.warning("model %s (weights: %s) cannot run here: %s; running the fallback %s (weights: %s)",
+                        choices[0].model, choices[0].weights, why, choice.model, choice.weights)
+            cfg.model, cfg.weights = choice.model, choice.weights
+            break
+    return cfg
+
+
+VIEW_TOKEN_ENV = "CNNVIDEO_VIEW_TOKEN"
+
+
+def view_token(cfg: Config) -> Optional[str]:
+    """The live view's bearer token: `live_view.token`, else $CNNVIDEO_VIEW_TOKEN, else None."""
+    return cfg.live_view.token or os.environ.get(VIEW_TOKEN_ENV) or None
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _validate_live_view(cfg: Config) -> None:
+    lv = cfg.live_view
+    token = view_token(cfg)
+    if token is not None and (lv.port or lv.token):
+        key = "live_view.token" if lv.token else "environment variable %s" % VIEW_TOKEN_ENV
+        if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,}", token):
+            raise ConfigError("config key '%s' must be at least 16 characters of A-Z a-z 0-9 . _ ~ + / = - "
+                              "(e.g. `openssl rand -hex 16`)" % key)
+    if lv.port and not is_loopback(lv.host) and token is None:
+        raise ConfigError("config key 'live_view.token' is required when live_view.host is %r (not loopback): set "
+                          "it or the environment variable %s, or bind 127.0.0.1" % (lv.host, VIEW_TOKEN_ENV))
+
+
+def _validate_events(cfg: Config, check_files: bool = True) -> None:
+    """Build the events pipeline without connecting (and the label-change tracker), so a bad key stops here.
+    A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
+    (check_files false) neither runs events nor needs their packages."""
+    ev = cfg.events
+    if ev == Events():
+        return  # nothing set: nothing to check (and no import of the events modules)
+    from cnnvideo.events import EventsConfigError, pipeline_from_config
+    from cnnvideo.events.labelchange import label_change_from_config
+
+    try:
+        label_change_from_config(ev.label_change, "events.label_change")
+        pipeline_from_config(ev.pipeline_config(cfg.out), (cfg.frame_size[1], cfg.frame_size[0]), start_mqtt=False)
+    except EventsConfigError as exc:
+        key, _, why = str(exc).partition(": ")
+        raise ConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) from None
+    except ImportError as exc:
+        if check_files:
+            raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
+
+
+def _choice(value: str, allowed: Tuple[str, ...], key: str) -> None:
+    if value not in allowed:
+        raise ConfigError("config key '%s' must be one of %s, got %r" % (key, "|".join(allowed), value))
+
+
+def _positive(value: int, key: str) -> None:
+    if value <= 0:
+        raise ConfigError("config key '%s' must be positive, got %r" % (key, value))
+

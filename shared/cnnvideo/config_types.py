@@ -1,0 +1,291 @@
+"""The typed config: one dataclass per section of a config file (field names are the YAML keys, comments give
+units), and the allowed values of its choice keys.
+
+A leaf: it imports no other cnnvideo module, so config_checks (which checks these types) and config (which builds
+them from YAML and calls the checks) both import it without an import cycle. Callers import the types from
+cnnvideo.config, the public entry, which re-exports them.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+MODES = ("full", "delta")
+ENGINES = ("torch", "onnxruntime")  # kept equal to cnnvideo.model.engines (which imports numpy; config stays light)
+ENGINE_CHOICES = ENGINES + ("auto",)  # auto: each worker profiles every engine it has, each stage runs the fastest
+PRECISIONS = ("fp32", "int8")
+ON_ERROR = ("fallback", "stop")
+# `cpus` role names: master, trainer, worker<i> (0 <= i < number of workers) and `workers` (every worker not named
+# on its own). Old spellings (config_upgrade.CPUS_OLD) still load, with a warning naming the canonical one.
+CPUS_ROLES = ("master", "trainer", "workers")
+
+
+@dataclass
+class Cluster:
+    """Addresses (host:port). The master only dials out; workers are the chain in order."""
+
+    trainer: str = "127.0.0.1:50051"
+    workers: List[str] = field(default_factory=lambda: ["127.0.0.1:50060", "127.0.0.1:50061"])
+
+
+@dataclass
+class Delta:
+    """Delta-mode options: thresholds (|new - held| <= t is not sent) and keyframe period."""
+
+    input_threshold: int = 0  # pixel levels on the uint8 input hop
+    threshold: float = 0.0  # on every later hop
+    keyframe_every: int = 0  # 0 = only when needed (first frame, new cut, resync)
+    fp16: bool = False  # lossy: send later-hop values as float16
+    skip_unchanged: bool = True  # a worker whose input is unchanged (empty delta) reuses its output, no compute
+
+
+@dataclass
+class TrainerOptions:
+    """What the trainer plays to fit the predictors."""
+
+    video: Optional[str] = None  # None = the run's video
+    frames: int = 100
+    fit_fraction: float = 0.8  # fitted on this share of the frames, validated on the rest (1 = no hold-out)
+
+
+@dataclass
+class Limits:
+    """Message size limit (MiB = 2^20 bytes) and RPC deadlines (s)."""
+
+    max_message_mib: float = 64.0  # largest gRPC message and decoded tensor
+    rpc_timeout_s: float = 30.0
+    worker_down_s: float = 10.0  # master gives up on a silent worker after this long
+
+
+@dataclass
+class Tls:
+    """Mutual TLS between all roles. Plaintext only when `enabled: false` (the explicit default for local demos).
+
+    Either `dir` (from scripts/make_certs.sh: ca.crt plus <role>.crt/<role>.key per role: trainer, worker0..N,
+    master) or explicit `ca`/`cert`/`key` paths (the same identity for every role); explicit paths win.
+    When enabled every server requires a client certificate signed by the CA and every client checks the
+    server's certificate against the CA.
+    """
+
+    enabled: bool = False
+    dir: str = ""
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+
+
+@dataclass
+class Reliability:
+    """Frame retries and role restarts: every frame ends completed or dropped (with a reason), never twice."""
+
+    restart: bool = True  # roles come back after a crash (`cnnvideo local` restarts them; compose: on-failure)
+    max_restarts: int = 5  # per role, by `cnnvideo local` (then the run fails as without restarts)
+    retries: int = 3  # re-sends of a frame hit by a fault before it is dropped
+    peer_wait_s: float = 60.0  # how long the master (or a forwarding worker) waits for a failed peer to serve again
+
+
+@dataclass
+class Detect:
+    """What a detector keeps (cnnvideo.results.detections): boxes scoring at least `score_threshold` (0..1), of
+    `labels` (empty = every label the model has). Refused on a classifier."""
+
+    score_threshold: float = 0.5
+    labels: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Source:
+    """How `video` is read (video.sources): a file as fast as the chain allows, or frames on their own clock."""
+
+    realtime: bool = False  # play a file at its own fps, as if it were a camera
+    drop: str = "oldest"  # newest | oldest | none: which captured frames are skipped when the chain is slower
+    queue: int = 4  # captured frames held at most besides those in flight
+    loop: bool = True  # a file starts again at its end (frames: 0 with a looping file runs until a signal)
+    fps: float = 0.0  # pace of a realtime file (0 = the file's own)
+    reopen_s: float = 10.0  # a dropped stream is reopened with backoff for this long
+    # live: schedulers and the cost model see only frames already captured; offline (a file read as fast as
+    # asked): they may look ahead at the clip's input change, as before sources existed (e.g. experiments)
+    mode: str = "live"
+
+
+@dataclass
+class LiveView:
+    """The master's live web page (cnnvideo.results.liveview); off unless `port` is set (0 = off).
+
+    On a loopback `host` (the default) no token is needed; on any other address a bearer `token` (or the
+    environment variable CNNVIDEO_VIEW_TOKEN) is required, else every role refuses the config. With a token
+    every request needs `Authorization: Bearer <token>` (or the cookie the page sets after `/?token=...`),
+    except `/metrics` when `metrics_open` is true (for a scraper on a trusted network)."""
+
+    port: int = 0
+    host: str = "127.0.0.1"
+    token: str = ""
+    metrics_open: bool = False
+
+
+@dataclass
+class Local:
+    """What `cnnvideo local` emulates of the cluster: per-hop `bandwidth` and per-role `cpus` caps."""
+
+    links: str = "auto"  # auto | tc | paced | none (auto: tc in a network namespace when root, else paced)
+    cpus: str = "auto"  # auto | cgroup | none (auto: cgroup CPU caps where writable, else none, said in the report)
+
+
+@dataclass
+class EngineOptions:
+    """How a worker's stage backend runs: intra-op threads (0 = the container's CPU cap, or its cores), and what a
+    stage that the engine cannot run does: `fallback` (torch, with the reason logged and reported) or `stop`."""
+
+    threads: int = 0
+    on_error: str = "fallback"
+
+
+@dataclass
+class Int8Options:
+    """Calibration of `precision: int8`: `calibration_frames` frames of the trainer's video, every
+    `calibration_stride`-th from `calibration_start` (-1 = the first frame after those the run evaluates)."""
+
+    calibration_frames: int = 16
+    calibration_start: int = -1
+    calibration_stride: int = 10
+
+
+@dataclass
+class CostModel:
+    """Calibration constants of the cost model (cnnvideo.plan.costinputs); measured, rarely changed."""
+
+    # CPU ns a worker spends per byte it receives or sends (TCP path, gRPC); the cost model charges it to the
+    # worker's work stage, times the wall/CPU ratio of its profile. Calibrated in docs/results/README.md.
+    net_cpu_ns_per_byte: float = 25.0
+    # CPU us a worker spends per gRPC message it handles apart from the bytes (3 a frame: the Process call in, the
+    # call out or the result, the stage report); charged like net_cpu_ns_per_byte, and with 1 frame in flight
+    # inside the CFS burst. scripts/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
+    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: scripts/replay_msg_cpu.py.
+    net_cpu_us_per_message: float = 200.0
+    # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
+    # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
+    # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
+    master_turnaround_s: float = 0.02
+
+
+@dataclass
+class ModelChoice:
+    """One entry of `fallback`: a model and its weights."""
+
+    model: str = ""  # required
+    weights: str = "random"
+
+
+@dataclass
+class Events:
+    """Events from the master's results (cnnvideo.events, issue 23): off unless `enabled: true`; the other
+    keys are checked either way. A classifier (no boxes) makes one event track per run of the same top-1 label
+    (`label_change`); a detector's boxes go through the IoU `tracker`. `tracker`, `zones`, `snapshots` and
+    `mqtt` are the mappings `cnnvideo.events.pipeline_from_config` reads (it names a bad key); snapshots go to
+    `<out>/snapshots` unless `snapshots.dir` says otherwise (`snapshots: null` = none); no `mqtt`: no MQTT."""
+
+    enabled: bool = False
+    camera: str = "cam"
+    recent_max: int = 200
+    label_change: Dict[str, Any] = field(default_factory=dict)  # LabelChangeSettings fields
+    tracker: Dict[str, Any] = field(default_factory=dict)  # TrackerSettings fields
+    zones: Dict[str, Any] = field(default_factory=dict)  # name -> [[x, y], ...] in frame pixels
+    snapshots: Optional[Dict[str, Any]] = field(default_factory=dict)  # max_tracks, jpeg_quality, dir
+    mqtt: Optional[Dict[str, Any]] = None  # MqttSettings fields (host, port, topic_prefix, ...)
+
+    def pipeline_config(self, out_dir: str) -> Dict[str, Any]:
+        """The mapping for `cnnvideo.events.pipeline_from_config` (snapshots under `out_dir` by default)."""
+        data: Dict[str, Any] = {"camera": self.camera, "recent_max": self.recent_max, "tracker": dict(self.tracker),
+                                "zones": dict(self.zones)}
+        if self.snapshots is not None:
+            data["snapshots"] = dict(self.snapshots)
+            data["snapshots"].setdefault("dir", os.path.join(out_dir, "snapshots"))
+        if self.mqtt is not None:
+            data["mqtt"] = dict(self.mqtt)
+        return data
+
+
+@dataclass
+class Config:
+    """One run of the cluster. Field names are the YAML keys."""
+
+    cluster: Cluster = field(default_factory=Cluster)
+    model: str = "alexnet"
+    weights: str = "random"  # imagenet | random | path to a state-dict file
+    # tried in order when `model` with `weights` cannot load here (model_unavailable); consumed at load
+    fallback: List[ModelChoice] = field(default_factory=list)
+    seed: int = 0
+    video: str = "media/vtest.avi"
+    frame_size: Tuple[int, int] = (480, 720)  # height, width
+    mode: str = "delta"
+    engine: str = "torch"  # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled)
+    precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    int8: Int8Options = field(default_factory=Int8Options)
+    delta: Delta = field(default_factory=Delta)
+    check: bool = True
+    check_share: float = 1.0  # share of completed frames compared with the unsplit model (online, background)
+    check_defer: bool = False  # a file read as fast as asked: sampled frames are checked after the run's last result
+    frames: int = 60  # 0 = until SIGINT/SIGTERM (a live source, or a looping file)
+    in_flight: int = 3  # frames in flight cap, 0 = unlimited (the original's pd_num)
+    group_size: int = 5
+    scheduler: str = "optimal"
+    scheduler_options: Dict[str, Any] = field(default_factory=dict)
+    bandwidth: List[float] = field(default_factory=lambda: [3.0, 3.0])  # MB/s (10^6 bytes/s), [0] = master->w0
+    cpus: Dict[str, float] = field(default_factory=dict)  # role (CPUS_ROLES, worker<i>) -> CPU share
+    trainer: TrainerOptions = field(default_factory=TrainerOptions)
+    limits: Limits = field(default_factory=Limits)
+    reliability: Reliability = field(default_factory=Reliability)
+    tls: Tls = field(default_factory=Tls)
+    source: Source = field(default_factory=Source)
+    live_view: LiveView = field(default_factory=LiveView)
+    detect: Detect = field(default_factory=Detect)
+    local: Local = field(default_factory=Local)
+    cache_dir: str = "~/.cache/cnnvideo"
+    out: str = "out"
+    profile_iters: int = 3
+    profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
+    cost_model: CostModel = field(default_factory=CostModel)
+    events: Events = field(default_factory=Events)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.cluster.workers)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.limits.max_message_mib * 1024 * 1024)
+
+    def bandwidth_bytes(self) -> List[float]:
+        """Per-hop bandwidth in bytes/s (`bandwidth` is MB/s, 10^6 bytes/s), one per worker (hop into worker i)."""
+        bw = list(self.bandwidth)
+        if len(bw) == 1:
+            bw = bw * self.n_workers
+        return [b * 1e6 for b in bw]
+
+    @property
+    def calibration_video(self) -> str:
+        """The video int8 calibration reads (the trainer's)."""
+        return self.trainer.video or self.video
+
+    @property
+    def calibration_start(self) -> int:
+        """First calibration frame: after the frames a run evaluates unless set."""
+        return self.frames if self.int8.calibration_start < 0 else self.int8.calibration_start
+
+    def cpu_share(self, role: str) -> Optional[float]:
+        """The `cpus` share of a role ('master', 'trainer', 'worker<i>' or 'w<i>'), None when not capped; a worker
+        without its own key takes `workers`."""
+        m = re.match(r"^w(?:orker)?(\d+)$", role)
+        if m:
+            own = "worker%d" % int(m.group(1))
+            return self.cpus.get(own, self.cpus.get("workers"))
+        return self.cpus.get(role)
+
+    def cache_path(self, *parts: str) -> str:
+        path = os.path.join(os.path.expanduser(self.cache_dir), *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
