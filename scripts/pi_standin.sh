@@ -26,7 +26,7 @@ WITH_RPC=${CNNVIDEO_STANDIN_RPC:-1}
 DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/tools/test_chain.py
   tests/unit/test_graph.py tests/unit/test_executor.py tests/unit/test_costmodel.py
   tests/unit/test_schedulers.py tests/unit/test_predict.py tests/unit/test_config.py
-  tests/unit/test_models.py tests/unit/test_adapt.py)
+  tests/unit/test_config_checks.py tests/unit/test_config_upgrade.py tests/unit/test_models.py tests/unit/test_adapt.py)
 RPC_TESTS=(tests/unit/test_video.py tests/unit/tools/test_planner.py tests/unit/tools/test_bench_codec.py)
 
 log() { echo "pi_standin: $*" >&2; }

@@ -387,7 +387,8 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
 
 def cost_model_facts(base: Dict[str, Any]) -> str:
     """The cost-model settings of the runs (config defaults where the experiment leaves them)."""
-    from cnnvideo.config import Config, upgrade
+    from cnnvideo.config import Config
+    from cnnvideo.config_upgrade import upgrade
 
     default = Config()
     base = upgrade(base)  # old top-level cost-model keys: under cost_model

@@ -52,7 +52,7 @@ def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float,
     the Process call in comes just before the compute, the call out and the stage report just after), with more
     x the wall/CPU ratio, like the per-byte charge."""
     if net_us_per_message is None:
-        from cnnvideo.config import CostModel
+        from cnnvideo.config_types import CostModel
 
         net_us_per_message = CostModel.net_cpu_us_per_message
     ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)

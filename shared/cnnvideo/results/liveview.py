@@ -8,7 +8,7 @@ GET /metrics     Prometheus text (when the caller passes `metrics`)
 GET /api/events  recent events as JSON (when the caller passes `events`); the page lists them
 GET /api/events/<id>/snapshot.jpg  the snapshot JPEG of event track <id> (an integer), 404 if none
 
-Auth (`token`): without one the server is meant for 127.0.0.1 (config.validate refuses another address without
+Auth (`token`): without one the server is meant for 127.0.0.1 (config_checks.validate refuses another address without
 a token). With one, every request needs `Authorization: Bearer <token>` or the cookie set when the page is
 opened once as `/?token=<token>` (it redirects to `/` so the token leaves the address bar); else 401.
 `/metrics` stays open with `metrics_open`. Tokens are compared with hmac.compare_digest.

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from cnnvideo.config import ConfigError, Tls
+from cnnvideo.config_types import Tls
+from cnnvideo.errors import ConfigError
 
 
 class Identity:
