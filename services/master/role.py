@@ -123,7 +123,6 @@ class MasterRole:
         t0 = self.t_run = self.tracker.t0 = time.time()
         self._run_loop()
         wall = time.time() - t0
-        self.sending.close()
         if self.failure is not None:
             self.recovery.name_dead_worker()
         with self.cond:

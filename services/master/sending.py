@@ -14,7 +14,6 @@ from cnnvideo.plan.schedulers import InputDelta, PipelineState, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import net
-from cnnvideo.rpc.window import SendWindow
 from cnnvideo.wire.pacing import pacer_for
 from cnnvideo.wire.protocol import HopPlanner, HopSettings
 
@@ -33,7 +32,6 @@ class FrameSender:
         self.seq0 = 0
         self.cut0_shape: tuple = ()
         self.sent_cuts: Optional[List[int]] = None  # the plan of the newest frame sent
-        self.window = SendWindow("send-w0")  # the next frame goes out while worker 0 answers (rpc/window.py)
 
     def reset(self) -> None:
         """After a resync every hop starts with a keyframe."""
@@ -97,39 +95,26 @@ class FrameSender:
                             epoch=epochs, hop=0, seq=self.seq0, created_at=t0, sent_at=t1,
                             payload=pb.Tensor(cut=0, data=data, keyframe=keyframe[0], bytes_dense=x.size * 4))
         self.seq0 += 1
-        if self.pacer is not None:
-            self.pacer.wait(task.ByteSize())
-        if not self.window.submit(self._deliver, task, f, gen, cuts, t0, t1, len(data), x.size * 4, keyframe[0],
-                                  unchanged):
-            return
-        if f % 10 == 0 and not resend:
-            log.info("sent frame %d/%s (plan %s, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", cuts,
-                     len(data), m.tracker.completed)
-
-    def _deliver(self, task, f: int, gen: int, cuts: List[int], t0: float, t1: float, nbytes: int, dense: int,
-                 keyframe: bool, unchanged: bool) -> None:
-        """Send one frame's task to worker 0 (on a send-window thread) and account for its transfer."""
-        m = self.m
         try:
+            if self.pacer is not None:
+                self.pacer.wait(task.ByteSize())
             m.links.stubs[0].Process(task, timeout=m.timeout)
         except grpc.RpcError as exc:
             m.fault("worker w0 at %s is down (cannot send frame %d: %s)" % (m.addresses[0], f, net.code_name(exc)),
                     gen)
             return
         t2 = time.time()
-        start = self.window.busy_start(t1, t2)
         with m.cond:
-            m.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, nbytes))
-            m.telemetry.span(rpt.StageSpan(f, "m", "send", start, t2, nbytes))
-            m.telemetry.hop("m->w0").add(nbytes, dense, t2 - start, keyframe)
-            m.events.hop_sent("m->w0", nbytes)
-            m.scheduler.observe(Transfer(0, nbytes, t2 - start))
-            if not keyframe and m.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
+            m.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
+            m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, len(data)))
+            m.telemetry.hop("m->w0").add(len(data), x.size * 4, t2 - t1, keyframe[0])
+            m.events.hop_sent("m->w0", len(data))
+            m.scheduler.observe(Transfer(0, len(data), t2 - t1))
+            if not keyframe[0] and m.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
                 m.scheduler.observe(InputDelta(unchanged))
         if m.view is not None:
             m.view.plan = list(cuts)
         m.publish()
-
-    def close(self) -> None:
-        """No more sends; calls in flight finish on their own."""
-        self.window.close()
+        if f % 10 == 0 and not resend:
+            log.info("sent frame %d/%s (plan %s, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", cuts,
+                     len(data), m.tracker.completed)

@@ -25,7 +25,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from cnnvideo.model.engines import QParams
-from cnnvideo.rpc.window import SendWindow
 from cnnvideo.wire import protocol
 from cnnvideo.wire.hop import HopReceiver
 from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop
@@ -175,7 +174,6 @@ class Run:
         self.forward_q: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.failed = ""
         self.closed = threading.Event()
-        self.window = SendWindow("send-w%d" % (worker_id + 1))  # the next task goes out while w+1 answers
         self.threads = [
             threading.Thread(target=self._compute_loop, name="compute-%s" % self.run_id, daemon=True),
             threading.Thread(target=self._forward_loop, name="forward-%s" % self.run_id, daemon=True),
@@ -342,22 +340,17 @@ class Run:
                 continue
             out.seq = self.out_seq
             self.out_seq += 1
-            out.sent_at = time.time()
-            if self.emit is None:
-                self.fail("worker %d has no next worker" % self.worker_id, out.frame_id)
+            t0 = time.time()
+            out.sent_at = t0
+            try:
+                if self.emit is None:
+                    raise EmitError("worker %d has no next worker" % self.worker_id)
+                self.emit(out)
+            except EmitError as exc:
+                self.fail(str(exc), out.frame_id)
                 continue
-            self.window.submit(self._send_on, out, report)
-
-    def _send_on(self, out: Task, report: StageReport) -> None:
-        """Hand one task to the next worker (on a send-window thread) and report the send's transfer time."""
-        try:
-            self.emit(out)
-        except EmitError as exc:
-            self.fail(str(exc), out.frame_id)
-            return
-        done = time.time()
-        report.stages.append(Timing("send", self.window.busy_start(out.sent_at, done), done, len(out.payload.data)))
-        self.put(self.stages, report)
+            report.stages.append(Timing("send", t0, time.time(), len(out.payload.data)))
+            self.put(self.stages, report)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str, frame_id: int = -1) -> None:
@@ -370,7 +363,6 @@ class Run:
 
     def close(self) -> None:
         self.closed.set()
-        self.window.close()
         with self.cond:
             self.cond.notify_all()
         for q in (self.forward_q, self.results, self.stages):  # consumers also watch `closed`
