@@ -240,7 +240,7 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     g = factory.graph
     h, w = g.frame_size
     chain = None
-    if start > 0 and q_in is not None:
+    if start > 0:
         try:
             chain = _chain_inputs(factory, start, q_in)
         except EngineError as exc:  # the stage itself can still be built; its correction then covers only itself
@@ -252,16 +252,17 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=(h // 2) * (w // 2), chain_inputs=chain, correct_bias=not detector_end,
-                       postprocess=detector_end)
+                       postprocess=detector_end, float_input=start > 0 and q_in is None)
     return _with_key(q, stage_key(factory, start, end, "int8"))
 
 
-def _chain_inputs(factory, start: int, q_in: QParams) -> List[np.ndarray]:
-    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised: the prefix
-    0..start built as one int8 stage (the file a first worker ending there uses; cached), so the stage's bias
-    correction also removes the mean error of the stages before it."""
+def _chain_inputs(factory, start: int, q_in: Optional[QParams]) -> List[np.ndarray]:
+    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised (as is at a cut
+    the calibration keeps float): the prefix 0..start built as one int8 stage (the file a first worker ending there
+    uses; cached), so the stage's bias correction also removes the mean error of the stages before it."""
     prefix = build_ort_stage(factory, 0, start, None, q_in)
-    return [q_in.dequantize(prefix.run(x)) for x in factory.calibration.inputs(0)]
+    outs = [prefix.run(x) for x in factory.calibration.inputs(0)]
+    return [q_in.dequantize(y) for y in outs] if q_in is not None else outs
 
 
 def _first_conv_cut(graph) -> int:
