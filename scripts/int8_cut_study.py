@@ -63,6 +63,17 @@ def main() -> int:
         t0 = time.perf_counter()
         first, second = factory.stage(0, cut), factory.stage(cut, k)
         qp = factory.qparams(cut)
+        if qp is None:  # a cut the calibration keeps float: nothing is rounded at it
+            from cnnvideo.model.engines import QParams
+
+            class _Float(QParams):
+                def quantize(self, x):
+                    return np.asarray(x, dtype=np.float32)
+
+                def dequantize(self, q):
+                    return np.asarray(q, dtype=np.float32)
+
+            qp = _Float(0.0, 0)
         mid = [first.run(f) for f in clip]
         with torch.no_grad():
             mid_ref = [graph.stage_module(0, cut)(torch.from_numpy(f)).numpy() for f in clip]
@@ -86,7 +97,8 @@ def main() -> int:
         ch = np.sqrt(((a - b) ** 2).mean(axis=axes)) / (np.sqrt((b ** 2).mean(axis=axes)) + 1e-12)
         lo = min(float(m.min()) for m in mid_ref)
         hi = max(float(m.max()) for m in mid_ref)
-        row = {"cut": cut, "name": graph.cuts[cut].name, "scale": qp.scale, "zero_point": qp.zero_point,
+        row = {"cut": cut, "name": graph.cuts[cut].name, "float": factory.qparams(cut) is None,
+               "scale": qp.scale, "zero_point": qp.zero_point,
                "eval_range": [round(lo, 3), round(hi, 3)],
                "split_top1_agreement": top1_agreement(split, ref),
                "split_vs_whole_top1": top1_agreement(split, whole),

@@ -152,9 +152,8 @@ class Calibration:
             sums = np.zeros((k, 2))
             for frame in frames:
                 for c, x in tensors(frame):
-                    if c in qp:
-                        x = x.numpy()
-                        sums[c] += read_error(modules[c], x, qp[c])
+                    if c in qp and x.dtype.is_floating_point:  # (an ONNX model's integer cut: as before)
+                        sums[c] += read_error(modules[c], x.numpy(), qp[c])
         errors = {c: float(np.sqrt(sums[c, 0] / max(sums[c, 1], 1e-30))) for c in qp}
         for c in sorted(c for c, e in errors.items() if e > MAX_READ_ERROR):
             log.info("int8 calibration: cut %d (%s) stays float: its uint8 rounding leaves a relative RMS error of "
