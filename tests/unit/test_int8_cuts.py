@@ -1,5 +1,6 @@
-"""int8 at inner cuts (issue 24): a cut read by a clamp is quantised over the clamped range, a cut whose uint8
-rounding the next layer would blow up travels float, and the stage after a float cut does not round it itself."""
+"""int8 at inner cuts (issue 24): exporting a stage leaves the torch graph as it was (the calibration inputs of a
+later stage come from it), a cut read by a clamp is quantised over the clamped range, a cut whose uint8 rounding
+the next layer would blow up travels float, and the stage after a float cut does not round it itself."""
 import functools
 
 import numpy as np
@@ -33,6 +34,25 @@ def _graph(weights="random", frame=FRAME):
 def _run(module, x):
     with torch.no_grad():
         return module(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+
+
+def test_exporting_a_stage_leaves_the_graph_in_eval_mode():
+    """After export_stage (ORT engine: the stage's segments in a new Sequential) every module of the graph is still
+    in eval mode and the torch model gives the same output as before; in training mode BatchNorm would use the
+    frame's own statistics and overwrite its running ones (it did: max logit difference 14 on trained weights)."""
+    from cnnvideo.model.engines.ort_engine import export_stage
+    from cnnvideo.model.engines.torch_engine import TorchStage
+
+    g = LayerGraph.from_model(build_model("mobilenet_v2", seed=0), FRAME)  # its own: the export is what is tested
+    k = g.num_segments
+    x = next(iter(synthetic_frames(1, FRAME, seed=2)))[np.newaxis]
+    whole = TorchStage(g, 0, k, None, None)  # built before the export, as the bench's torch reference is
+    before = whole.run(x)
+    export_stage(g, 0, k)
+    assert not any(m.training for m in whole.module.modules())
+    assert not any(m.training for m in g.stage_module(0, k).modules())
+    np.testing.assert_array_equal(whole.run(x), before)
+    np.testing.assert_array_equal(_run(g.stage_module(0, k), x), before)
 
 
 def test_cut_before_relu6_is_quantised_over_the_clamped_range(tmp_path):
@@ -105,3 +125,18 @@ def test_cut_that_rounding_would_wreck_travels_float(tmp_path, trained_weights):
         return float(np.sqrt(np.mean([(a - b) ** 2 for a, b in zip(outs, ref)])))
 
     assert rms(split) < rms(rounded)
+
+
+def test_size_model_counts_a_float_cut_at_its_float_size():
+    """predict.cut_meta with the calibration's uint8 cuts listed: those inner cuts are 1 byte per element, an inner
+    cut left out (kept float) keeps its 4 (2 with fp16), the frame and the model output stay as they are; True
+    still makes every inner cut uint8."""
+    from cnnvideo.plan.predict import cut_meta
+
+    g = _graph()
+    k = g.num_segments
+    quantised = [c for c in range(1, k) if c != 13]
+    _, items = cut_meta(g, int8=quantised)
+    assert items[13] == 4 and items[18] == 1 and items[0] == 1 and items[k] == 4
+    assert cut_meta(g, fp16=True, int8=quantised)[1][13] == 2
+    assert np.all(cut_meta(g, int8=True)[1][1:-1] == 1)

@@ -146,14 +146,20 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
 def segment_scoped(graph, start: int, end: int):
     """The stage start..end as its segments in sequence, each under the module name `s<k>`, so every exported
     node and tensor name says which segment it computes (ort_profile reads ORT's per-node times back by it); the
-    same layers as graph.stage_module(start, end), since a cut is one tensor."""
+    same layers as graph.stage_module(start, end), since a cut is one tensor. In eval mode: a new Sequential is
+    in training mode, and torch.onnx.export restores the mode it found on the module *and its children*, which
+    are the graph's own layers (every stage_module shares them and sets eval again): a module taken from the
+    graph before an export (the bench's torch reference) then ran BatchNorm on the frame's statistics and
+    overwrote the running ones, which every later pass of the graph reads (bench engine: int8 top-1 agreement 0.0
+    against that reference; issue 24)."""
     from collections import OrderedDict
 
     from torch import nn
 
     from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE
 
-    return nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
+    seq = nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
+    return seq.eval()
 
 
 def _failing_segment(graph, start: int, end: int) -> Optional[int]:
