@@ -56,8 +56,15 @@ def main() -> int:
     def rms(outs):  # RMS logit error against torch fp32, over every frame and class (less noisy than top-1)
         return round(float(np.sqrt(np.mean([(a - b) ** 2 for a, b in zip(outs, ref)]))), 4)
 
+    margin = [float(np.diff(np.sort(r.ravel())[-2:])[0]) for r in ref]  # fp32 top-2 logit gap per frame
+
+    def flips(outs):  # (frame, fp32 top-2 gap) of every frame whose top-1 differs from fp32's
+        return [(i, round(margin[i], 3)) for i, (a, b) in enumerate(zip(outs, ref)) if a.argmax() != b.argmax()]
+
     base = {"frames": len(clip), "calibration": spec.label, "whole_top1_agreement": top1_agreement(whole, ref),
-            "whole_rms_logit_err": rms(whole)}
+            "whole_rms_logit_err": rms(whole), "whole_flips": flips(whole),
+            "fp32_margin_median": round(float(np.median(margin)), 3),
+            "fp32_margin_below_0.05": int(np.sum(np.array(margin) < 0.05))}
     print(json.dumps(base), flush=True)
     for cut in args.cuts:
         t0 = time.perf_counter()
@@ -103,7 +110,8 @@ def main() -> int:
                "split_top1_agreement": top1_agreement(split, ref),
                "split_vs_whole_top1": top1_agreement(split, whole),
                "second_stage_on_fp32_cut_top1": top1_agreement(alone, ref),
-               "split_rms_logit_err": rms(split), "second_stage_on_fp32_cut_rms": rms(alone),
+               "split_rms_logit_err": rms(split), "split_flips": flips(split),
+               "second_stage_on_fp32_cut_rms": rms(alone),
                "cut_rounding_only_top1": top1_agreement(rounding, ref), "cut_rounding_only_rms": rms(rounding),
                "first_stage_only_top1": top1_agreement(first_only, ref), "first_stage_only_rms": rms(first_only),
                "split_max_abs_err": float(max(np.abs(a - b).max() for a, b in zip(split, ref))),
