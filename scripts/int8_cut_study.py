@@ -61,7 +61,14 @@ def main() -> int:
     def flips(outs):  # (frame, fp32 top-2 gap) of every frame whose top-1 differs from fp32's
         return [(i, round(margin[i], 3)) for i, (a, b) in enumerate(zip(outs, ref)) if a.argmax() != b.argmax()]
 
-    base = {"frames": len(clip), "calibration": spec.label, "whole_top1_agreement": top1_agreement(whole, ref),
+    top2 = [np.argsort(r.ravel())[-2:][::-1] for r in ref]
+
+    def gap_shift(outs):  # mean change of the fp32 top-1 minus top-2 logit (< 0: towards flipping)
+        return round(float(np.mean([(o.ravel()[t[0]] - o.ravel()[t[1]]) - (r.ravel()[t[0]] - r.ravel()[t[1]])
+                                    for o, r, t in zip(outs, ref, top2)])), 4)
+
+    base = {"frames": len(clip), "whole_gap_shift": gap_shift(whole),
+            "calibration": spec.label, "whole_top1_agreement": top1_agreement(whole, ref),
             "whole_rms_logit_err": rms(whole), "whole_flips": flips(whole),
             "fp32_margin_median": round(float(np.median(margin)), 3),
             "fp32_margin_below_0.05": int(np.sum(np.array(margin) < 0.05))}
@@ -110,7 +117,7 @@ def main() -> int:
                "split_top1_agreement": top1_agreement(split, ref),
                "split_vs_whole_top1": top1_agreement(split, whole),
                "second_stage_on_fp32_cut_top1": top1_agreement(alone, ref),
-               "split_rms_logit_err": rms(split), "split_flips": flips(split),
+               "split_rms_logit_err": rms(split), "split_flips": flips(split), "split_gap_shift": gap_shift(split),
                "second_stage_on_fp32_cut_rms": rms(alone),
                "cut_rounding_only_top1": top1_agreement(rounding, ref), "cut_rounding_only_rms": rms(rounding),
                "first_stage_only_top1": top1_agreement(first_only, ref), "first_stage_only_rms": rms(first_only),
