@@ -22,9 +22,10 @@ from cnnvideo.wire import settings
 log = logging.getLogger(__name__)
 
 
-def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8: bool = False):
+def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8=False):
     """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
-    nothing is held out, i.e. fit_fraction 1 or too few frames to spare two)."""
+    nothing is held out, i.e. fit_fraction 1 or too few frames to spare two); `int8`: the cuts that travel uint8
+    (predict.cut_meta)."""
     from cnnvideo.plan import predict
 
     n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
@@ -122,7 +123,7 @@ class TrainerRole:
                                    input_threshold=self.cfg.delta.input_threshold, fp16=self.cfg.delta.fp16,
                                    quant=quant)
         p, self.validation = fit_holding_out(rec, graph, self.cfg.trainer.fit_fraction, self.cfg.delta.fp16,
-                                             int8=quant is not None)
+                                             int8=sorted(quant) if quant is not None else False)
         if self.validation:
             log.info("predictors fitted on %d frames, validated on %d held-out frames: bytes MAPE %.1f%% per cut, "
                      "%.1f%% per frame", rec.frames + 1 - self.validation["frames"], self.validation["frames"],

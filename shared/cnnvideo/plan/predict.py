@@ -346,15 +346,19 @@ def fit(
                       p_unchanged=float(p_unchanged))
 
 
-def cut_meta(graph, fp16: bool = False, int8: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+def cut_meta(graph, fp16: bool = False, int8=False) -> Tuple[np.ndarray, np.ndarray]:
     """(numel [K+1], wire itemsize [K+1]) of a LayerGraph's cuts (float16 on later hops when fp16; with int8 the
-    inner cuts travel as uint8, the model output stays float)."""
+    inner cuts travel as uint8, the model output stays float). `int8`: True (every inner cut) or the inner cuts
+    that travel uint8 (the calibration's qparams keys: the others it keeps float)."""
     numel = np.array([c.numel for c in graph.cuts], dtype=np.float64)
     items = np.array([np.dtype(c.dtype).itemsize for c in graph.cuts], dtype=np.float64)
     if fp16:
         items = np.where(items == 4, 2.0, items)
-    if int8:
+    if int8 is True:
         items[1:-1] = 1.0
+    elif int8:
+        inner = [c for c in int8 if 0 < c < len(items) - 1]
+        items[inner] = 1.0
     return numel, items
 
 
@@ -376,7 +380,7 @@ def record_video(
     from cnnvideo.wire.protocol import HopSettings
 
     n_cuts = len(graph.cuts)
-    items = cut_meta(graph, fp16, int8=bool(quant))[1]
+    items = cut_meta(graph, fp16, int8=sorted(quant) if quant else False)[1]
     stages = [graph.stage_module(k, k + 1) for k in range(n_cuts - 1)]
     settings = HopSettings(input_threshold=float(input_threshold), threshold=float(threshold), fp16=bool(fp16),
                            compress=compress)
@@ -427,8 +431,8 @@ def validate(preds: "Predictors", held: Recorder) -> Dict[str, float]:
 
 
 def fit_recorder(rec: Recorder, graph, kind: str = "sqrt", fp16: bool = False, lam: float = 1e-6,
-                 int8: bool = False) -> Predictors:
-    """fit() from a Recorder and the graph's cut sizes (int8: uint8 inner cuts)."""
+                 int8=False) -> Predictors:
+    """fit() from a Recorder and the graph's cut sizes (int8: uint8 inner cuts, all or those listed: cut_meta)."""
     numel, items = cut_meta(graph, fp16, int8)
     ratio, full_ratio = rec.ratios(numel.size)
     return fit(rec.arrays(), numel, items, rec.raw_means(), kind=kind, lam=lam, ratio=ratio, full_ratio=full_ratio,

@@ -57,11 +57,12 @@ class StageFactory:
         return self._calibration
 
     def qparams(self, cut: int) -> Optional[QParams]:
-        """Quantisation of the tensor at `cut` (None where it travels unquantised: the frame, the output, fp32)."""
+        """Quantisation of the tensor at `cut` (None where it travels unquantised: the frame, the output, fp32, a cut
+        the calibration keeps float)."""
         if self.spec.precision != "int8" or self.int8_failed or cut <= 0 or cut >= self.graph.num_segments:
             return None
         try:
-            return self.calibration.qparams[cut]
+            return self.calibration.qparams.get(cut)
         except EngineError as exc:
             if self.spec.on_error == "stop":
                 raise

@@ -146,14 +146,20 @@ def export_stage(graph, start: int, end: int) -> Tuple[bytes, List[str]]:
 def segment_scoped(graph, start: int, end: int):
     """The stage start..end as its segments in sequence, each under the module name `s<k>`, so every exported
     node and tensor name says which segment it computes (ort_profile reads ORT's per-node times back by it); the
-    same layers as graph.stage_module(start, end), since a cut is one tensor."""
+    same layers as graph.stage_module(start, end), since a cut is one tensor. In eval mode: a new Sequential is
+    in training mode, and torch.onnx.export restores the mode it found on the module *and its children*, which
+    are the graph's own layers (every stage_module shares them and sets eval again): a module taken from the
+    graph before an export (the bench's torch reference) then ran BatchNorm on the frame's statistics and
+    overwrote the running ones, which every later pass of the graph reads (bench engine: int8 top-1 agreement 0.0
+    against that reference; issue 24)."""
     from collections import OrderedDict
 
     from torch import nn
 
     from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE
 
-    return nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
+    seq = nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
+    return seq.eval()
 
 
 def _failing_segment(graph, start: int, end: int) -> Optional[int]:
@@ -240,7 +246,7 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     g = factory.graph
     h, w = g.frame_size
     chain = None
-    if start > 0 and q_in is not None:
+    if start > 0:
         try:
             chain = _chain_inputs(factory, start, q_in)
         except EngineError as exc:  # the stage itself can still be built; its correction then covers only itself
@@ -252,16 +258,17 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
     q = quantize_stage(data, inputs, q_in, q_out, onnx_work_dir(factory.cache_dir),
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=(h // 2) * (w // 2), chain_inputs=chain, correct_bias=not detector_end,
-                       postprocess=detector_end)
+                       postprocess=detector_end, float_input=start > 0 and q_in is None)
     return _with_key(q, stage_key(factory, start, end, "int8"))
 
 
-def _chain_inputs(factory, start: int, q_in: QParams) -> List[np.ndarray]:
-    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised: the prefix
-    0..start built as one int8 stage (the file a first worker ending there uses; cached), so the stage's bias
-    correction also removes the mean error of the stages before it."""
+def _chain_inputs(factory, start: int, q_in: Optional[QParams]) -> List[np.ndarray]:
+    """The tensor at cut `start` as int8 stages deliver it for each calibration frame, dequantised (as is at a cut
+    the calibration keeps float): the prefix 0..start built as one int8 stage (the file a first worker ending there
+    uses; cached), so the stage's bias correction also removes the mean error of the stages before it."""
     prefix = build_ort_stage(factory, 0, start, None, q_in)
-    return [q_in.dequantize(prefix.run(x)) for x in factory.calibration.inputs(0)]
+    outs = [prefix.run(x) for x in factory.calibration.inputs(0)]
+    return [q_in.dequantize(y) for y in outs] if q_in is not None else outs
 
 
 def _first_conv_cut(graph) -> int:

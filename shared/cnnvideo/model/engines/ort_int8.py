@@ -24,8 +24,8 @@ from cnnvideo.model.engines.ort_session import session
 log = logging.getLogger(__name__)
 
 RECIPE = ("qdq u8 act, per-channel s8 weights, minmax, pre-processed, fp32: first conv, classifier, half-resolution "
-          "stem, a detector's post-processing; output bias correction per channel against the fp32 model, on the "
-          "int8 prefix's output, none on a detector's outputs")
+          "stem, a detector's post-processing, the readers of an inner cut kept float; output bias correction per "
+          "channel against the fp32 model, on the int8 prefix's output, none on a detector's outputs")
 
 
 def name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
@@ -196,7 +196,7 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                    workdir: str, first_conv: bool = False, classifier: bool = False, stem_area: int = 0,
                    correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
                    method: str = "minmax", reduce_range: bool = False, weights: str = "s8",
-                   postprocess: bool = False) -> bytes:
+                   postprocess: bool = False, float_input: bool = False) -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
@@ -205,7 +205,9 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies);
     `reduce_range` (7-bit weights, against AVX2's u8 x s8 pair-sum saturation) and `weights` ("s8" or "u8"): study
     knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise).
-    `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes)."""
+    `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes).
+    `float_input`: the stage starts at an inner cut the calibration keeps float (quant.MAX_READ_ERROR), so the
+    nodes reading 'x' stay fp32: quantising it here would round the channels the float hop kept."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -240,6 +242,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
             model = onnx.load(pre)
             named = name_nodes(model.graph)
             keep = fp32_nodes(model, first_conv, classifier, stem_area, postprocess)
+            if float_input:
+                keep += [n.name for n in model.graph.node if "x" in n.input and n.name not in keep]
             if correct_bias:
                 keep += with_correction_node(model)
             if correct_bias or named:

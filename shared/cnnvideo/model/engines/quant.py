@@ -2,7 +2,18 @@
 training video that no run evaluates, and the calibration inputs of a stage (the tensor at its first cut).
 
 Every worker computes the same parameters from the same frames, so a stage's output quantisation is the next
-stage's input quantisation; they also travel with each tensor and the receiver checks them."""
+stage's input quantisation; they also travel with each tensor and the receiver checks them.
+
+Two rules make a cut cost no more than the unsplit int8 model (measured on trained mobilenet_v2, issue 24,
+docs/results/engine "int8 at inner cuts"):
+
+- a cut whose every reader clamps it first (ReLU, ReLU6: a cut between a BatchNorm and its activation) is
+  quantised over the clamped range only, e.g. [0, 6] instead of [-4.2, 2.6]: values outside it read the same after
+  the clamp, so this is exact and the steps are finer (the unsplit model quantises after the activation too);
+- a cut where one scale for the whole tensor rounds too much away (the relative RMS error that rounding leaves
+  after the segment reading the cut, on the calibration frames, above MAX_READ_ERROR: a raw convolution output
+  whose BatchNorm scales up the channels of small range) gets no parameters: it travels as float, and the stage
+  after it keeps the nodes reading it fp32 (ort_int8.quantize_stage)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +21,7 @@ import logging
 import os
 import zipfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -18,6 +29,18 @@ from cnnvideo.artifacts import atomic_tmp, calibration_file
 from cnnvideo.model.engines.base import EngineError, QParams
 
 log = logging.getLogger(__name__)
+
+
+# relative RMS error that a cut's uint8 rounding leaves after the segment reading it, above which the cut stays
+# float. Trained mobilenet_v2, 480x720, vtest.avi frames 400-550: the raw depthwise outputs before their BatchNorm
+# have 0.106 (features.2.conv.1.0; the fp32 model with only that cut rounded agrees on top-1 for 0.75 of 40 frames,
+# RMS logit error 0.26), 0.062 and 0.061 (features.4/17.conv.1.0: 0.030 and 0.041, the whole int8 model's own
+# error is 0.043), features.2.conv.0.0 0.042 (0.071, top-1 0.825); the block outputs the planners cut at
+# (features.3.add 0.020, features.4.conv.2 0.022) and the clamped BatchNorm outputs (<= 0.024) stay below 0.04
+MAX_READ_ERROR = 0.04
+RULES = "ranges clipped to the readers' clamp; float where the rounding error after the reader > %g" % MAX_READ_ERROR
+_CLAMPS = {"ReLU": (0.0, np.inf), "relu": (0.0, np.inf), "relu_": (0.0, np.inf), "Relu": (0.0, np.inf),
+           "ReLU6": (0.0, 6.0), "relu6": (0.0, 6.0)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +80,29 @@ def read_calibration_frames(spec: CalibrationSpec, frame_size) -> np.ndarray:
     return np.stack(frames)
 
 
+def reader_clamp(graph, cut: int) -> Optional[Tuple[float, float]]:
+    """(lo, hi) that every layer reading the tensor at `cut` clamps it to before anything else (ReLU, ReLU6), None
+    when some reader does not (or nothing reads it)."""
+    layer = graph.cuts[cut].layer
+    bounds = [_CLAMPS.get(ly.kind) for ly in graph.layers if layer in ly.inputs]
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return max(b[0] for b in bounds), min(b[1] for b in bounds)
+
+
+def read_error(reader, x: np.ndarray, qp: QParams) -> np.ndarray:
+    """[sum of squared error, sum of squares] of the output of `reader` (the segment after a cut, a torch module)
+    on x rounded to uint8 with qp against it on x itself: a raw convolution output's BatchNorm scales each
+    channel's rounding error by that channel's 1/std, a clamp removes the error it clips away."""
+    import torch
+
+    rounded = torch.from_numpy(qp.dequantize(qp.quantize(x)))
+    ref = reader(torch.from_numpy(np.array(x, dtype=np.float32)))  # copies: a reader may work in place
+    got = reader(rounded)
+    d = (got - ref).double()
+    return np.array([float((d * d).sum()), float((ref.double() ** 2).sum())])
+
+
 def qparams_from_range(lo: float, hi: float) -> QParams:
     """uint8 asymmetric parameters covering [lo, hi] and 0 (ONNX Runtime's compute_scale_zp rule)."""
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
@@ -74,24 +120,48 @@ class Calibration:
         self.qparams = qparams
         self.digest = digest
         self._reader = None
+        self.read_errors: Dict[int, float] = {}  # cut -> relative rounding error after its reader (when measured)
 
     @classmethod
     def measure(cls, graph, frames: np.ndarray, digest: str) -> "Calibration":
-        """Run the fp32 torch model segment by segment over `frames`; min/max per cut."""
+        """Run the fp32 torch model segment by segment over `frames`: min/max per cut (clipped to its readers'
+        clamp), then a second pass for the rounding error each cut's uint8 leaves after the segment reading it
+        (read_error); cuts above MAX_READ_ERROR get no parameters (they travel float)."""
         import torch
 
         k = graph.num_segments
         lo, hi = np.full(k + 1, np.inf), np.full(k + 1, -np.inf)
         modules = [graph.stage_module(s, s + 1) for s in range(k)]
+
+        def tensors(frame):
+            x = torch.from_numpy(np.ascontiguousarray(frame[np.newaxis]))
+            for s, m in enumerate(modules):
+                x = m(x)
+                yield s + 1, x
+
         with torch.no_grad():
             for frame in frames:
-                x = torch.from_numpy(np.ascontiguousarray(frame[np.newaxis]))
-                for s, m in enumerate(modules):
-                    x = m(x)
-                    lo[s + 1] = min(lo[s + 1], float(x.min()))
-                    hi[s + 1] = max(hi[s + 1], float(x.max()))
-        qp = {c: qparams_from_range(lo[c], hi[c]) for c in range(1, k)}
-        return cls(graph, frames, qp, digest)
+                for c, x in tensors(frame):
+                    lo[c] = min(lo[c], float(x.min()))
+                    hi[c] = max(hi[c], float(x.max()))
+            for c in range(1, k):
+                clamp = reader_clamp(graph, c)
+                if clamp is not None:
+                    lo[c], hi[c] = max(lo[c], clamp[0]), min(hi[c], clamp[1])
+            qp = {c: qparams_from_range(lo[c], hi[c]) for c in range(1, k)}
+            sums = np.zeros((k, 2))
+            for frame in frames:
+                for c, x in tensors(frame):
+                    if c in qp and x.dtype.is_floating_point:  # (an ONNX model's integer cut: as before)
+                        sums[c] += read_error(modules[c], x.numpy(), qp[c])
+        errors = {c: float(np.sqrt(sums[c, 0] / max(sums[c, 1], 1e-30))) for c in qp}
+        for c in sorted(c for c, e in errors.items() if e > MAX_READ_ERROR):
+            log.info("int8 calibration: cut %d (%s) stays float: its uint8 rounding leaves a relative RMS error of "
+                     "%.3f after the next layer", c, graph.cuts[c].name, errors[c])
+            del qp[c]
+        cal = cls(graph, frames, qp, digest)
+        cal.read_errors = errors
+        return cal
 
     def to_arrays(self) -> dict:
         cuts = sorted(self.qparams)
@@ -106,7 +176,7 @@ class Calibration:
         if found != digest:
             raise ValueError("it belongs to another model or calibration (digest %s, expected %s)" % (found, digest))
         cuts, scale, zp = (np.asarray(d[n]) for n in ("cuts", "scale", "zero_point"))
-        if sorted(cuts.tolist()) != list(range(1, graph.num_segments)) or not np.all(scale > 0):
+        if not set(cuts.tolist()) <= set(range(1, graph.num_segments)) or not np.all(scale > 0):
             raise ValueError("calibration does not fit a graph of %d segments" % graph.num_segments)
         return cls(graph, None, {int(c): QParams(float(s), int(z)) for c, s, z in zip(cuts, scale, zp)}, digest)
 
@@ -137,7 +207,7 @@ class Calibration:
 
 def load_or_measure(graph, spec: CalibrationSpec, cache_path: str, model_key: str) -> Calibration:
     """The calibration from its cache file (keyed by model and frames), else measured and stored."""
-    digest = hashlib.sha1(("%s|%s" % (model_key, spec.label)).encode()).hexdigest()[:16]
+    digest = hashlib.sha1(("%s|%s|%s" % (model_key, spec.label, RULES)).encode()).hexdigest()[:16]
     path = calibration_file(cache_path, digest)
 
     def reader() -> np.ndarray:
@@ -158,6 +228,6 @@ def load_or_measure(graph, spec: CalibrationSpec, cache_path: str, model_key: st
     with open(tmp, "wb") as fh:
         np.savez(fh, **cal.to_arrays())
     os.replace(tmp, path)
-    log.info("int8 calibration of %d cuts on %d frames (%s) stored in %s", len(cal.qparams), len(frames), spec.label,
-             path)
+    log.info("int8 calibration of %d cuts (%d float) on %d frames (%s) stored in %s", len(cal.qparams),
+             graph.num_segments - 1 - len(cal.qparams), len(frames), spec.label, path)
     return cal
