@@ -1,0 +1,64 @@
+"""CPU milliseconds per frame of each role of one `cnnvideo local` run: runs it, samples every role process's
+utime + stime from /proc twice a second, and divides the CPU used in the middle 70% of the run's streaming (from
+report.json's wall time) by the frames completed in that window. Caps, links and engine come from the config.
+
+Usage: python scripts/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
+Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import yaml
+
+
+def role_of(cmd):
+    names = [c.decode() for c in cmd]
+    if not any("cnnvideo" in c for c in names[:3]):
+        return None
+    for role in ("worker", "master", "trainer"):
+        if role in names:
+            return role + (names[names.index("-i") + 1] if "-i" in names else "")
+    return None
+
+
+def main(cfg_path: str) -> None:
+    cfg = yaml.safe_load(open(cfg_path))
+    run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tick, samples = os.sysconf("SC_CLK_TCK"), {}
+    while run.poll() is None:
+        now = time.time()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                role = role_of(open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0"))
+                if role:
+                    st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+                    samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
+            except OSError:
+                pass
+        time.sleep(0.5)
+    if run.returncode != 0:
+        sys.exit("cpu_per_frame: cnnvideo local exited with %d" % run.returncode)
+    rep = json.load(open(os.path.join(cfg["out"], "report.json")))
+    end, wall = samples["master"][-1][0], rep["wall_s"]
+    a, b = end - wall * 0.8, end - wall * 0.1
+    done = [end - wall + t["done_s"] for t in rep["times"]]
+    frames = sum(1 for t in done if a <= t <= b)
+    out = {"fps": rep["throughput_fps"], "cuts": rep["cuts"], "frames_in_window": frames, "cpu_ms_per_frame": {}}
+    for role, pts in sorted(samples.items()):
+        pts = [p for p in pts if a <= p[0] <= b]
+        if len(pts) > 1 and frames:
+            share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
+            out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
