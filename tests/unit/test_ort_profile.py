@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.model import engines
-from cnnvideo.model.engines.ort_profile import attribute, base_op, segment_of
+from cnnvideo.model.engines.ort_profile import attribute, base_op, fastest_nodes, segment_of
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
 from cnnvideo.plan.profiling import _engine_time, profile_compute, profile_worker
@@ -38,6 +38,18 @@ def test_fused_kernel_goes_to_its_main_operator_and_unnamed_to_the_one_before():
               {"cat": "Node", "name": "/s4/conv/Conv_fence_before", "dur": 999, "ts": 4}]
     np.testing.assert_array_equal(attribute(events, 0, 5, ops), [5, 107, 0, 0, 50])
     np.testing.assert_array_equal(attribute(events[3:], 4, 5, ops), [50])
+
+
+def test_each_node_counts_its_fastest_run():
+    """A CFS throttle's wait lands in one node of one run (a different one each run): each node's fastest run is free
+    of it, in the first run's order, so the stall goes to no segment; a node missing from a later run keeps its own."""
+    ops = {0: {"Conv"}, 1: {"Conv"}, 2: {"Conv"}}
+    run = [_ev("/s0/c/Conv", "Conv", 10, 0), _ev("/s1/c/Conv", "Conv", 20, 1), _ev("/s2/c/Conv", "Conv", 30, 2)]
+    stalled = [[dict(e, dur=e["dur"] + (90000 if i == j else 0)) for i, e in enumerate(run)] for j in range(3)]
+    np.testing.assert_array_equal(attribute(fastest_nodes(stalled), 0, 3, ops), [10, 20, 30])
+    np.testing.assert_array_equal(attribute(stalled[0], 0, 3, ops), [90010, 20, 30])
+    assert fastest_nodes([]) == []
+    assert [e["dur"] for e in fastest_nodes([run, run[:1]])] == [10, 20, 30]
 
 
 @ORT
