@@ -29,7 +29,6 @@ import numpy as np
 SEGMENT_SCOPE = "s%d"  # the torch module name each segment is exported under (node names start /s<k>/)
 _SEGMENT = re.compile(r"(?:^|/)s(\d+)[/.]")  # a node's scope (/s3/...) or a weight's name (s3.model...)
 _OP_PREFIXES = ("QLinear", "Fused", "Nhwc", "Nchwc", "Dynamic", "Q")
-CFS_PERIOD_S = 0.1  # the kernel's default CFS period (cpu.cfs_period_us 100000), which docker and our cgroups use
 
 
 def base_op(op: str) -> str:
@@ -108,6 +107,7 @@ def segment_kernel_seconds(data: bytes, start: int, end: int, x: np.ndarray, thr
     import onnx
 
     from cnnvideo.model.engines.ort_session import session
+    from cnnvideo.plan.costinputs import CFS_PERIOD_S
 
     ops = segment_ops(onnx.load_from_string(data))
     if not ops:  # a stage extracted from an ONNX-file model: its node names carry no segments
