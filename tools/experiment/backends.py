@@ -141,8 +141,22 @@ class ComposeBackend:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=timeout)
         if check and proc.returncode != 0:
-            raise ExperimentError("%s failed (%d): %s" % (" ".join(cmd[3:]), proc.returncode, proc.stdout[-3000:]))
+            raise ExperimentError("%s failed (%d): %s%s" % (" ".join(cmd[3:]), proc.returncode, proc.stdout[-3000:],
+                                                            self._failed_up_logs(args)))
         return proc.stdout
+
+    def _failed_up_logs(self, args: Sequence[str]) -> str:
+        """After a failed `up`: the roles' last log lines (a role that exited or went unhealthy says why there),
+        also kept in gen/up-failure.log; '' for other commands."""
+        if not args or args[0] != "up":
+            return ""
+        proc = subprocess.run(self._compose_cmd() + ["logs", "--no-color", "--tail", "40"], cwd=REPO,
+                              env=self._env(self.rates or [3.0] * self.n), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+        path = os.path.join(self.gen, "up-failure.log")
+        with open(path, "w") as f:
+            f.write(proc.stdout)
+        return "\nthe roles' logs (all in %s):\n%s" % (path, proc.stdout[-4000:])
 
     def _compose_cmd(self) -> List[str]:
         src = os.path.join(self.gen, "src")
