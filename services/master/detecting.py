@@ -51,6 +51,13 @@ class MasterDetections:
         with self.lock:
             return self.agreement.add(split, ref)
 
+    def raw_error(self, split_outputs: Any, reference_outputs: Any) -> float:
+        """A checked frame's max abs error on the raw outputs, blind to the order of tied rows (dt.raw_error)."""
+        return dt.raw_error(self._named(split_outputs), self._named(reference_outputs), self.spec)
+
+    def _named(self, outputs: Any) -> Any:
+        return outputs if self.spec.packed else dt.as_outputs(outputs, self.output_names)
+
     def report(self) -> Dict[str, Any]:
         """report.json fields: `detections` (per label: boxes, frames_with, max_per_frame), `detection_agreement`
         (precision/recall/F1 against the unsplit model), `detector` (spec settings) and `people_per_frame`."""

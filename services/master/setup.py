@@ -137,13 +137,16 @@ class Setup:
         m = self.m
         block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked
         defer = block and m.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
-        compare = None
+        compare = error = None
         if m.detecting is not None:
             def compare(out, ref):
                 return m.detecting.check(m.model_outputs(out), m.model_outputs(ref))
+
+            def error(out, ref):
+                return m.detecting.raw_error(m.model_outputs(out), m.model_outputs(ref))
         m.checker = OnlineChecker(m.reference.run, m.cfg.check_share,
                                   queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer,
-                                  compare=compare)
+                                  compare=compare, error=error)
 
     def all_costs(self, request) -> list:
         """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the

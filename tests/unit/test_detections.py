@@ -153,6 +153,31 @@ def test_decode_torchvision_boxes_clips_filters_and_counts():
         dt.decode({"boxes": out["boxes"], "labels": out["labels"], "n": out["n"]}, spec, 640, 480)
 
 
+def test_raw_error_is_blind_to_tied_rows_swapping_but_not_to_a_moved_box():
+    """The online check's raw error for a detector: two rows that swap places (NMS ordering two boxes whose
+    scores tie to 1e-7, as a 3-worker CI run did at rows 88 and 89) read as their tiny float difference, not as
+    the 0.53 an element-wise diff gave; a box that really moved, a changed count or another class still count
+    in full."""
+    spec = dt.spec_for("person-ssdlite")
+    rng = np.random.default_rng(0)
+    ref = {spec.boxes: rng.random((1, 100, 4), np.float32), spec.scores: np.sort(rng.random((1, 100)))[:, ::-1],
+           spec.classes: np.ones((1, 100), np.float32), spec.count: np.array([100.0], np.float32)}
+    split = {k: v.copy() for k, v in ref.items()}
+    split[spec.boxes][0, [88, 89]] = ref[spec.boxes][0, [89, 88]] + 1e-7
+    split[spec.scores][0, [88, 89]] = ref[spec.scores][0, [89, 88]]
+    assert np.abs(split[spec.boxes] - ref[spec.boxes]).max() > 0.01  # what the element-wise diff saw
+    assert dt.raw_error(split, ref, spec) < 1e-6
+    moved = {k: v.copy() for k, v in ref.items()}
+    moved[spec.boxes][0, 5, 1] += 0.25
+    assert dt.raw_error(moved, ref, spec) == pytest.approx(0.25, abs=1e-6)
+    counted = {k: v.copy() for k, v in ref.items()}
+    counted[spec.count] = np.array([99.0], np.float32)
+    assert dt.raw_error(counted, ref, spec) == pytest.approx(1.0)
+    relabelled = {k: v.copy() for k, v in ref.items()}
+    relabelled[spec.classes][0, 3] = 2.0
+    assert dt.raw_error(relabelled, ref, spec) == pytest.approx(1.0)
+
+
 def test_counts_and_caption():
     """DetectionCounts totals boxes, frames with one and the most in a frame per label; captions pluralise."""
     counts = dt.DetectionCounts()

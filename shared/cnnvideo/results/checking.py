@@ -26,11 +26,15 @@ class OnlineChecker:
 
     def __init__(self, reference: Callable[[np.ndarray], np.ndarray], share: float = 1.0, queue: int = 4,
                  block: bool = True, defer: bool = False,
-                 compare: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None) -> None:
+                 compare: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None,
+                 error: Optional[Callable[[np.ndarray, np.ndarray], float]] = None) -> None:
         self.reference = reference
         # compare(output, reference output) for a model whose outputs are not ImageNet scores (a detector: its
         # boxes matched); None = a classifier's top-1 and top-5 agreement
         self.compare = compare
+        # error(output, reference output): a frame's max abs error; None = element-wise (a detector's rows are
+        # compared blind to their order instead: tied scores may swap)
+        self.error = error
         # defer: nothing is checked until close() or a full queue (the reference's CPU stays out of the run)
         self.defer = bool(defer)
         self.draining = False
@@ -87,7 +91,7 @@ class OnlineChecker:
                 problem = "frame %d: result shape %r differs from the reference's %r" % (frame, out.shape, ref.shape)
             else:
                 problem = None
-                err = float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64)))) if out.size else 0.0
+                err = self._error(out, ref)
                 if self.compare is not None:
                     self.compare(out, ref)
                     same, overlap = False, 0.0
@@ -110,6 +114,13 @@ class OnlineChecker:
                 if problem and self.problem is None:
                     self.problem = problem
                 self.cond.notify_all()
+
+    def _error(self, out: np.ndarray, ref: np.ndarray) -> float:
+        if not out.size:
+            return 0.0
+        if self.error is not None:
+            return float(self.error(out, ref))
+        return float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64))))
 
     def _holding(self) -> bool:
         """A deferred checker holds its queue until close() or until the queue is full (holding the lock)."""
