@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.model import engines
-from cnnvideo.model.engines.ort_profile import attribute, base_op, fastest_nodes, segment_of
+from cnnvideo.model.engines.ort_profile import SegmentNames, attribute, base_op, fastest_nodes, kernel_events, segment_of
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
 from cnnvideo.plan.profiling import _engine_time, profile_compute, profile_worker
@@ -52,6 +52,31 @@ def test_each_node_counts_its_fastest_run():
     assert [e["dur"] for e in fastest_nodes([run, run[:1]])] == [10, 20, 30]
 
 
+def test_onnx_file_kernels_find_their_segment_by_name():
+    """A stage cut from an ONNX-file model keeps the model's node names, which ORT extends: an exact name, a
+    tensor name with ORT's suffix, a `_token_<n>` kernel all find their segment; shortening stops at the last `/`
+    (no other node's name is reached by cutting into a path) and unknown names go with the kernel before."""
+    names = SegmentNames({"Pre/mul": 0, "Fx/conv_1/Conv2D": 1, "Fx/conv_1/Relu6:0": 1, "Fx/conv_2/Conv2D": 2,
+                          "Fx": 0}, {0: {"Mul"}, 1: {"Conv", "Clip"}, 2: {"Conv"}})
+    assert names("Pre/mul_kernel_time") == 0
+    assert names("Fx/conv_1/Relu6:0_QuantizeLinear_kernel_time") == 1
+    assert names("Fx/conv_2/Conv2D_token_27_kernel_time") == 2
+    assert names("Fx/conv_3/Conv2D_token_30") is None and names("ReorderOutput") is None
+    events = [_ev("Pre/mul", "Mul", 4, 0), _ev("Fx/conv_1/Relu6:0_nchwc", "Conv", 30, 1),
+              _ev("ReorderOutput", "ReorderOutput", 2, 2), _ev("Fx/conv_2/Conv2D_token_27", "QLinearConv", 50, 3)]
+    np.testing.assert_array_equal(attribute(events, 0, 3, names.ops, names), [4, 32, 50])
+
+
+def test_nodes_run_inside_a_loop_count_once():
+    """ORT lists a Loop's own kernel time (which holds its body's) and each body node's: the body's events are
+    dropped, the Loop's and the nodes after it kept."""
+    run = [_ev("pre", "Cast", 3, 0), _ev("loop", "Loop", 100, 10), _ev("body/add", "Add", 40, 20),
+           _ev("body/resize", "Resize", 50, 60), _ev("conv", "Conv", 30, 200)]
+    assert [e["name"] for e in kernel_events(run)] == ["pre_kernel_time", "loop_kernel_time", "conv_kernel_time"]
+    assert [e["name"] for e in kernel_events(run[2:])] == ["body/add_kernel_time", "body/resize_kernel_time",
+                                                          "conv_kernel_time"]
+
+
 @ORT
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=pytest.mark.slow)])
 def test_engine_profile_splits_by_the_engines_own_nodes(precision, tmp_path):
@@ -82,3 +107,41 @@ def test_engine_profile_splits_by_the_engines_own_nodes(precision, tmp_path):
     ta = min(_engine_time(a.run, tensors[0], 3, 0.3) for _ in range(3))
     tb = min(_engine_time(b.run, xb, 3, 0.3) for _ in range(3))
     assert share[:cut].sum() == pytest.approx(ta / (ta + tb), abs=0.15), (share[:cut].sum(), ta, tb)
+
+
+@ORT
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_detector_profile_is_its_whole_stage_and_splits_like_its_stages(precision, tmp_path, person_detector):
+    """The person detector (an ONNX-file model, Loops for its resize and NMS) at 240x320 on ORT fp32 and int8: the
+    profile is split by ORT's node profile (one whole-model stage, not four chunks that each quantise their ends),
+    so it sums to the whole stage timed on a real frame (within 25%; four int8 chunks summed 1.6x it), and the
+    share it gives cuts 0..20 matches the two stages timed alone (within 0.15)."""
+    import os
+
+    from cnnvideo import config
+    from cnnvideo.model.engines.factory import factory_for
+    from cnnvideo.model.loading import load_graph
+    from cnnvideo.video.frames import read_frames
+    from tests.integration.helpers import REPO
+
+    video = os.path.join(REPO, "media", "vtest.avi")
+    if not os.path.isfile(video):
+        pytest.skip("media/vtest.avi missing (make video)")
+    cfg = config.from_dict({"model": person_detector, "engine": "onnxruntime", "precision": precision,
+                            "video": video, "frame_size": [240, 320], "cache_dir": str(tmp_path),
+                            "engine_options": {"threads": 1}})
+    g = load_graph(cfg)
+    stages = factory_for(cfg, g)
+    prof = profile_worker(g, iters=3, stages=stages)
+    k, cut = g.num_segments, 20
+    assert prof.reference_bounds == (0, k)
+    frame = next(iter(read_frames(video, (240, 320), 1)))[None]
+    whole = min(_engine_time(stages.stage(0, k).run, frame, 3, 0.3) for _ in range(3))
+    assert prof.seconds.sum() == pytest.approx(whole, rel=0.25), (prof.seconds.sum(), whole)
+    a, b = stages.stage(0, cut), stages.stage(cut, k)
+    ta = min(_engine_time(a.run, frame, 3, 0.3) for _ in range(3))
+    y = a.run(frame)
+    tb = min(_engine_time(b.run, y, 3, 0.3) for _ in range(3))
+    share = prof.seconds[:cut].sum() / prof.seconds.sum()
+    assert share == pytest.approx(ta / (ta + tb), abs=0.15), (share, ta, tb)

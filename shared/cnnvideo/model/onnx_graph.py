@@ -484,6 +484,27 @@ class OnnxGraph:
             raise OnnxModelError("segment %s out of range 0..%d" % (k, self.num_segments - 1))
         return list(range(self.cuts[k].layer + 1, self.cuts[k + 1].layer + 1))
 
+    def node_segments(self) -> Dict[str, int]:
+        """{node name or output tensor name: its segment} of every layer, for reading ORT's per-node profile of a
+        stage (ORT keeps or derives its kernels' names from these: `ort_profile.SegmentNames`)."""
+        ends = np.array([c.layer for c in self.cuts[1:]])
+        graph = self.model.graph
+        out: Dict[str, int] = {}
+        for i, pos in self._pos.items():
+            k = int(np.searchsorted(ends, pos))
+            node = graph.node[i]
+            for name in [node.name] + [o for o in node.output if o]:
+                if name:
+                    out.setdefault(name, k)
+        return out
+
+    def segment_op_types(self) -> Dict[int, Set[str]]:
+        """Segment -> the op types of its layers (what `ort_profile.attribute` checks a fused kernel against)."""
+        ops: Dict[int, Set[str]] = {}
+        for k in range(self.num_segments):
+            ops[k] = {self.layers[i].kind for i in self.segment_layers(k)}
+        return ops
+
     def segment_macs(self) -> np.ndarray:
         """Multiply-accumulates of each segment [K] (Conv/ConvTranspose/Gemm/MatMul; other ops 0; 0 inside
         subgraph bodies, whose trip counts are unknown)."""

@@ -330,7 +330,7 @@ def engine_scale(stages, seconds: np.ndarray, tensors: List[np.ndarray], iters: 
     that time is split over its segments by ORT's own per-node profile of the same stage (`OrtStage.
     segment_seconds`): an int8 stage's segments do not slow down in torch's proportions (its first convolution and
     classifier stay fp32, the rest runs u8 kernels). Where the stage gives no per-node times (it fell back to
-    torch, or came from an ONNX-file model), the older way applies: ENGINE_CHUNKS stages, each segment scaled by its
+    torch), the older way applies: ENGINE_CHUNKS stages, each segment scaled by its
     range's engine/torch ratio. Int8 stages are fed the quantised tensor. The bounds and sum are what
     `rescale_engine` times again."""
     k = len(seconds)

@@ -287,6 +287,7 @@ class OrtStage(Stage):
     def __init__(self, graph, start: int, end: int, sess, precision: str, q_in, q_out, path: str = "",
                  threads: int = 1) -> None:
         super().__init__(start, end, q_in, q_out)
+        self.graph = graph
         self.threads = threads
         self.precision = precision
         self.in_cut = graph.cuts[start]
@@ -297,16 +298,19 @@ class OrtStage(Stage):
         self.in_dtype = "uint8" if q_in is not None else self.in_cut.dtype
 
     def segment_seconds(self, x: np.ndarray, runs: int = 3) -> Optional[np.ndarray]:
-        """Kernel seconds per segment of this stage on x, from ORT's per-node profile (ort_profile); None for a
-        stage whose node names carry no segments (extracted from an ONNX-file model)."""
-        from cnnvideo.model.engines.ort_profile import segment_kernel_seconds
+        """Kernel seconds per segment of this stage on x, from ORT's per-node profile (ort_profile; a stage of an
+        ONNX-file model by its nodes' names, `SegmentNames`); None when no kernel could be placed."""
+        from cnnvideo.model.engines.ort_profile import SegmentNames, segment_kernel_seconds
 
         if not self.path or not os.path.isfile(self.path):
             return None
         with open(self.path, "rb") as fh:
             data = fh.read()
+        names = None
+        if hasattr(self.graph, "node_segments"):
+            names = SegmentNames(self.graph.node_segments(), self.graph.segment_op_types())
         x = check_input(x, self.in_cut.shape, self.in_dtype, "cut %d (%s)" % (self.start, self.in_cut.name))
-        got = segment_kernel_seconds(data, self.start, self.end, np.ascontiguousarray(x), self.threads, runs)
+        got = segment_kernel_seconds(data, self.start, self.end, np.ascontiguousarray(x), self.threads, runs, names)
         return got if got.sum() > 0 else None
 
     def run(self, x: np.ndarray) -> np.ndarray:
