@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 
 from cnnvideo.model import engines
-from cnnvideo.model.engines.ort_profile import SegmentNames, attribute, base_op, fastest_nodes, kernel_events, segment_of
+from cnnvideo.model.engines.ort_profile import (
+    SegmentNames,
+    attribute,
+    base_op,
+    fastest_nodes,
+    kernel_events,
+    segment_of,
+)
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
 from cnnvideo.plan.profiling import _engine_time, profile_compute, profile_worker
@@ -69,12 +76,12 @@ def test_onnx_file_kernels_find_their_segment_by_name():
 
 def test_nodes_run_inside_a_loop_count_once():
     """ORT lists a Loop's own kernel time (which holds its body's) and each body node's: the body's events are
-    dropped, the Loop's and the nodes after it kept."""
+    dropped, a Loop nested in the body too, the outer Loop's and the nodes after it kept."""
     run = [_ev("pre", "Cast", 3, 0), _ev("loop", "Loop", 100, 10), _ev("body/add", "Add", 40, 20),
-           _ev("body/resize", "Resize", 50, 60), _ev("conv", "Conv", 30, 200)]
+           _ev("body/inner", "Loop", 30, 25), _ev("body/resize", "Resize", 50, 60), _ev("conv", "Conv", 30, 200)]
     assert [e["name"] for e in kernel_events(run)] == ["pre_kernel_time", "loop_kernel_time", "conv_kernel_time"]
-    assert [e["name"] for e in kernel_events(run[2:])] == ["body/add_kernel_time", "body/resize_kernel_time",
-                                                          "conv_kernel_time"]
+    assert [e["name"] for e in kernel_events(run[2:])] == ["body/add_kernel_time", "body/inner_kernel_time",
+                                                          "body/resize_kernel_time", "conv_kernel_time"]
 
 
 @ORT

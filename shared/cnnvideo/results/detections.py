@@ -232,10 +232,9 @@ def _rows(a: np.ndarray, ndim: int) -> np.ndarray:
     return a[0] if a.ndim == ndim + 1 else a
 
 
-def decode(outputs: Mapping[str, np.ndarray], spec: DetectorSpec, frame_w: int, frame_h: int) -> List[Detection]:
-    """The detections of one frame: rows with score >= spec.score_threshold and a kept label, boxes converted to
-    pixels of the `frame_w` x `frame_h` frame and clipped to it (boxes left empty by clipping are dropped),
-    best score first. ValueError naming a missing output or a bad shape."""
+def _columns(outputs: Mapping[str, np.ndarray], spec: DetectorSpec) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes [K, 4] float64, scores [K] float64, classes [K]) of one frame, every row; ValueError naming a missing
+    output or shapes that do not line up."""
     missing = [n for n in spec.output_names if n not in outputs]
     if missing:
         raise ValueError("detector %s: output %r missing (outputs: %s)"
@@ -246,6 +245,14 @@ def decode(outputs: Mapping[str, np.ndarray], spec: DetectorSpec, frame_w: int, 
     if boxes.ndim != 2 or boxes.shape[1] != 4 or len(boxes) != len(scores) or len(classes) != len(scores):
         raise ValueError("detector %s: boxes %r, scores %r, classes %r do not line up"
                          % (spec.name, boxes.shape, scores.shape, classes.shape))
+    return boxes, scores, classes
+
+
+def decode(outputs: Mapping[str, np.ndarray], spec: DetectorSpec, frame_w: int, frame_h: int) -> List[Detection]:
+    """The detections of one frame: rows with score >= spec.score_threshold and a kept label, boxes converted to
+    pixels of the `frame_w` x `frame_h` frame and clipped to it (boxes left empty by clipping are dropped),
+    best score first. ValueError naming a missing output or a bad shape."""
+    boxes, scores, classes = _columns(outputs, spec)
     n = len(scores)
     if spec.count:
         n = min(int(np.asarray(outputs[spec.count]).reshape(-1)[0]), n)
@@ -283,13 +290,11 @@ def raw_rows(outputs: Any, spec: DetectorSpec) -> np.ndarray:
         a = np.asarray(outputs, dtype=np.float64)
         rows = a[0] if a.ndim == 3 and a.shape[0] == 1 else a
         return np.concatenate([rows.reshape(-1, len(PACKED_COLUMNS)), np.zeros((1, len(PACKED_COLUMNS)))])
-    named = outputs
-    boxes = _rows(named[spec.boxes], 2).astype(np.float64).reshape(-1, 4)
-    scores = _rows(named[spec.scores], 1).astype(np.float64).reshape(-1, 1)
-    classes = _rows(named[spec.classes], 1).astype(np.float64).reshape(-1, 1)
-    count = float(np.asarray(named[spec.count]).reshape(-1)[0]) if spec.count else 0.0
+    boxes, scores, classes = _columns(outputs, spec)
+    count = float(np.asarray(outputs[spec.count]).reshape(-1)[0]) if spec.count else 0.0
     tail = np.array([[count, 0.0, 0.0, 0.0, 0.0, 0.0]])
-    return np.concatenate([np.concatenate([boxes, scores, classes], axis=1), tail])
+    rows = np.concatenate([boxes, scores[:, None], classes.astype(np.float64)[:, None]], axis=1)
+    return np.concatenate([rows, tail])
 
 
 def raw_error(split: Any, reference: Any, spec: DetectorSpec, in_place_tol: float = 1e-3) -> float:
@@ -306,7 +311,7 @@ def raw_error(split: Any, reference: Any, spec: DetectorSpec, in_place_tol: floa
         return float("inf")
     count_err = abs(a[-1, 0] - b[-1, 0])
     a, b = a[:-1], b[:-1]
-    in_place = np.max(np.abs(a - b), axis=1) if len(a) else np.zeros(0)
+    in_place = np.max(np.abs(a - b), axis=1)
     lined_up = in_place <= in_place_tol
     err = max(float(count_err), float(in_place[lined_up].max()) if lined_up.any() else 0.0)
     rest_a, rest_b = a[~lined_up], b[~lined_up]

@@ -117,15 +117,13 @@ def attribute(events: Iterable[dict], start: int, end: int, ops: Dict[int, Set[s
 
 def kernel_events(events: Iterable[dict]) -> List[dict]:
     """The kernel-time events of one run (`Node` events ending `_kernel_time`), in the order run, without those
-    run inside a Loop, If or Scan (the control-flow node's own event holds their time)."""
+    run inside a Loop, If or Scan, nested ones included (the enclosing control-flow node's own event holds their
+    time)."""
     nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith(_KERNEL)]
     nodes.sort(key=lambda e: e.get("ts", 0))
-    spans = [(e.get("ts", 0), e.get("ts", 0) + e.get("dur", 0)) for e in nodes
+    spans = [(id(e), e.get("ts", 0), e.get("ts", 0) + e.get("dur", 0)) for e in nodes
              if e.get("args", {}).get("op_name") in _CONTROL_FLOW]
-    if not spans:
-        return nodes
-    return [e for e in nodes if e.get("args", {}).get("op_name") in _CONTROL_FLOW
-            or not any(a <= e.get("ts", 0) <= b for a, b in spans)]
+    return [e for e in nodes if not any(a <= e.get("ts", 0) <= b and i != id(e) for i, a, b in spans)]
 
 
 def fastest_nodes(runs: List[List[dict]]) -> List[dict]:
