@@ -71,9 +71,14 @@ def _numbers(*values):
 def test_bench_engine_detector_json(tmp_path, person_detector):
     """`--model <the person detector file>` on 3 small vtest.avi frames: the JSON names weights (the file's hash),
     frame size, engine and threads/caps; ORT fp32 and int8 each have real timings (whole and both stages), errors
-    and F1 of whole and split against fp32; fp32 against itself is exact (F1 1.0, error 0)."""
+    and F1 of whole and split against fp32; fp32 split against itself is exact (F1 1.0, error 0).
+
+    The cut is pinned: the bench's default halves *timed* compute, which lands on 14 or 15 by noise. Cut 14 sits
+    between expanded_conv_2's project Conv and its residual Add, which ORT fuses into that Conv (as its Sum input)
+    in the whole model but not across the cut, so there the split differs in the last bit (2.4e-7). Cut 15 is after
+    the Add: nothing fuses across it."""
     proc = _bench_model(person_detector, "--video", "media/vtest.avi", "--frame-size", "144", "192",
-                        "--calibration-start", "40", "--cache-dir", str(tmp_path / "cache"))
+                        "--calibration-start", "40", "--cache-dir", str(tmp_path / "cache"), "--split-cut", "15")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["weights"].startswith("file sha256 ") and out["frame_size"] == [144, 192]
@@ -86,7 +91,7 @@ def test_bench_engine_detector_json(tmp_path, person_detector):
         assert row["whole_s"] > 0 and all(s > 0 for s in row["stage_s"]) and 0 <= row["f1"] <= 1, label
         assert row["engines_run"] == [label] and row["detections"]["frames"] == 3, label
     fp32 = out["results"]["onnxruntime-fp32"]
-    assert fp32["f1"] == fp32["split_f1"] == 1.0 and fp32["split_max_abs_err"] == 0.0
+    assert out["split_cut"] == 15 and fp32["f1"] == fp32["split_f1"] == 1.0 and fp32["split_max_abs_err"] == 0.0
     assert out["summary"]["onnxruntime-int8"]["f1"] == out["results"]["onnxruntime-int8"]["f1"]
 
 
