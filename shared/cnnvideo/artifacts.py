@@ -16,11 +16,12 @@ from typing import Any, Dict, Optional
 
 # bump when what a predictor file holds (or how it is fitted) changes (3: p_unchanged; the detector's backbone cuts)
 PREDICTOR_FORMAT = 3
-PROFILE_FORMAT = 9  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
+PROFILE_FORMAT = 10  # 3: profiles keep their torch pass (`reference`, for rescale); 4: engine stages timed >= 1 s;
 #   5: an engine profile's reference is its own stages (`reference_bounds`); 6: keyed by worker and CPU cap;
 #   7: an engine profile splits its whole-model stage by ORT's per-node profile; 8: each node at its fastest run
 #   (a CFS throttle's stall no longer lands in one segment); 9: an ONNX-file model's stage split by its node names
-#   too (the detector's int8 profile was four chunks, 1.6x its whole stage)
+#   too (the detector's int8 profile was four chunks, 1.6x its whole stage); 10: the profiler's per-event cost is
+#   taken out before the split
 
 
 def file_id(path: str) -> str:

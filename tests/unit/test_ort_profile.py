@@ -12,6 +12,7 @@ from cnnvideo.model.engines.ort_profile import (
     fastest_nodes,
     kernel_events,
     segment_of,
+    without_profiler_cost,
 )
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
@@ -80,8 +81,20 @@ def test_nodes_run_inside_a_loop_count_once():
     run = [_ev("pre", "Cast", 3, 0), _ev("loop", "Loop", 100, 10), _ev("body/add", "Add", 40, 20),
            _ev("body/inner", "Loop", 30, 25), _ev("body/resize", "Resize", 50, 60), _ev("conv", "Conv", 30, 200)]
     assert [e["name"] for e in kernel_events(run)] == ["pre_kernel_time", "loop_kernel_time", "conv_kernel_time"]
+    assert [e["held"] for e in kernel_events(run)] == [1, 4, 1]  # the Loop holds its body's 3 kernels
     assert [e["name"] for e in kernel_events(run[2:])] == ["body/add_kernel_time", "body/inner_kernel_time",
                                                           "body/resize_kernel_time", "conv_kernel_time"]
+
+
+def test_the_profilers_cost_comes_out_per_event_held():
+    """Kernels summing 90 us over 5 held events where the plain run took 72: 3.6 us out of each event it holds (18
+    of the Loop's 60, which holds 3); nothing out when the plain run was as slow, no duration below zero."""
+    run = [_ev("a", "Conv", 10, 0), _ev("b", "Conv", 20, 10), dict(_ev("l", "Loop", 60, 30), held=3)]
+    assert [round(e["dur"], 6) for e in without_profiler_cost(run, 72)] == [6.4, 16.4, 49.2]
+    assert [e["dur"] for e in without_profiler_cost(run, 90)] == [10, 20, 60]
+    assert [e["dur"] for e in without_profiler_cost(run, 95)] == [10, 20, 60]
+    assert [e["dur"] for e in without_profiler_cost(run, 0)] == [0, 2, 6]  # 18 us each: a would go below zero
+    assert without_profiler_cost([], 5) == []
 
 
 @ORT
@@ -123,7 +136,9 @@ def test_detector_profile_is_its_whole_stage_and_splits_like_its_stages(precisio
     """The person detector (an ONNX-file model, Loops for its resize and NMS) at 240x320 on ORT fp32 and int8: the
     profile is split by ORT's node profile (one whole-model stage, not four chunks that each quantise their ends),
     so it sums to the whole stage timed on a real frame (within 25%; four int8 chunks summed 1.6x it), and the
-    share it gives cuts 0..20 matches the two stages timed alone (within 0.15)."""
+    share it gives cuts 0..20 matches the two stages timed alone: within 0.045 on int8, where the profiler's own
+    per-event cost, left in, moved 0.08 of the time to the NMS Loop's 215 small kernels (share 0.506 against 0.583
+    measured, 0.576 after), within 0.15 on fp32 (0.02-0.05 either way)."""
     import os
 
     from cnnvideo import config
@@ -151,4 +166,4 @@ def test_detector_profile_is_its_whole_stage_and_splits_like_its_stages(precisio
     y = a.run(frame)
     tb = min(_engine_time(b.run, y, 3, 0.3) for _ in range(3))
     share = prof.seconds[:cut].sum() / prof.seconds.sum()
-    assert share == pytest.approx(ta / (ta + tb), abs=0.15), (share, ta, tb)
+    assert share == pytest.approx(ta / (ta + tb), abs=0.045 if precision == "int8" else 0.15), (share, ta, tb)
