@@ -59,6 +59,10 @@ class Setup:
             m.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
+        elif onnx_model_path(cfg.model):  # the report names the file (its hash), not the unused `weights` key
+            from cnnvideo.model.loading import check_weights
+
+            m.weights_used = check_weights(cfg).describe()
         training = None
         t1 = time.time()
         if trains_on_master_frames(cfg):  # a live source is opened once (here): the trainer fits on its frames

@@ -44,7 +44,8 @@ def test_people_events_survive_a_broker_restart(tmp_path, person_detector):
     increasing order, the retained person count. The broker is killed (SIGKILL) mid-run and started again 4 s later:
     the run still processes every frame, events captured after the restart arrive, what the publisher's bound
     (queue_max 5) could not hold is counted as dropped in report.json. Every `end` that arrived names a
-    snapshot JPEG that decodes and has the green box drawn at the event's `snapshot_box`."""
+    snapshot JPEG that decodes and has the green box drawn at the event's `snapshot_box`. With `check` off the
+    report still names the detector's file as its weights (it said `random`, the unused key's default)."""
     pytest.importorskip("paho.mqtt.client")
     from .test_events_mqtt import Broker, Subscriber
 
@@ -84,6 +85,7 @@ def test_people_events_survive_a_broker_restart(tmp_path, person_detector):
         sub.close()
         broker.stop()
 
+    assert "ONNX file" in report["weights_used"] and "sha256" in report["weights_used"], report["weights_used"]
     mq = report["events"]["mqtt"]
     assert report["events"]["kind"] == "detector" and report["events"]["tracks"] >= 2, report["events"]
     assert mq["dropped"] > 0 and mq["queued"] == 0 and mq["connected"] is True and mq["published"] > 0, mq
