@@ -123,6 +123,8 @@ class MasterRole:
         t0 = self.t_run = self.tracker.t0 = time.time()
         self._run_loop()
         wall = time.time() - t0
+        if self.failure is None:
+            self.sending.drain(self.timeout)  # the last send's accounting (a result can come back before it)
         if self.failure is not None:
             self.recovery.name_dead_worker()
         with self.cond:
