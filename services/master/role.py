@@ -125,7 +125,7 @@ class MasterRole:
         wall = time.time() - t0
         if self.failure is None:
             self.sending.drain(self.timeout)  # the last send's accounting (a result can come back before it)
-        if self.failure is not None:
+        else:
             self.recovery.name_dead_worker()
         with self.cond:
             self.closing = True

@@ -52,6 +52,9 @@ class Setup:
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         m.setup_s["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
+            from cnnvideo.model.loading import check_weights
+
+            m.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
             self.load_onnx_outputs()
         else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
             from cnnvideo.master.detecting import MasterDetections
@@ -59,10 +62,6 @@ class Setup:
             m.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
-        elif onnx_model_path(cfg.model):  # the report names the file (its hash), not the unused `weights` key
-            from cnnvideo.model.loading import check_weights
-
-            m.weights_used = check_weights(cfg).describe()
         training = None
         t1 = time.time()
         if trains_on_master_frames(cfg):  # a live source is opened once (here): the trainer fits on its frames
@@ -106,11 +105,9 @@ class Setup:
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
         m = self.m
-        if m.onnx_graph is not None:  # the unsplit ONNX model in one ORT session
-            from cnnvideo.model.loading import check_weights
+        if m.onnx_graph is not None:  # the unsplit ONNX model in one ORT session (its weights_used: set up above)
             from cnnvideo.model.onnx_stage import OnnxStage
 
-            m.weights_used = check_weights(m.cfg).describe()
             m.reference = OnnxStage(m.onnx_graph, 0, len(m.onnx_graph.cuts) - 1)
             return
         from cnnvideo.model.engines.torch_engine import TorchStage
