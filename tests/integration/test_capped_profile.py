@@ -51,7 +51,9 @@ def test_profile_under_a_cap_splits_like_the_stages_alone(tmp_path):
         ta = min(_engine_time(a.run, x[0], 3, 0.3) for _ in range(3))
         tb = min(_engine_time(b.run, x[c], 3, 0.3) for _ in range(3))
         alone[c] = ta / (ta + tb)
-    stages.stage(0, k)  # built here, uncapped; the capped child loads it from the cache
+    # the same profile uncapped, in this process (the child loads this stage from the cache)
+    free = np.cumsum(stages.stage(0, k).segment_seconds(x[0], 5))
+    free /= free[-1]
 
     try:
         caps = linkemu.CpuCaps({"profile": 0.1})
@@ -70,4 +72,9 @@ def test_profile_under_a_cap_splits_like_the_stages_alone(tmp_path):
     seconds = np.array(got["seconds"])
     share = np.cumsum(seconds) / seconds.sum()
     for c in CUTS:
-        assert share[c - 1] == pytest.approx(alone[c], abs=0.1), (c, share[c - 1], alone[c], seconds.sum())
+        # the cap's stalls land in no segment: the capped profile splits as the uncapped one does
+        assert share[c - 1] == pytest.approx(free[c - 1], abs=0.05), (c, share[c - 1], free[c - 1], seconds.sum())
+        # and as the stages timed on their own, less closely: a stage run alone also feeds its input and pays a
+        # session's overhead, which kernel times leave out (at cut 18 kernels read 0.46, stages 0.41 on an idle
+        # host; 0.495 against 0.39 once under CI load). The old attribution read 0.03 against 0.39.
+        assert share[c - 1] == pytest.approx(alone[c], abs=0.12), (c, share[c - 1], alone[c], seconds.sum())
