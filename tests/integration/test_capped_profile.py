@@ -1,7 +1,8 @@
 """An ORT engine profile taken under a real CFS cap of 0.1 CPU (a cgroup, as `cnnvideo local` and compose make for a
-Pi stand-in) splits the model over its segments as the stages timed on their own do. Under the cap every run of a
-30 ms stage is throttled for up to 90 ms inside some node, and before the fix those stalls went to whichever
-segment was running: the planners then cut trained MobileNetV2 where nothing balances (docs/results/scaling-*)."""
+Pi stand-in) splits the model over its segments as the same profile taken uncapped does, and near how the stages
+timed on their own do. Under the cap every run of a 30 ms stage is throttled for up to 90 ms inside some node, and
+before the fix those stalls went to whichever segment was running: the planners then cut trained MobileNetV2 where
+nothing balances (docs/results/scaling-*)."""
 import json
 import subprocess
 import sys
