@@ -1,6 +1,9 @@
 """CPU milliseconds per frame of each role of one `cnnvideo local` run: runs it, samples every role process's
 utime + stime from /proc twice a second, and divides the CPU used in the middle 70% of the run's streaming (from
 report.json's wall time) by the frames completed in that window. Caps, links and engine come from the config.
+It also counts each role's context switches per frame in that window, by thread (voluntary + involuntary, from
+/proc/PID/task/TID/status): every hand-off between a role's threads is one, so they say where a frame's
+thread switches come from.
 
 Usage: python scripts/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
 Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
@@ -26,11 +29,26 @@ def role_of(cmd):
     return None
 
 
+def thread_switches(pid: str) -> dict:
+    """{"name/tid": voluntary + involuntary context switches so far} of one process's threads (Python names no OS
+    thread: its own show as the process's name; `py-spy dump --pid` maps a tid to its Python thread)."""
+    out: dict = {}
+    for tid in os.listdir("/proc/%s/task" % pid):
+        try:
+            status = open("/proc/%s/task/%s/status" % (pid, tid)).read().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+        name = "%s/%s" % (fields.get("Name", "?").strip(), tid)
+        out[name] = int(fields.get("voluntary_ctxt_switches", 0)) + int(fields.get("nonvoluntary_ctxt_switches", 0))
+    return out
+
+
 def main(cfg_path: str) -> None:
     cfg = yaml.safe_load(open(cfg_path))
     run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tick, samples = os.sysconf("SC_CLK_TCK"), {}
+    tick, samples, switches = os.sysconf("SC_CLK_TCK"), {}, {}
     while run.poll() is None:
         now = time.time()
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -39,6 +57,7 @@ def main(cfg_path: str) -> None:
                 if role:
                     st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
                     samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
+                    switches.setdefault(role, []).append((now, thread_switches(pid)))
             except OSError:
                 pass
         time.sleep(0.5)
@@ -55,6 +74,14 @@ def main(cfg_path: str) -> None:
         if len(pts) > 1 and frames:
             share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
             out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
+    out["switches_per_frame"] = {}
+    for role, pts in sorted(switches.items()):
+        pts = [p for p in pts if a <= p[0] <= b]
+        if len(pts) > 1 and frames:
+            n = frames * (pts[-1][0] - pts[0][0]) / (b - a)
+            first, last = pts[0][1], pts[-1][1]
+            per = {k: round((v - first.get(k, 0)) / n, 1) for k, v in sorted(last.items())}
+            out["switches_per_frame"][role] = {k: v for k, v in per.items() if v > 0}
     print(json.dumps(out))
 
 
