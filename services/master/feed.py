@@ -11,8 +11,8 @@ from typing import Any, Deque, Dict, Optional
 import numpy as np
 
 from cnnvideo.config import Config
-from cnnvideo.model.loading import input_rates
 from cnnvideo.video.sources import Source, SourceError, SourceOptions
+from cnnvideo.wire.hop import InputChange
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Feed:
         self.capture_seq: Dict[int, int] = {}
         self.next_id = 0
         self.window: Deque[np.ndarray] = collections.deque(maxlen=WINDOW)
-        self.prev_sent: Optional[np.ndarray] = None
+        self.sent_change = InputChange(cfg.delta.input_threshold)  # what the input hop sends of each taken frame
         self.stopping = threading.Event()
         self.error: Optional[str] = None
         self.ahead: Optional[np.ndarray] = None  # offline: [N, 3] input change of the clip's frames (look-ahead)
@@ -58,10 +58,9 @@ class Feed:
         frame: the look-ahead of offline mode, without holding the frames."""
         from cnnvideo.video.frames import read_frames
 
-        prev, rows = None, []
+        change, rows = InputChange(self.cfg.delta.input_threshold), []
         for f in read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.limit, loop=self.limit > 0):
-            rows.append(input_rates(f, prev, self.cfg.delta.input_threshold))
-            prev = f
+            rows.append(change.rates(f))
         return np.array(rows)
 
     def training_frames(self, n: int, timeout: float = 60.0) -> list:
@@ -114,8 +113,7 @@ class Feed:
             self.captured_at[f] = item.t
             self.capture_seq[f] = item.seq
             self.peak_held = max(self.peak_held, len(self.pixels))
-            self.window.append(input_rates(item.rgb, self.prev_sent, self.cfg.delta.input_threshold))
-            self.prev_sent = item.rgb
+            self.window.append(self.sent_change.rates(item.rgb))
             return f
         return None
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.wire.codec import CodecError
-from cnnvideo.wire.hop import HopError, HopReceiver, HopSender, channel_nz
+from cnnvideo.wire.hop import HopError, HopReceiver, HopSender, InputChange, channel_nz
 
 MAX = 1 << 28
 
@@ -189,3 +189,31 @@ def test_channel_nz_and_stats():
     assert (s.last_nnz, s.last_numel) == (8, 48)
     assert np.allclose(s.last_channel_nz(), [0.0, 0.5, 0.0])
     assert np.allclose(channel_nz(np.ones((2, 5), bool), axis=-1), np.ones(5))
+
+
+@pytest.mark.parametrize("t", [0, 4])
+def test_input_change_is_what_the_hop_sends(t):
+    """InputChange's rates are the share of values a HopSender at the same threshold puts in each update (its
+    mask, per channel), frame after frame: the planner's input rates are the hop's, as the trainer's are."""
+    sender, change = HopSender(threshold=t), InputChange(t)
+    for i, f in enumerate(_pixel_stream(30)):
+        got = change.rates(f[0])
+        sender.encode(f[0])
+        if i == 0:
+            assert np.array_equal(got, np.ones(3))
+            continue
+        assert np.allclose(got, sender.last_mask.reshape(-1, 3).mean(axis=0)), i
+
+
+def test_input_change_counts_drift_frame_to_frame_misses():
+    """A value that drifts by 2 a frame under threshold 4 never changes by more than 4 between two frames, but the
+    hop sends it once it is 5 away from what the receiver holds (the third step): frame-to-frame rates miss it."""
+    change = InputChange(4)
+    frame = np.zeros((2, 2, 3), dtype=np.uint8)
+    change.rates(frame)
+    seen = []
+    for _ in range(6):
+        frame = frame.copy()
+        frame[0, 0, 0] += 2
+        seen.append(change.rates(frame)[0])
+    assert seen == [0.0, 0.0, 0.25, 0.0, 0.0, 0.25]  # 6 > 4 from 0, then 12 > 4 from 6

@@ -1,11 +1,8 @@
-"""In-process helpers shared by the roles: build the layer graph from a config, per-channel input change rates."""
+"""In-process helpers shared by the roles: build the layer graph from a config, describe its weights."""
 from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
-
-import numpy as np
 
 from cnnvideo.artifacts import onnx_model_path
 
@@ -42,11 +39,3 @@ def check_weights(cfg):
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)
     return load_model(cfg.model, cfg.weights, cfg.seed)[1]
-
-
-def input_rates(frame: np.ndarray, prev: Optional[np.ndarray], threshold: int = 0) -> np.ndarray:
-    """Per-channel share of pixels of an RGB uint8 frame that differ from `prev` by more than `threshold`."""
-    if prev is None:
-        return np.ones(frame.shape[-1], dtype=np.float64)
-    diff = np.abs(frame.astype(np.int16) - prev.astype(np.int16)) > threshold
-    return diff.reshape(-1, frame.shape[-1]).mean(axis=0)
