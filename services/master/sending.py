@@ -1,10 +1,13 @@
 """Sending frames: take the next frame from the source, choose its plan, encode the input hop's delta and send
 it to worker 0 (paced like a shaped link under `local.links: paced`).
 
-The `Process` call runs on a thread of its own, one frame behind: frame f+1 is taken and encoded while frame f is on
-the wire. Done in line, the loop took 37 ms a frame for the detector at caps 0.4 (5 ms encode, 19 ms send, the rest
-taking and planning), which capped every chain at 22-25 fps on a 3 MB/s link. A queued frame of an older generation
-(a resync came between) is not sent: the resync re-sends it."""
+The `Process` calls run on threads of their own: frame f+1 is taken and encoded while frame f is on the wire. Done in
+line, the loop took 37 ms a frame for the detector at caps 0.4 (5 ms encode, 19 ms send, the rest taking and
+planning), which capped every chain at 22-25 fps on a 3 MB/s link. SEND_DEPTH calls may be in flight at once, so
+the next frame goes out while worker 0 answers the last: a worker out of CPU quota answers only in its next CFS
+period, and with one call at a time the input hop took 25-35 ms a frame at caps 0.4 where its bytes need 21 ms of
+wire. Worker 0 orders tasks by sequence number. A queued frame of an older generation (a resync came between) is
+not sent: the resync re-sends it."""
 from __future__ import annotations
 
 import logging
@@ -26,6 +29,25 @@ from cnnvideo.wire.protocol import HopPlanner, HopSettings
 
 log = logging.getLogger(__name__)
 
+SEND_DEPTH = 2  # Process calls in flight on the input hop
+
+
+class LinkClock:
+    """When each transfer on a link with overlapping calls began, for honest transfer times."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free_at = 0.0  # when the link finished its newest transfer
+
+    def busy_start(self, sent_at: float, done_at: float) -> float:
+        """A finished call's transfer began when it was sent, or when the link finished the transfer before it if
+        that was later: counted from the send, an overlapped message would carry the other's wire time and the
+        scheduler would see a slower link."""
+        with self.lock:
+            start = max(sent_at, min(self.free_at, done_at))
+            self.free_at = max(self.free_at, done_at)
+        return start
+
 
 class FrameSender:
     """The input hop of the role `m`: its delta sender, hop plan (keyframes, epochs) and sequence numbers."""
@@ -42,7 +64,8 @@ class FrameSender:
         self.outbox: queue.Queue = queue.Queue(1)  # encoded frames waiting for the transmit thread
         self.unsent = 0  # frames queued or on the wire (under `done`)
         self.done = threading.Condition()
-        self.thread: Optional[threading.Thread] = None
+        self.threads: List[threading.Thread] = []
+        self.link = LinkClock()
 
     def reset(self) -> None:
         """After a resync every hop starts with a keyframe."""
@@ -120,9 +143,11 @@ class FrameSender:
                      len(data), m.tracker.completed)
 
     def _start(self) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._transmit_loop, name="send-w0", daemon=True)
-            self.thread.start()
+        while len(self.threads) < SEND_DEPTH:
+            t = threading.Thread(target=self._transmit_loop, name="send-w0-%d" % len(self.threads), daemon=True)
+            self.threads.append(t)
+            t.start()
+
 
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every encoded frame went out or was dropped as stale (its send is accounted for); False on
@@ -164,6 +189,7 @@ class FrameSender:
                     gen)
             return
         t2 = time.time()
+        t1 = self.link.busy_start(t1, t2)
         keyframe = bool(task.payload.keyframe)
         with m.cond:
             m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, n))
