@@ -113,7 +113,8 @@ class Feed:
             self.captured_at[f] = item.t
             self.capture_seq[f] = item.seq
             self.peak_held = max(self.peak_held, len(self.pixels))
-            self.window.append(self.sent_change.rates(item.rgb))
+            if self.ahead is None:  # live: the planner's input change is the recent frames' (offline: the scan's)
+                self.window.append(self.sent_change.rates(item.rgb))
             return f
         return None
 
