@@ -2,6 +2,7 @@
 import json
 import os
 import threading
+import time
 
 from cnnvideo.results import progress
 
@@ -48,3 +49,29 @@ def test_read_ignores_what_is_not_a_progress_file(tmp_path):
     assert progress.read(str(tmp_path)) is None
     (tmp_path / progress.FILENAME).write_text('{"unrelated": 1}')
     assert progress.read(str(tmp_path)) is None
+
+
+def test_updates_in_a_burst_are_written_once_the_interval_ends(tmp_path):
+    """60 updates a second do not mean 60 writes: within the interval the file keeps the last write, and the latest
+    counters reach it when the interval ends, with no further update to carry them."""
+    folder = str(tmp_path)
+    pf = progress.ProgressFile(folder, 100, min_interval_s=0.3)
+    pf.update(state="running", sent=1)
+    for i in range(2, 30):
+        pf.update(sent=i)
+    assert progress.read(folder).sent == 1  # inside the interval: not rewritten
+    deadline = time.time() + 5
+    while progress.read(folder).sent != 29 and time.time() < deadline:
+        time.sleep(0.02)
+    assert progress.read(folder).sent == 29
+
+
+def test_a_new_state_is_written_at_once(tmp_path):
+    """The end of a run (done, failed) is never held back by the interval."""
+    folder = str(tmp_path)
+    pf = progress.ProgressFile(folder, 100, min_interval_s=60)
+    pf.update(state="running", sent=5)
+    pf.update(sent=7, completed=7)
+    pf.update(state="done", completed=9)
+    p = progress.read(folder)
+    assert (p.state, p.sent, p.completed) == ("done", 7, 9)
