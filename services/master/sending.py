@@ -148,7 +148,6 @@ class FrameSender:
             self.threads.append(t)
             t.start()
 
-
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every encoded frame went out or was dropped as stale (its send is accounted for); False on
         timeout."""

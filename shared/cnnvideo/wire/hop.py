@@ -116,7 +116,7 @@ class InputChange:
             return np.ones(frame.shape[-1], dtype=np.float64)
         mask = _changed(frame, self._held, self.threshold)
         np.copyto(self._held, frame, where=mask)
-        return mask.reshape(-1, frame.shape[-1]).mean(axis=0, dtype=np.float64)
+        return channel_nz(mask, axis=-1)
 
 
 class HopSender:
