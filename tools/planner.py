@@ -153,6 +153,8 @@ def evaluate(cfg: config_mod.Config, ctx: PlanContext) -> List[Dict[str, Any]]:
     rows = []
     names = [c.name for c in ctx.graph.cuts]
     for name in SCHEDULERS:
+        if name == "fixed" and cfg.scheduler != name:
+            continue  # it has no plan of its own: only the config's cuts, when the config names it
         t0 = time.perf_counter()
         plan = create(name, ctx.inputs, cfg.in_flight, delta, _options(cfg, name, ctx), cfg.group_size).initial_plan()
         decide_ms = 1000 * (time.perf_counter() - t0)

@@ -87,6 +87,14 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         except ValueError:
             raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
                               % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
+    if cfg.scheduler == "fixed":
+        cuts = cfg.scheduler_options.get("cuts")
+        if (not isinstance(cuts, (list, tuple)) or len(cuts) != cfg.n_workers + 1
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cuts)
+                or cuts[0] != 0 or any(b < a for a, b in zip(cuts, cuts[1:]))):
+            raise ConfigError("config key 'scheduler_options.cuts' must list %d non-decreasing cut indices from 0 to "
+                              "the model's last cut for scheduler fixed (one more than the workers), got %r"
+                              % (cfg.n_workers + 1, cuts))
     if cfg.frames < 0:
         raise ConfigError("config key 'frames' must be >= 0 (0 = until a signal), got %r" % cfg.frames)
     if not 0 < cfg.check_share <= 1:

@@ -56,6 +56,10 @@ def test_yaml_round_trip(tmp_path, synthetic_video):
         ({"scheduler": "lbs", "scheduler_options": {"zz": 1}}, "scheduler_options.zz"),
         ({"scheduler": "das", "scheduler_options": {"prev": 1}}, "scheduler_options.prev"),  # run-time state only
         ({"scheduler": "optimal", "scheduler_options": {"alpha": 0.5}}, "scheduler_options.alpha"),  # adaptive's
+        ({"scheduler": "fixed"}, "scheduler_options.cuts"),  # fixed needs its plan
+        ({"scheduler": "fixed", "scheduler_options": {"cuts": [0, 9]}}, "scheduler_options.cuts"),  # 2 workers: 3
+        ({"scheduler": "fixed", "scheduler_options": {"cuts": [0, 9, 5]}}, "scheduler_options.cuts"),  # decreasing
+        ({"scheduler": "fixed", "scheduler_options": {"cuts": [1, 5, 9]}}, "scheduler_options.cuts"),  # not from 0
     ],
 )
 def test_bad_values_name_the_key(data, key):

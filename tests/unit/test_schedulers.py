@@ -38,6 +38,17 @@ def test_edge_and_cloud_shapes():
     assert schedule("cloud", inputs).cuts == (0, 0, 0, 0, 10)
 
 
+def test_fixed_runs_the_configured_cuts_and_names_a_bad_plan():
+    """fixed returns exactly the cuts it is given; a plan of the wrong length, not from 0 to K, or decreasing is a
+    ValueError naming scheduler_options.cuts (the master's one-line error)."""
+    inputs = random_inputs(2, 11)
+    assert schedule("fixed", inputs, cuts=[0, 4, 10]).cuts == (0, 4, 10)
+    assert schedule("fixed", inputs, cuts=(0, 10, 10)).cuts == (0, 10, 10)
+    for bad in (None, [0, 10], [0, 4, 9], [0, 7, 4], [1, 4, 10], ["a", 4, 10]):
+        with pytest.raises(ValueError, match="scheduler_options.cuts"):
+            schedule("fixed", inputs, cuts=bad)
+
+
 def test_lbs_proportional_to_capacity():
     """A worker twice as fast gets about twice the baseline compute (100 equal segments, capacities 1:2:1)."""
     seg = np.ones((3, 100)) * np.array([[1.0], [0.5], [1.0]])
@@ -100,8 +111,11 @@ def test_das_dp_path_matches_exhaustive_on_small_cases():
 
 def _check_optimal_dominates(inputs, in_flight, delta):
     best = objective(optimal(inputs, in_flight, delta), inputs, in_flight, delta)
+    rng = np.random.RandomState(inputs.n_workers * 100 + inputs.n_segments)
+    inner = sorted(rng.randint(0, inputs.n_segments + 1, size=inputs.n_workers - 1).tolist())
+    options = {"fixed": {"cuts": [0] + inner + [inputs.n_segments]}}  # any plan: optimal is no worse
     for name in SCHEDULERS:
-        other = objective(schedule(name, inputs, in_flight, delta), inputs, in_flight, delta)
+        other = objective(schedule(name, inputs, in_flight, delta, **options.get(name, {})), inputs, in_flight, delta)
         assert best <= other * (1 + 1e-12), name
 
 

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-SCHEDULERS = ("lbs", "edge", "cloud", "nsc", "das", "optimal", "adaptive")  # table order
+SCHEDULERS = ("lbs", "edge", "cloud", "fixed", "nsc", "das", "optimal", "adaptive")  # table order
 
 
 def hop_names(n: int) -> List[str]:

@@ -1,5 +1,6 @@
-"""Schedulers that choose one Plan (cut points) from CostInputs: edge, cloud, lbs, nsc, optimal (exact, by
-dynamic programming over the cuts) and adaptive's starting plan; `objective` is their common yardstick."""
+"""Schedulers that choose one Plan (cut points) from CostInputs: edge, cloud, fixed (the config's own cuts), lbs,
+nsc, optimal (exact, by dynamic programming over the cuts) and adaptive's starting plan; `objective` is their common
+yardstick."""
 from __future__ import annotations
 
 import logging
@@ -32,6 +33,23 @@ def cloud(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options)
     """Everything on the last worker; the others forward the frame."""
     k, w = inputs.n_segments, inputs.n_workers
     return Plan((0,) * w + (k,))
+
+
+def fixed(inputs: CostInputs, in_flight: int = 0, delta: bool = True, cuts=None, **options) -> Plan:
+    """The plan the config names (`scheduler_options: {cuts: [0, c1, ..., K]}`, W+1 cuts): to pin a split, or to
+    measure one against what the cost model predicts. ValueError naming what is wrong with `cuts`."""
+    k, w = inputs.n_segments, inputs.n_workers
+    want = "[0, c1, ..., %d] (%d non-decreasing cut indices)" % (k, w + 1)
+    if cuts is None:
+        raise ValueError("scheduler fixed needs scheduler_options.cuts: %s" % want)
+    try:
+        plan = tuple(int(c) for c in cuts)
+    except (TypeError, ValueError):
+        raise ValueError("scheduler_options.cuts must be a list of integers %s, got %r" % (want, cuts)) from None
+    if (len(plan) != w + 1 or plan[0] != 0 or plan[-1] != k
+            or any(b < a for a, b in zip(plan, plan[1:]))):
+        raise ValueError("scheduler_options.cuts must be %s, got %r" % (want, list(plan)))
+    return Plan(plan)
 
 
 def capacities(inputs: CostInputs) -> np.ndarray:

@@ -11,7 +11,7 @@ from cnnvideo.plan.costmodel import (
     Plan,
 )
 from cnnvideo.plan.schedulers.groups import das
-from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, lbs, nsc, optimal
+from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, fixed, lbs, nsc, optimal
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ SCHEDULERS: Dict[str, Callable[..., Plan]] = {
     "lbs": lbs,
     "edge": edge,
     "cloud": cloud,
+    "fixed": fixed,
     "nsc": nsc,
     "das": das,
     "optimal": optimal,
@@ -28,12 +29,12 @@ SCHEDULERS: Dict[str, Callable[..., Plan]] = {
 }
 
 
-
 # options a config may set per scheduler (`scheduler_options`); anything else is an error naming the key
 OPTIONS: Dict[str, Tuple[str, ...]] = {
     "lbs": (),
     "edge": (),
     "cloud": (),
+    "fixed": ("cuts",),
     "nsc": ("frames", "max_steps"),
     "das": ("group_size", "max_plans"),
     "optimal": (),
