@@ -19,9 +19,11 @@ import time
 import yaml
 
 
-def role_of(cmd):
+def role_of(cmd, config: str):
+    """'master', 'trainer', 'worker<i>' for a role process of the run on `config` (its folder's config.yml),
+    else None: roles of other runs on the host (a compose cluster, another local run) are not counted."""
     names = [c.decode() for c in cmd]
-    if not any("cnnvideo" in c for c in names[:3]):
+    if not any("cnnvideo" in c for c in names[:3]) or config not in map(os.path.abspath, names):
         return None
     for role in ("worker", "master", "trainer"):
         if role in names:
@@ -49,11 +51,12 @@ def main(cfg_path: str) -> None:
     run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tick, samples, switches = os.sysconf("SC_CLK_TCK"), {}, {}
+    run_cfg = os.path.abspath(os.path.join(cfg["out"], "config.yml"))  # `cnnvideo local` starts every role on this copy
     while run.poll() is None:
         now = time.time()
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                role = role_of(open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0"))
+                role = role_of(open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0"), run_cfg)
                 if role:
                     st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
                     samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
