@@ -1,9 +1,10 @@
 """CPU milliseconds per frame of each role of one `cnnvideo local` run: runs it, samples every role process's
 utime + stime from /proc twice a second, and divides the CPU used in the middle 70% of the run's streaming (from
 report.json's wall time) by the frames completed in that window. Caps, links and engine come from the config.
-It also counts each role's context switches per frame in that window, by thread (voluntary + involuntary, from
-/proc/PID/task/TID/status): every hand-off between a role's threads is one, so they say where a frame's
-thread switches come from.
+It also gives each worker's decode, compute and encode CPU a frame from its stage reports (over the whole run; the
+rest of its CPU is messages, threads and the interpreter), and counts each role's context switches per frame in that
+window, by thread (voluntary + involuntary, from /proc/PID/task/TID/status): every hand-off between a role's threads
+is one, so they say where a frame's thread switches come from.
 
 Usage: python scripts/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
 Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
@@ -85,6 +86,10 @@ def main(cfg_path: str) -> None:
             first, last = pts[0][1], pts[-1][1]
             per = {k: round((v - first.get(k, 0)) / n, 1) for k, v in sorted(last.items())}
             out["switches_per_frame"][role] = {k: v for k, v in per.items() if v > 0}
+    # what each worker's own thread spent a frame in decode, compute (the model) and encode, from the stage reports
+    out["stage_cpu_ms_per_frame"] = {
+        actor: {k: round(1e3 * v["cpu_mean_s"], 2) for k, v in stages.items() if "cpu_mean_s" in v}
+        for actor, stages in sorted(rep.get("stages", {}).items()) if any("cpu_mean_s" in v for v in stages.values())}
     print(json.dumps(out))
 
 

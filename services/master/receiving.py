@@ -132,7 +132,7 @@ class StreamReader:
             m.telemetry.engine(w, rep.engine, rep.engine_note)
         m.events.stage_report(w, rep)
         for st in rep.stages:
-            m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes))
+            m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes, st.cpu))
             if st.stage == "compute":
                 m.telemetry.compute(w, rep.start_cut, rep.end_cut, st.end - st.start, rep.skipped)
                 if not rep.skipped:  # a skipped stage says nothing about the stage's speed

@@ -91,12 +91,15 @@ class Task:
 
 @dataclass
 class Timing:
-    """One timed stage (receive | decode | compute | encode | send) of one frame, unix seconds."""
+    """One timed stage (receive | decode | compute | encode | send) of one frame, unix seconds; `cpu`: the CPU
+    seconds of the thread that ran it (decode, compute, encode), which under a CPU cap leaves out the throttled
+    wait that wall time holds (ORT's own pool threads, when a stage runs on more than one, are not in it)."""
 
     stage: str
     start: float
     end: float
     bytes: int = 0
+    cpu: float = 0.0
 
 
 @dataclass
@@ -236,7 +239,7 @@ class Run:
         w = self.worker_id
         cuts = list(task.cuts)
         stages = [Timing("receive", task.sent_at or arrived, arrived, len(task.payload.data))]
-        t0 = time.time()
+        t0, c0 = time.time(), time.thread_time()
         self.input_hop.admit(int(task.epoch[w]) if len(task.epoch) > w else 0, task.payload.keyframe)
         x = self.receiver.decode(task.payload.data)
         expect = self.cut_shapes[cuts[w]]
@@ -244,8 +247,8 @@ class Run:
             raise TaskError("payload shape %r does not match cut %d shape %r" % (tuple(x.shape), cuts[w], expect))
         start, end = cuts[w], cuts[w + 1]
         q_out = self._check_quant(task.payload, start)
-        t1 = time.time()
-        stages.append(Timing("decode", t0, t1))
+        t1, c1 = time.time(), time.thread_time()
+        stages.append(Timing("decode", t0, t1, cpu=c1 - c0))
         held = self.held_out
         skip = (self.settings.skip_unchanged and self.receiver.last_unchanged and not task.payload.keyframe
                 and held is not None and held[0] == (start, end))
@@ -256,8 +259,8 @@ class Run:
             q_out = self.quant(end)
         else:
             y = np.ascontiguousarray(x)
-        t2 = time.time()
-        stages.append(Timing("compute", t1, t2))
+        t2, c2 = time.time(), time.thread_time()
+        stages.append(Timing("compute", t1, t2, cpu=c2 - c1))
         label, note = self.describe(start, end) if start < end else ("", "")
         report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
                              hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
@@ -266,7 +269,7 @@ class Run:
         if w >= protocol.reporter(cuts):
             data, keyframe = self._encode(self.result_hop, end, y, False, skip, (start, end), q_out)
             t3 = time.time()
-            stages += [Timing("encode", t2, t3, len(data)), Timing("send", t3, t3, len(data))]
+            stages += [Timing("encode", t2, t3, len(data), time.thread_time() - c2), Timing("send", t3, t3, len(data))]
             result = Result(self.run_id, self.generation, task.frame_id, w, self.result_hop.sent - 1,
                             Payload(end, data, keyframe, _dense_bytes(y), *qs), sent_at=t3)
             report.hop_out, report.bytes_out, report.keyframe_out = self.n_workers, len(data), keyframe
@@ -278,7 +281,7 @@ class Run:
         planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
         data, keyframe = self._encode(self.next_hop, end, y, planned, skip, (start, end), q_out)
         t3 = time.time()
-        stages.append(Timing("encode", t2, t3, len(data)))
+        stages.append(Timing("encode", t2, t3, len(data), time.thread_time() - c2))
         out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y), *qs), hop=nxt,
                    keyframe=list(task.keyframe), epoch=list(task.epoch), generation=self.generation,
                    created_at=task.created_at)

@@ -47,7 +47,7 @@ def report_to_pb(r: StageReport) -> pb.StageReport:
                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, hop_out=r.hop_out,
                           keyframe_out=r.keyframe_out, dense_out=r.dense_out, engine=r.engine,
                           engine_note=r.engine_note, skipped=r.skipped,
-                          stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes)
+                          stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes, cpu=s.cpu)
                                   for s in r.stages])
 
 

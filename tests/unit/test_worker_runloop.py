@@ -200,3 +200,54 @@ def test_bad_plans_and_wrong_hops_are_refused_at_intake():
             chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x")))
     finally:
         chain.close()
+
+
+def test_stage_reports_carry_the_cpu_of_decode_compute_and_encode():
+    """Each computed frame's report times decode, compute and encode in CPU seconds of the thread that ran them as
+    well as in wall seconds: a stage that burns CPU reports it in compute (within its wall time), and a stage that
+    sleeps reports wall time without CPU (what a CFS throttle's wait looks like)."""
+    import time
+
+    def busy_or_idle(start, end, x):
+        if start == 0:
+            t = time.thread_time()
+            while time.thread_time() - t < 0.02:  # 20 ms of CPU
+                np.sort(np.arange(20000)[::-1])
+        else:
+            time.sleep(0.03)  # 30 ms of wall, no CPU
+        return forward(start, end, x)
+
+    settings = RunSettings("r1", 2, HopSettings(mode="delta"), 0)
+    w1 = Run(settings, 1, SHAPES, busy_or_idle, None, 1 << 20)
+    w0 = Run(settings, 0, SHAPES, busy_or_idle, w1.accept, 1 << 20)
+    chain = Chain()
+    try:
+        for f, x in enumerate(frames(2)):
+            t = chain.task(f, x, [0, 1, 3])
+            w0.accept(t)
+        for run, busy in ((w0, True), (w1, False)):
+            for rep in _reports(run, 2):
+                spans = {s.stage: s for s in rep.stages}
+                wall = spans["compute"].end - spans["compute"].start
+                assert all(spans[k].cpu >= 0 for k in ("decode", "compute", "encode")), rep.stages
+                if busy:
+                    assert 0.019 <= spans["compute"].cpu <= wall + 0.002, (spans["compute"].cpu, wall)
+                else:
+                    assert wall >= 0.029 and spans["compute"].cpu < 0.01, (spans["compute"].cpu, wall)
+    finally:
+        w0.close()
+        w1.close()
+        chain.close()
+
+
+def test_stage_totals_give_cpu_only_where_it_was_measured():
+    """report.json `stages`: a worker's measured CPU adds cpu_s and cpu_mean_s to its stage; the master's spans, which
+    carry none, keep the wall fields only."""
+    from cnnvideo.results import report as rpt
+
+    spans = [rpt.StageSpan(f, "w0", "compute", f, f + 0.5, 0, 0.05) for f in range(4)]
+    spans.append(rpt.StageSpan(0, "m", "encode", 0.0, 0.01, 100))
+    got = rpt.stage_summary(spans)
+    assert got["w0"]["compute"] == {"count": 4, "total_s": 2.0, "bytes": 0, "mean_s": 0.5, "cpu_s": 0.2,
+                                    "cpu_mean_s": 0.05}
+    assert got["m"]["encode"] == {"count": 1, "total_s": 0.01, "bytes": 100, "mean_s": 0.01}

@@ -35,6 +35,8 @@ class StageSpan:
     start: float
     end: float
     nbytes: int = 0
+    cpu: float = 0.0  # CPU seconds of the thread that ran it, where the actor measured it (workers' decode,
+    # compute and encode)
 
 
 @dataclass
@@ -113,40 +115,39 @@ def latency_summary(values: Sequence[float]) -> Dict[str, Optional[float]]:
 
 
 def stage_summary(spans: Sequence[StageSpan]) -> Dict[str, Dict[str, Dict[str, float]]]:
-    """Per actor, per stage: count, mean and total seconds, total bytes."""
-    out: Dict[str, Dict[str, Dict[str, float]]] = {}
+    """Per actor, per stage: count, mean and total seconds, total bytes (StageTotals over `spans`)."""
+    totals = StageTotals()
     for s in spans:
-        d = out.setdefault(s.actor, {}).setdefault(s.stage, {"count": 0, "total_s": 0.0, "bytes": 0})
-        d["count"] += 1
-        d["total_s"] += max(s.end - s.start, 0.0)
-        d["bytes"] += s.nbytes
-    for stages in out.values():
-        for d in stages.values():
-            d["mean_s"] = round(d["total_s"] / d["count"], 6) if d["count"] else 0.0
-            d["total_s"] = round(d["total_s"], 6)
-    return out
+        totals.add(s)
+    return totals.summary()
 
 
 class StageTotals:
-    """stage_summary() computed incrementally: memory does not grow with the number of spans."""
+    """Per actor, per stage, counted span by span (memory does not grow with the number of spans): count, total
+    and mean wall seconds, total bytes, and where the actor measured it, total and mean CPU seconds (`cpu_s`,
+    `cpu_mean_s`: a capped worker's compute without its throttled wait)."""
 
     def __init__(self) -> None:
         self._d: Dict[str, Dict[str, Dict[str, float]]] = {}
 
     def add(self, s: StageSpan) -> None:
-        d = self._d.setdefault(s.actor, {}).setdefault(s.stage, {"count": 0, "total_s": 0.0, "bytes": 0})
+        d = self._d.setdefault(s.actor, {}).setdefault(s.stage, {"count": 0, "total_s": 0.0, "bytes": 0,
+                                                                  "cpu_s": 0.0})
         d["count"] += 1
         d["total_s"] += max(s.end - s.start, 0.0)
         d["bytes"] += s.nbytes
+        d["cpu_s"] += max(s.cpu, 0.0)
 
     def summary(self) -> Dict[str, Dict[str, Dict[str, float]]]:
         out: Dict[str, Dict[str, Dict[str, float]]] = {}
         for actor, stages in self._d.items():
             for stage, d in stages.items():
-                out.setdefault(actor, {})[stage] = {"count": d["count"], "total_s": round(d["total_s"], 6),
-                                                    "bytes": d["bytes"],
-                                                    "mean_s": round(d["total_s"] / d["count"], 6) if d["count"]
-                                                    else 0.0}
+                n = d["count"]
+                row = {"count": n, "total_s": round(d["total_s"], 6), "bytes": d["bytes"],
+                       "mean_s": round(d["total_s"] / n, 6) if n else 0.0}
+                if d["cpu_s"] > 0:
+                    row.update(cpu_s=round(d["cpu_s"], 6), cpu_mean_s=round(d["cpu_s"] / n, 6) if n else 0.0)
+                out.setdefault(actor, {})[stage] = row
         return out
 
 
