@@ -4,9 +4,10 @@ config's video at its frame size, one thread. For each pause before a run (0 = b
 CPU milliseconds of a run over the frames, as JSON.
 
 Usage: python scripts/ort_idle_cost.py CONFIG.yml [--frames 80] [--cut C] [--pauses 0,0.01,0.05,0.1]
-Why: a chain's workers idle between frames, a bench's loop does not. On this 2-core VM the int8 detector took
-about 10 ms a run back to back and about 12 ms after any pause of 10-100 ms, so a worker pays more for the model
-than a back-to-back bench or profile says, and a chain pays it on every worker.
+Why: a chain's workers idle between frames, a bench's loop does not, so a worker may pay more for the model than a
+back-to-back bench or profile says, on every worker of a chain. How much depends on the host: on an Intel Xeon VM the
+int8 detector took about 10 ms a run back to back and about 12 ms after a pause of 10-100 ms (noisy), on an AMD EPYC
+VM 4-10% more (docs/figures.md, detect-balance).
 """
 from __future__ import annotations
 
