@@ -9,10 +9,14 @@ from cnnvideo.model import engines
 from cnnvideo.plan.schedulers import SCHEDULERS
 from cnnvideo.tools import cli
 
+# `fixed` runs the config's own cuts: the plan lists it only for a config that uses it
+LISTED = [s for s in SCHEDULERS if s != "fixed"]
 
-def _config(tmp_path, video):
+
+def _config(tmp_path, video, **extra):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump({
+        **extra,
         "model": "alexnet",
         "video": video,
         "frame_size": [96, 128],
@@ -30,8 +34,18 @@ def test_plan_table_lists_every_scheduler(tmp_path, synthetic_video, capsys):
     assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video)]) == 0
     out = capsys.readouterr().out
     rows = [line.split()[0] for line in out.splitlines()[3:]]
-    assert rows == list(SCHEDULERS)
+    assert rows == LISTED
     assert "w2:" in out
+
+
+def test_plan_lists_fixed_with_its_cuts_when_the_config_uses_it(tmp_path, synthetic_video, capsys):
+    """A config with `scheduler: fixed` gets a `fixed` row whose cuts are the configured ones."""
+    assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video), "--json"]) == 0
+    k = len(json.loads(capsys.readouterr().out)["cuts"]) - 1
+    path = _config(tmp_path, synthetic_video, scheduler="fixed", scheduler_options={"cuts": [0, 1, 2, k]})
+    assert cli.main(["plan", "-c", path, "--json"]) == 0
+    rows = {r["scheduler"]: r["cuts"] for r in json.loads(capsys.readouterr().out)["schedulers"]}
+    assert rows["fixed"] == [0, 1, 2, k] and set(rows) == set(SCHEDULERS)
 
 
 def test_plan_json_consistent(tmp_path, synthetic_video, capsys):
@@ -45,7 +59,7 @@ def test_plan_json_consistent(tmp_path, synthetic_video, capsys):
         assert len(row["cuts"]) == 4 and row["cuts"][0] == 0 and row["cuts"][-1] == k
         assert sum(s["segments"] for s in row["split"]) == k
         times[row["scheduler"]] = row["per_frame_s"]
-    assert set(times) == set(SCHEDULERS)
+    assert set(times) == set(LISTED)
     assert times["optimal"] <= min(times.values()) * (1 + 1e-12)
 
 
