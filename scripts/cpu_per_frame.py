@@ -4,7 +4,7 @@ report.json's wall time) by the frames completed in that window. Caps, links and
 It also gives each worker's decode, compute and encode CPU a frame from its stage reports (over the whole run; the
 rest of its CPU is messages, threads and the interpreter), and counts each role's context switches per frame in that
 window, by thread (voluntary + involuntary, from /proc/PID/task/TID/status): every hand-off between a role's threads
-is one, so they say where a frame's thread switches come from.
+is one, so they say where a frame's thread switches come from. Each thread's CPU a frame in that window is given too.
 
 Usage: python scripts/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
 Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
@@ -32,18 +32,20 @@ def role_of(cmd, config: str):
     return None
 
 
-def thread_switches(pid: str) -> dict:
-    """{"name/tid": voluntary + involuntary context switches so far} of one process's threads (Python names no OS
-    thread: its own show as the process's name; `py-spy dump --pid` maps a tid to its Python thread)."""
+def thread_counts(pid: str) -> dict:
+    """{"name/tid": (voluntary + involuntary context switches, CPU seconds) so far} of one process's threads (Python
+    names no OS thread: its own show as the process's name; `py-spy dump --pid` maps a tid to its Python thread)."""
     out: dict = {}
     for tid in os.listdir("/proc/%s/task" % pid):
         try:
             status = open("/proc/%s/task/%s/status" % (pid, tid)).read().splitlines()
+            ran_ns = int(open("/proc/%s/task/%s/schedstat" % (pid, tid)).read().split()[0])  # ns, unlike stat's ticks
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status if ":" in line)
         name = "%s/%s" % (fields.get("Name", "?").strip(), tid)
-        out[name] = int(fields.get("voluntary_ctxt_switches", 0)) + int(fields.get("nonvoluntary_ctxt_switches", 0))
+        switches = int(fields.get("voluntary_ctxt_switches", 0)) + int(fields.get("nonvoluntary_ctxt_switches", 0))
+        out[name] = (switches, ran_ns / 1e9)
     return out
 
 
@@ -61,7 +63,7 @@ def main(cfg_path: str) -> None:
                 if role:
                     st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
                     samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
-                    switches.setdefault(role, []).append((now, thread_switches(pid)))
+                    switches.setdefault(role, []).append((now, thread_counts(pid)))
             except OSError:
                 pass
         time.sleep(0.5)
@@ -78,14 +80,16 @@ def main(cfg_path: str) -> None:
         if len(pts) > 1 and frames:
             share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
             out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
-    out["switches_per_frame"] = {}
+    out["switches_per_frame"], out["thread_cpu_ms_per_frame"] = {}, {}
     for role, pts in sorted(switches.items()):
         pts = [p for p in pts if a <= p[0] <= b]
         if len(pts) > 1 and frames:
             n = frames * (pts[-1][0] - pts[0][0]) / (b - a)
             first, last = pts[0][1], pts[-1][1]
-            per = {k: round((v - first.get(k, 0)) / n, 1) for k, v in sorted(last.items())}
+            per = {k: round((v[0] - first.get(k, (0, 0))[0]) / n, 1) for k, v in sorted(last.items())}
             out["switches_per_frame"][role] = {k: v for k, v in per.items() if v > 0}
+            cpu = {k: round(1e3 * (v[1] - first.get(k, (0, 0))[1]) / n, 2) for k, v in sorted(last.items())}
+            out["thread_cpu_ms_per_frame"][role] = {k: v for k, v in cpu.items() if v > 0}
     # what each worker's own thread spent a frame in decode, compute (the model) and encode, from the stage reports
     out["stage_cpu_ms_per_frame"] = {
         actor: {k: round(1e3 * v["cpu_mean_s"], 2) for k, v in stages.items() if "cpu_mean_s" in v}

@@ -195,6 +195,15 @@ def _load(args) -> config_mod.Config:
     return config_mod.load_demo(check_files=False)
 
 
+def _weights(cfg: config_mod.Config) -> str:
+    """The weights the plan's model has: an ONNX model's are in its file (the `weights` key is not used there)."""
+    if artifacts.onnx_model_path(cfg.model):
+        from cnnvideo.model.loading import check_weights
+
+        return check_weights(cfg).describe()
+    return cfg.weights
+
+
 def run(args) -> int:
     """CLI entry: print a table (or JSON with --json) of every scheduler's plan."""
     cfg = _load(args)  # scheduler_options are checked by config_checks.validate (schedulers.check_options)
@@ -203,7 +212,7 @@ def run(args) -> int:
     inputs = ctx.inputs
     summary = {
         "model": cfg.model,
-        "weights": cfg.weights,
+        "weights": _weights(cfg),
         "frame_size": list(cfg.frame_size),
         "mode": cfg.mode,
         "workers": cfg.n_workers,
@@ -223,7 +232,7 @@ def run(args) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     print("%s (%s) %dx%d, mode %s, %d workers, in_flight %d, bandwidth %s MB/s, cpu share %s" % (
-        cfg.model, cfg.weights, cfg.frame_size[0], cfg.frame_size[1], cfg.mode, cfg.n_workers, cfg.in_flight,
+        cfg.model, summary["weights"], cfg.frame_size[0], cfg.frame_size[1], cfg.mode, cfg.n_workers, cfg.in_flight,
         "/".join("%g" % b for b in summary["bandwidth_MBps"]), "/".join("%g" % s for s in summary["cpu_share"])))
     print("profile (1 core, %s): %.4f s per frame; predictors: %s" % (ctx.engine, summary["profile_total_s"],
                                                                      ctx.source))

@@ -123,3 +123,16 @@ def test_plan_profiles_on_the_configured_engine_and_precision(tmp_path, syntheti
     assert data["engine"] == "onnxruntime-%s" % precision
     assert [f for f in os.listdir(str(tmp_path / "cache" / "onnx")) if f.endswith(".onnx")]
     assert all(row["per_frame_s"] > 0 for row in data["schedulers"])
+
+
+@ORT
+def test_plan_names_an_onnx_models_own_weights(tmp_path, synthetic_video, capsys):
+    """An ONNX model's weights are in its file: the plan names the file and its hash, not the unused `weights`
+    key's default `random` (which it used to print for the trained person detector)."""
+    from tests.onnx_export import export_torchvision
+
+    model = tmp_path / "mnv2.onnx"
+    export_torchvision("mobilenet_v2", str(model), (96, 128))
+    data = _plan_json(tmp_path, synthetic_video, capsys, model=str(model), engine="onnxruntime")
+    assert "ONNX file" in data["weights"] and str(model) in data["weights"] and "sha256" in data["weights"]
+    assert "random" not in data["weights"]
