@@ -53,7 +53,7 @@ def main(cfg_path: str) -> None:
     cfg = yaml.safe_load(open(cfg_path))
     run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tick, samples, switches = os.sysconf("SC_CLK_TCK"), {}, {}
+    tick, samples, threads = os.sysconf("SC_CLK_TCK"), {}, {}
     run_cfg = os.path.abspath(os.path.join(cfg["out"], "config.yml"))  # `cnnvideo local` starts every role on this copy
     while run.poll() is None:
         now = time.time()
@@ -63,7 +63,7 @@ def main(cfg_path: str) -> None:
                 if role:
                     st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
                     samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
-                    switches.setdefault(role, []).append((now, thread_counts(pid)))
+                    threads.setdefault(role, []).append((now, thread_counts(pid)))
             except OSError:
                 pass
         time.sleep(0.5)
@@ -81,14 +81,16 @@ def main(cfg_path: str) -> None:
             share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
             out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
     out["switches_per_frame"], out["thread_cpu_ms_per_frame"] = {}, {}
-    for role, pts in sorted(switches.items()):
+    for role, pts in sorted(threads.items()):
         pts = [p for p in pts if a <= p[0] <= b]
         if len(pts) > 1 and frames:
             n = frames * (pts[-1][0] - pts[0][0]) / (b - a)
             first, last = pts[0][1], pts[-1][1]
-            per = {k: round((v[0] - first.get(k, (0, 0))[0]) / n, 1) for k, v in sorted(last.items())}
+            per, cpu = {}, {}
+            for k, (count, ran) in sorted(last.items()):
+                count0, ran0 = first.get(k, (0, 0.0))
+                per[k], cpu[k] = round((count - count0) / n, 1), round(1e3 * (ran - ran0) / n, 2)
             out["switches_per_frame"][role] = {k: v for k, v in per.items() if v > 0}
-            cpu = {k: round(1e3 * (v[1] - first.get(k, (0, 0))[1]) / n, 2) for k, v in sorted(last.items())}
             out["thread_cpu_ms_per_frame"][role] = {k: v for k, v in cpu.items() if v > 0}
     # what each worker's own thread spent a frame in decode, compute (the model) and encode, from the stage reports
     out["stage_cpu_ms_per_frame"] = {
