@@ -22,6 +22,7 @@ import time
 from concurrent import futures
 
 import grpc
+from cpu_per_frame import thread_counts  # scripts/ is on the path when this runs as a script
 
 from cnnvideo.rpc import net
 
@@ -33,6 +34,13 @@ def _same(x: bytes) -> bytes:
     return x
 
 
+def _handler(unary, stream):
+    """The probe's two methods, bytes in and out, for a sync or an asyncio server."""
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
+        "Stream": grpc.stream_stream_rpc_method_handler(stream, _same, _same)})
+
+
 def serve(port: int) -> None:
     def unary(request, context):
         return b"ok"
@@ -41,11 +49,8 @@ def serve(port: int) -> None:
         for _ in requests:
             yield b"ok"
 
-    handler = grpc.method_handlers_generic_handler(SERVICE, {
-        "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
-        "Stream": grpc.stream_stream_rpc_method_handler(stream, _same, _same)})
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=net.server_options(MAX_BYTES))
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers((_handler(unary, stream),))
     server.add_insecure_port("127.0.0.1:%d" % port)
     server.start()
     print("ready", flush=True)
@@ -63,11 +68,8 @@ def serve_aio(port: int) -> None:
             yield b"ok"
 
     async def run() -> None:
-        handler = grpc.method_handlers_generic_handler(SERVICE, {
-            "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
-            "Stream": grpc.stream_stream_rpc_method_handler(stream, _same, _same)})
         server = grpc.aio.server(options=net.server_options(MAX_BYTES))
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((_handler(unary, stream),))
         server.add_insecure_port("127.0.0.1:%d" % port)
         await server.start()
         print("ready", flush=True)
@@ -78,16 +80,8 @@ def serve_aio(port: int) -> None:
 
 def usage(pid: int):
     """(CPU seconds, context switches) of every thread of `pid` so far."""
-    cpu, switches = 0, 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                cpu += int(f.read().split()[0])
-            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
-                switches += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-        except OSError:  # the thread ended
-            pass
-    return cpu / 1e9, switches
+    threads = thread_counts(str(pid)).values()
+    return sum(cpu for _, cpu in threads), sum(switches for switches, _ in threads)
 
 
 class StreamSender:
