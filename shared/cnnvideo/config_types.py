@@ -161,8 +161,8 @@ class CostModel:
     net_cpu_ns_per_byte: float = 25.0
     # CPU us a worker spends per gRPC message it handles apart from the bytes (3 a frame: the Process call in, the
     # call out or the result, the stage report); charged like net_cpu_ns_per_byte, and with 1 frame in flight
-    # inside the CFS burst. scripts/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
-    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: scripts/replay_msg_cpu.py.
+    # inside the CFS burst. tools/probes/msg_cpu_probe.py measured 210 us a message on a forwarding worker and 163 on
+    # the reporting one (grpcio 1.85, loopback, 2 shared cores); replay: tools/probes/replay_msg_cpu.py.
     net_cpu_us_per_message: float = 200.0
     # seconds the master takes from a result to sending the frame it makes room for (reading the source, Python
     # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the

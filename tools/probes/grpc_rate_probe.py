@@ -1,13 +1,13 @@
 """What a gRPC message costs in CPU when messages come a few a second, as a capped worker's frames do: unary calls
 against one open bidi stream, server and client, each less its idle CPU.
 
-scripts/msg_cpu_probe.py times messages back to back (160-210 us each). Spaced out, each message wakes gRPC's idle
+tools/probes/msg_cpu_probe.py times messages back to back (160-210 us each). Spaced out, each message wakes gRPC's idle
 threads on cold caches and costs several times that, and an idle sync server spends CPU too (every thread blocked
 in a completion queue wakes to check for signals). This probe shows both. Two OS processes on 127.0.0.1, generic
 handlers (bytes in, b"ok" out, no proto), the project's channel options (cnnvideo.rpc.net). CPU is the sum of
 every thread's run time from /proc/PID/task/TID/schedstat (nanoseconds); context switches from .../status.
 
-    .venv/bin/python scripts/grpc_rate_probe.py [N] [RATE] [SIZE] [REPEATS]   # defaults 60 3 70000 2; prints JSON
+    .venv/bin/python tools/probes/grpc_rate_probe.py [N] [RATE] [SIZE] [REPEATS]   # defaults 60 3 70000 2; prints JSON
     CNNVIDEO_PROBE_SERVER=aio ... serves with grpc.aio (asyncio) instead of the sync thread-pool server
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from concurrent import futures
 
 import grpc
-from cpu_per_frame import thread_counts  # scripts/ is on the path when this runs as a script
+from cpu_per_frame import thread_counts  # tools/probes/ is on the path when this runs as a script
 
 from cnnvideo.rpc import net
 

@@ -9,7 +9,7 @@ inside the burst at x period/quota, else x wall/CPU ~ 1/cap). Frame 0 (a keyfram
 run's extra transfer time: the hops' measured keyframe bytes (total - 7 x steady) / rate, scaled so the
 stored model reproduces the stored makespan. Errors as results.md: fps error = measured / predicted - 1.
 
-    .venv/bin/python scripts/replay_msg_cpu.py [us_per_message ...]     # default: the config's; one table each
+    .venv/bin/python tools/probes/replay_msg_cpu.py [us_per_message ...]     # default: the config's; one table each
 """
 import ast
 import json

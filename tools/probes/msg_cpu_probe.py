@@ -8,7 +8,7 @@ a marker Process call that answers it in Ack.message) and subtracts its idle CPU
 A least-squares line cpu = fixed + per_byte x bytes per role reads off the fixed part per message. Only gRPC and
 protobuf are timed (handlers do nothing else): a lower bound for a worker, whose handlers also convert and check.
 
-    .venv/bin/python scripts/msg_cpu_probe.py [N] [repeats]     # defaults 1000 and 3; prints one JSON object
+    .venv/bin/python tools/probes/msg_cpu_probe.py [N] [repeats]     # defaults 1000 and 3; prints one JSON object
 """
 import json
 import subprocess

@@ -2,7 +2,7 @@
 """Rewrite imports from the flat core layout (cnnvideo.codec, cnnvideo.models, ...) to the grouped one
 (cnnvideo.wire.codec, cnnvideo.model.zoo, ...). Idempotent: run it on a branch made before the move, then merge.
 
-    python3 scripts/relayout.py [--move] [PATHS...]
+    python3 tools/probes/relayout.py [--move] [PATHS...]
 
 --move also `git mv`s the old modules to their new places (done once, in the commit that made the layout).
 Relative imports inside shared/cnnvideo are made absolute first, so a module can move without breaking them.

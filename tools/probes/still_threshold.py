@@ -13,7 +13,8 @@ Two measures, at each frame size asked (the master resizes with INTER_AREA, as h
   sqrt 2), quantised to uint8, resized, then played through the real closed-loop HopSender at T = 0, 1, ...: the
   share of empty deltas (after the keyframe) per T, and the smallest T where every still frame is empty.
 
-    python scripts/still_threshold.py [--video media/vtest.avi] [--sizes 96x128,480x720] [--frames 60] [--limit 200]
+    python tools/probes/still_threshold.py [--video media/vtest.avi] [--sizes 96x128,480x720] \
+        [--frames 60] [--limit 200]
 """
 from __future__ import annotations
 

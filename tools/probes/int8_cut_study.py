@@ -3,7 +3,7 @@ model and its split at the cut against torch fp32 on vtest.avi frames, the cut t
 uint8 output dequantised against the fp32 tensor, relative RMS) and whether the hop's closed-loop uint8 delta
 codec changes what the second stage receives. One JSON line per cut.
 
-    .venv/bin/python scripts/int8_cut_study.py --cuts 18 19 20 25 27 --frames 40 --cache-dir /tmp/int8cut
+    .venv/bin/python tools/probes/int8_cut_study.py --cuts 18 19 20 25 27 --frames 40 --cache-dir /tmp/int8cut
 
 Stages are built by the engine itself (StageFactory, onnxruntime int8, one thread) into --cache-dir, so a second
 run with the same cache only loads them."""
@@ -131,5 +131,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
     sys.exit(main())

@@ -3,10 +3,10 @@ int8 top-5, top-5 overlap and max logit error on three disjoint sets of vtest.av
 `cnnvideo bench engine`; dev 100-390 every 10th; held-out 560-790 every 5th), calibrated on frames 400-550 every
 10th (16) unless a row says otherwise. One JSON line per recipe (docs/results/engine/int8-study.jsonl).
 
-    .venv/bin/python scripts/int8_study.py [--only NAME ...] > docs/results/engine/int8-study.jsonl
-    flock /tmp/cnnvideo-cpu.lock .venv/bin/python scripts/int8_study.py --timing 25   # one JSON line: speed
-    .venv/bin/python scripts/int8_study.py --sensitivity   # one line per block: only that block int8
-    flock /tmp/cnnvideo-cpu.lock .venv/bin/python scripts/int8_study.py --op-profile   # where int8 time goes
+    .venv/bin/python tools/probes/int8_study.py [--only NAME ...] > docs/results/engine/int8-study.jsonl
+    flock /tmp/cnnvideo-cpu.lock .venv/bin/python tools/probes/int8_study.py --timing 25   # one JSON line: speed
+    .venv/bin/python tools/probes/int8_study.py --sensitivity   # one line per block: only that block int8
+    flock /tmp/cnnvideo-cpu.lock .venv/bin/python tools/probes/int8_study.py --op-profile   # where int8 time goes
 
 Times are single-thread medians of 7 runs of one frame, ORT int8 against ORT fp32 in the same process (not under
 the cpu lock: ratios only, noisy); `cnnvideo bench engine` gives the speed figures."""

@@ -6,7 +6,7 @@ rest of its CPU is messages, threads and the interpreter), and counts each role'
 window, by thread (voluntary + involuntary, from /proc/PID/task/TID/status): every hand-off between a role's threads
 is one, so they say where a frame's thread switches come from. Each thread's CPU a frame in that window is given too.
 
-Usage: python scripts/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
+Usage: python tools/probes/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
 Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ back: the config's model on its engine, the whole model (cuts 0..K) or `--cut C`
 config's video at its frame size, one thread. For each pause before a run (0 = back to back), the median thread
 CPU milliseconds of a run over the frames, as JSON.
 
-Usage: python scripts/ort_idle_cost.py CONFIG.yml [--frames 80] [--cut C] [--pauses 0,0.01,0.05,0.1]
+Usage: python tools/probes/ort_idle_cost.py CONFIG.yml [--frames 80] [--cut C] [--pauses 0,0.01,0.05,0.1]
 Why: a chain's workers idle between frames, a bench's loop does not, so a worker may pay more for the model than a
 back-to-back bench or profile says, on every worker of a chain. How much depends on the host: on an Intel Xeon VM the
 int8 detector took about 10 ms a run back to back and about 12 ms after a pause of 10-100 ms (noisy), on an AMD EPYC

@@ -1,6 +1,6 @@
 """Wall and thread-CPU milliseconds of each stage of a pinned plan, in this process (no network, one ORT thread).
 
-Usage: python scripts/stage_cpu.py CUTS [--fp32-stem-int8]
+Usage: python tools/probes/stage_cpu.py CUTS [--fp32-stem-int8]
   CUTS: comma list of cuts, e.g. 0,9,17,36,74 (trained MobileNetV2, 480x720, ORT int8, 4 calibration frames each
   timed 3 times; stages cached in /tmp/stage-cpu-cache-<variant>).
   --fp32-stem-int8: quantise the half-resolution stem too (the engine keeps it fp32), to see what it costs.
