@@ -21,6 +21,7 @@ COMMANDS = {
     "bench soak": "cnnvideo.tools.bench.soak:run",
     "bench engine": "cnnvideo.tools.bench.engine:run",
     "bench tradeoff": "cnnvideo.tools.bench.tradeoff:run",
+    "bench track": "cnnvideo.tools.bench.track:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p = sub.add_parser("experiment", help="run a matrix of runs (compose cluster or local) and write results")
-    p.add_argument("-c", "--config", required=True, help="experiment YAML (see tools/experiment.py)")
+    p.add_argument("-c", "--config", required=True, help="experiment YAML (see tools/experiment/spec.py)")
     p.add_argument("--backend", choices=("compose", "local"), default=None, help="override the file's backend")
     p.add_argument("--out", default=None, help="override the results folder (default: docs/results)")
     p.add_argument("--frames", type=int, default=None, help="override frames per run")
@@ -120,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", default=None,
                    help="comma list of later-hop thresholds, 'h' suffix = fp16 (default 0h,0.03,0.1,0.3,1)")
     p.add_argument("--out", default=None, help="also write tradeoff.json, tradeoff.svg, results.md into this folder")
+    p = bench.add_parser("track", help="event trackers on MOT ground truth with a noisy detector: IDF1, ID switches")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trackers", default="iou,kalman",
+                   help="comma list: iou, kalman (ours); norfair, sort, bytetrack when installed")
+    p.add_argument("--sequences", default="TUD-Campus,TUD-Stadtmitte", help="comma list of motmetrics' sequences")
+    p.add_argument("--seeds", default="0,1,2", help="comma list of noise seeds")
+    p.add_argument("--keep-every", default="1,2", help="comma list: 1 = every frame, 2 = every other frame dropped")
+    p.add_argument("--miss", type=float, default=0.15, help="share of true boxes missed")
+    p.add_argument("--jitter", type=float, default=0.06, help="corner noise std, share of the box's width/height")
+    p.add_argument("--false-per-frame", type=float, default=0.3, help="mean false boxes a frame")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)

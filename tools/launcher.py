@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from cnnvideo import config
+from cnnvideo import config, hostnet
 from cnnvideo.config import ConfigError
 from cnnvideo.results import report as rpt
 
@@ -278,6 +278,11 @@ def _caps_line(caps: Dict[str, Any]) -> str:
     return "none (%s)" % (caps.get("note") or "no caps asked for")
 
 
+def _plans_line(plans_used: List[Dict[str, Any]]) -> str:
+    """Each plan the frames ran, in order, as its cut indices and frame count ('[0, 27, 40] 14 frames')."""
+    return ", ".join("%s %d frames" % (p.get("cuts"), p.get("frames", 0)) for p in plans_used) or "-"
+
+
 def _summary(report: Dict[str, Any]) -> str:
     lat = report.get("latency_s") or {}
     lines = [
@@ -299,6 +304,7 @@ def _summary(report: Dict[str, Any]) -> str:
         "%-22s retried %s  dropped %s  restarts %s" % ("reliability", report.get("retried"), report.get("dropped"),
                                                        report.get("restarts")),
         "%-22s %s" % ("plan (layers/worker)", " | ".join(str(len(p)) for p in report.get("plan") or [])),
+        "%-22s %s" % ("plans used (cuts)", _plans_line(report.get("plans_used") or [])),
         "%-22s %s" % ("wall (s)", report.get("wall_s")),
         "%-22s %s" % ("links", report.get("link_emulation")),
         "%-22s %s" % ("cpu caps", _caps_line(report.get("cpu_caps") or {})),
@@ -314,8 +320,8 @@ def _summary(report: Dict[str, Any]) -> str:
 def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
     """links: tc. The same command again inside a fresh network namespace whose loopback is shaped per hop
     (entered with nsenter, so the inner launcher still sees the host's /sys/fs/cgroup for the CPU caps; live
-    sources are read from our namespace, see SOURCE_NETNS_ENV); signals are passed on; the namespace goes when
-    the run ends."""
+    sources and the MQTT broker are reached from our namespace, see cnnvideo.hostnet); signals are passed on; the
+    namespace goes when the run ends."""
     ns = linkemu.Namespace("cnnvideo-%d" % os.getpid())
     forward = None
     proc = None
@@ -330,9 +336,8 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
         if cfg.live_view.port:
             forward = linkemu.PortForward(ns, cfg.live_view.port, cfg.live_view.host)
         argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
-        # the roles' live sources are read from this (the host's) network: a camera on 127.0.0.1 or the LAN
-        env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name,
-                                  linkemu.SOURCE_NETNS_ENV: "/proc/%d/ns/net" % os.getpid()})
+        # what the roles dial outside the run (a camera, the MQTT broker) goes through this (the host's) network
+        env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name, hostnet.HOST_NETNS_ENV: "/proc/%d/ns/net" % os.getpid()})
         proc = subprocess.Popen(argv + ["local", "-c", cfg_path, "--out", cfg.out], env=env)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)

@@ -5,15 +5,17 @@ Links (`local.links`):
   matched on the TCP port of the worker the hop goes into (rules from cnnvideo.tcrules, the netem helper's
   builder), one segment per packet so small messages are paced too. The live view's port is forwarded from the
   host's 127.0.0.1. Needs root and `ip netns`. The roles enter it with `nsenter --net` (not `ip netns exec`,
-  which remounts /sys and so hides /sys/fs/cgroup: the CPU caps need it), and a live source is still read from
-  the host's network: SOURCE_NETNS_ENV names the host's namespace, which the capture threads enter.
+  which remounts /sys and so hides /sys/fs/cgroup: the CPU caps need it). What a role dials outside the run (a
+  live source, the MQTT broker) still reaches the host's network: hostnet.HOST_NETNS_ENV names the host's
+  namespace, and cnnvideo.hostnet opens those connections there.
 - `paced`: each sender waits bytes / rate before a send (cnnvideo.wire.pacing), in user space.
 - `none`: unshaped loopback.
 `auto` picks tc where it can, else paced.
 
 CPU caps (`local.cpus`): a cgroup per capped role (v2 `cpu.max`, else v1 `cpu.cfs_quota_us`). Caps asked for
 (`cpus:` shares) that cannot be applied stop the run with one line (ConfigError), in `auto` as in `cgroup`;
-`local.cpus: none` runs uncapped on purpose, and the report's `cpu_caps` says so.
+`best-effort` (the demo's) runs uncapped then, with one warning; `local.cpus: none` runs uncapped on purpose; the
+report's `cpu_caps` says which.
 """
 from __future__ import annotations
 
@@ -25,10 +27,9 @@ import subprocess
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from cnnvideo import tcrules
+from cnnvideo import hostnet, tcrules
 from cnnvideo.config import Config, ConfigError
 from cnnvideo.plan.profiling import own_cgroup
-from cnnvideo.video.sources import SOURCE_NETNS_ENV, enter_netns  # noqa: F401 (SOURCE_NETNS_ENV: the launcher's)
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +113,8 @@ class Namespace:
 
     def socket(self) -> socket.socket:
         """A TCP socket inside the namespace (made by a thread that entered it: setns acts per thread)."""
-        out: Dict[str, object] = {}
-
-        def enter() -> None:
-            try:
-                enter_netns(self.path())
-                out["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            except OSError as exc:
-                out["error"] = exc
-
-        t = threading.Thread(target=enter, name="netns-socket", daemon=True)
-        t.start()
-        t.join()
-        if "error" in out:
-            raise out["error"]  # type: ignore[misc]
-        return out["sock"]  # type: ignore[return-value]
+        return hostnet.in_netns(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM), self.path(),
+                                     name="netns-socket")
 
     def delete(self) -> None:
         if self.made:
@@ -214,6 +202,11 @@ class CpuCaps:
         except OSError as exc:  # caps were asked for (`cpus:`): a run that ignored them would measure another setup
             self.remove()
             asked = ", ".join("%s %g" % kv for kv in sorted(self.shares.items()))
+            if mode == "best-effort":  # the demo's choice: its caps only shape the split, so run on, and say so
+                self.note = "local.cpus: best-effort: no cgroup writable here (%s), roles ran uncapped" % exc
+                log.warning("CPU caps (%s) not applied: no cgroup writable here (%s); roles run uncapped, so the "
+                            "plan may put every layer on one worker", asked, exc)
+                return
             raise ConfigError("config key 'cpus' asks for CPU caps (%s) but no cgroup is writable here (%s); set "
                               "local.cpus: none to run uncapped" % (asked, exc)) from None
 

@@ -50,7 +50,9 @@ class MasterEvents:
     # --- setup and the end
 
     def start(self) -> None:
-        """Make the Metrics and (events.enabled) the pipeline; the MQTT publisher connects in the background."""
+        """Make the Metrics and (events.enabled) the pipeline; the MQTT publisher connects in the background, from
+        the host's network when the master runs in a namespace of its own (`cnnvideo local` with tc links, see
+        cnnvideo.hostnet)."""
         m, cfg = self.m, self.m.cfg
         if cfg.live_view.port or cfg.events.enabled:
             try:
@@ -61,10 +63,13 @@ class MasterEvents:
                 log.warning("no /metrics: prometheus_client is not installed (%s)", exc)
         if not cfg.events.enabled:
             return
+        from cnnvideo import hostnet
         from cnnvideo.events import pipeline_from_config
 
-        h, w = cfg.frame_size
-        self.pipeline = pipeline_from_config(cfg.events.pipeline_config(m.out), (w, h), metrics=self.metrics)
+        self.pipeline = pipeline_from_config(cfg.events.pipeline_config(m.out), cfg.frame_size, metrics=self.metrics,
+                                             start_mqtt=False)
+        if self.pipeline.publisher is not None:  # the broker is in the user's network: dialled from the host's
+            self.pipeline.publisher.start(run_in=lambda fn: hostnet.in_netns(fn, name="mqtt-start"))
         log.info("events: camera %s, snapshots in %s, MQTT %s", cfg.events.camera,
                  self.pipeline.snapshots.out_dir if self.pipeline.snapshots is not None else "(off)",
                  "%s:%d" % (self.pipeline.publisher.settings.host, self.pipeline.publisher.settings.port)

@@ -49,13 +49,17 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
     from cnnvideo.artifacts import onnx_model_path
 
+    if cfg.engine is None:
+        cfg.engine = default_engine(cfg.model)
+    if cfg.engine not in ENGINE_CHOICES:
+        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINE_CHOICES), cfg.engine))
     onnx_path = onnx_model_path(cfg.model)
     if onnx_path:  # an ONNX file or a short name of one (cnnvideo.model.onnx_graph); the weights are in the file
         if check_files and not os.path.isfile(onnx_path):
             raise ConfigError("config key 'model': ONNX file not found: %s%s" % (
                 onnx_path, "" if onnx_path == cfg.model else " (`make setup` fetches %s)" % cfg.model))
         if cfg.engine != "onnxruntime":
-            raise ConfigError("config key 'engine' must be onnxruntime for an ONNX model file (%s), got %r"
+            raise ConfigError("config key 'engine' must be onnxruntime (or unset) for an ONNX model file (%s), got %r"
                               % (cfg.model, cfg.engine))
     elif not models.is_known_model(cfg.model):
         known = ", ".join(models.MODEL_NAMES + models.DETECTOR_NAMES)
@@ -102,7 +106,7 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     _choice(cfg.source.drop, ("newest", "oldest", "none"), "source.drop")
     _choice(cfg.source.mode, ("offline", "live"), "source.mode")
     _choice(cfg.local.links, ("auto", "tc", "paced", "none"), "local.links")
-    _choice(cfg.local.cpus, ("auto", "cgroup", "none"), "local.cpus")
+    _choice(cfg.local.cpus, ("auto", "cgroup", "best-effort", "none"), "local.cpus")
     _positive(cfg.source.queue, "source.queue")
     if cfg.source.fps < 0 or cfg.source.reopen_s <= 0:
         key = "source.fps" if cfg.source.fps < 0 else "source.reopen_s"
@@ -112,8 +116,6 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     if cfg.source.mode == "offline" and (kind_of(cfg.video) != "file" or cfg.source.realtime):
         raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
                           "(source.realtime: false), got %r" % cfg.video)
-    if cfg.engine not in ENGINE_CHOICES:
-        raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINE_CHOICES), cfg.engine))
     if cfg.precision not in PRECISIONS:
         raise ConfigError("config key 'precision' must be one of %s, got %r" % ("|".join(PRECISIONS), cfg.precision))
     if cfg.engine_options.on_error not in ON_ERROR:
@@ -167,6 +169,14 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     _validate_live_view(cfg)
     _validate_events(cfg, check_files)
     return cfg
+
+
+def default_engine(model: str) -> str:
+    """The engine of a config that sets none (`engine` unset or null): onnxruntime for an ONNX model file (the only
+    engine that runs one), torch for a zoo model. Resolved after `fallback`, so it follows the model that runs."""
+    from cnnvideo.artifacts import onnx_model_path
+
+    return "onnxruntime" if onnx_model_path(model) else "torch"
 
 
 def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:
@@ -272,20 +282,37 @@ def _validate_events(cfg: Config, check_files: bool = True) -> None:
     A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
     (check_files false) neither runs events nor needs their packages."""
     ev = cfg.events
-    if ev == Events():
+    set_keys = events_keys_set(ev)
+    if ev.enabled is None:  # unset: events run when any other events key is set
+        ev.enabled = bool(set_keys)
+        if set_keys and check_files:
+            log.info("events on: %s set (config key 'events.enabled' unset; `false` turns them off)",
+                     ", ".join("events." + k for k in set_keys))
+    elif not ev.enabled and set_keys and check_files:
+        log.warning("config key 'events.enabled' is false: %s checked but unused (set events.enabled: true, or "
+                    "leave it out, to run events)", ", ".join("events." + k for k in set_keys))
+    if not set_keys and not ev.enabled:
         return  # nothing set: nothing to check (and no import of the events modules)
     from cnnvideo.events import EventsConfigError, pipeline_from_config
     from cnnvideo.events.labelchange import label_change_from_config
 
     try:
         label_change_from_config(ev.label_change, "events.label_change")
-        pipeline_from_config(ev.pipeline_config(cfg.out), (cfg.frame_size[1], cfg.frame_size[0]), start_mqtt=False)
+        pipeline_from_config(ev.pipeline_config(cfg.out), cfg.frame_size, start_mqtt=False)
     except EventsConfigError as exc:
         key, _, why = str(exc).partition(": ")
         raise ConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) from None
     except ImportError as exc:
         if check_files:
             raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
+
+
+def events_keys_set(ev: Events) -> Tuple[str, ...]:
+    """The `events` keys other than `enabled` that differ from their defaults, in field order; a key set to null
+    (`snapshots: null`, `mqtt: null`: none) is not asked for events, so it does not count."""
+    default = Events()
+    return tuple(f.name for f in dataclasses.fields(Events) if f.name != "enabled"
+                 and getattr(ev, f.name) is not None and getattr(ev, f.name) != getattr(default, f.name))
 
 
 def _choice(value: str, allowed: Tuple[str, ...], key: str) -> None:

@@ -116,8 +116,9 @@ class LiveView:
 
     On a loopback `host` (the default) no token is needed; on any other address a bearer `token` (or the
     environment variable CNNVIDEO_VIEW_TOKEN) is required, else every role refuses the config. With a token
-    every request needs `Authorization: Bearer <token>` (or the cookie the page sets after `/?token=...`),
-    except `/metrics` when `metrics_open` is true (for a scraper on a trusted network)."""
+    every request needs `Authorization: Bearer <token>` or a session cookie from the page's login form
+    (cnnvideo.results.liveauth), except `/metrics` when `metrics_open` is true (for a scraper on a trusted
+    network)."""
 
     port: int = 0
     host: str = "127.0.0.1"
@@ -130,7 +131,9 @@ class Local:
     """What `cnnvideo local` emulates of the cluster: per-hop `bandwidth` and per-role `cpus` caps."""
 
     links: str = "auto"  # auto | tc | paced | none (auto: tc in a network namespace when root, else paced)
-    cpus: str = "auto"  # auto | cgroup | none (auto: cgroup CPU caps where writable, else none, said in the report)
+    # auto | cgroup | best-effort | none: how `cpus` caps are applied (auto, cgroup: a cgroup per capped role, and a
+    # one-line error where none is writable; best-effort: uncapped then, warned and said in the report)
+    cpus: str = "auto"
 
 
 @dataclass
@@ -180,18 +183,19 @@ class ModelChoice:
 
 @dataclass
 class Events:
-    """Events from the master's results (cnnvideo.events, issue 23): off unless `enabled: true`; the other
-    keys are checked either way. A classifier (no boxes) makes one event track per run of the same top-1 label
-    (`label_change`); a detector's boxes go through the IoU `tracker`. `tracker`, `zones`, `snapshots` and
+    """Events from the master's results (cnnvideo.events, issue 23): `enabled` null (unset) = on when any other key
+    is set (config_checks resolves it when loaded); `false` = off, the other keys checked either way. A classifier
+    (no boxes) makes one event track per run of the same top-1 label (`label_change`); a detector's boxes go through
+    the `tracker`. `tracker`, `zones`, `snapshots` and
     `mqtt` are the mappings `cnnvideo.events.pipeline_from_config` reads (it names a bad key); snapshots go to
     `<out>/snapshots` unless `snapshots.dir` says otherwise (`snapshots: null` = none); no `mqtt`: no MQTT."""
 
-    enabled: bool = False
+    enabled: Optional[bool] = None  # null = on when another events key is set (config_checks.events_keys_set)
     camera: str = "cam"
     recent_max: int = 200
     label_change: Dict[str, Any] = field(default_factory=dict)  # LabelChangeSettings fields
     tracker: Dict[str, Any] = field(default_factory=dict)  # TrackerSettings fields
-    zones: Dict[str, Any] = field(default_factory=dict)  # name -> [[x, y], ...] in frame pixels
+    zones: Dict[str, Any] = field(default_factory=dict)  # name -> [[x, y], ...]: points (x right, y down), pixels
     snapshots: Optional[Dict[str, Any]] = field(default_factory=dict)  # max_tracks, jpeg_quality, dir
     mqtt: Optional[Dict[str, Any]] = None  # MqttSettings fields (host, port, topic_prefix, ...)
 
@@ -220,7 +224,9 @@ class Config:
     video: str = "media/vtest.avi"
     frame_size: Tuple[int, int] = (480, 720)  # height, width
     mode: str = "delta"
-    engine: str = "torch"  # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled)
+    # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled); null (unset) = by model:
+    # onnxruntime for an ONNX model file, torch otherwise (config_checks.default_engine, resolved when loaded)
+    engine: Optional[str] = None
     precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
     engine_options: EngineOptions = field(default_factory=EngineOptions)
     int8: Int8Options = field(default_factory=Int8Options)

@@ -60,6 +60,9 @@ def test_yaml_round_trip(tmp_path, synthetic_video):
         ({"scheduler": "fixed", "scheduler_options": {"cuts": [0, 9]}}, "scheduler_options.cuts"),  # 2 workers: 3
         ({"scheduler": "fixed", "scheduler_options": {"cuts": [0, 9, 5]}}, "scheduler_options.cuts"),  # decreasing
         ({"scheduler": "fixed", "scheduler_options": {"cuts": [1, 5, 9]}}, "scheduler_options.cuts"),  # not from 0
+        ({"engine": "tensorrt"}, "engine"),
+        ({"model": "person-ssdlite", "engine": "torch"}, "engine"),  # an ONNX file runs on onnxruntime only
+        ({"model": "person-ssdlite", "engine": "auto"}, "engine"),
     ],
 )
 def test_bad_values_name_the_key(data, key):
@@ -67,6 +70,38 @@ def test_bad_values_name_the_key(data, key):
     with pytest.raises(ConfigError) as err:
         config.from_dict(data, check_files=False)
     assert "'%s'" % key in str(err.value)
+
+
+@pytest.mark.parametrize("data, engine", [
+    ({}, "torch"),  # a zoo model
+    ({"model": "person-ssdlite"}, "onnxruntime"),  # an ONNX model file by its short name
+    ({"model": "net.onnx", "weights": "imagenet"}, "onnxruntime"),
+    ({"model": "person-ssdlite", "engine": None}, "onnxruntime"),  # `engine: null` is unset
+    ({"model": "person-ssdlite", "engine": "onnxruntime"}, "onnxruntime"),
+    ({"model": "mobilenet_v2", "engine": "onnxruntime"}, "onnxruntime"),  # set: kept
+    ({"model": "mobilenet_v2", "engine": "auto"}, "auto"),
+])
+def test_unset_engine_follows_the_model(data, engine):
+    """`engine` unset: onnxruntime for an ONNX model file, torch for a zoo model; a set engine stays; the config that
+    runs (and its dump, and the settings workers compare) names the resolved engine."""
+    cfg = config.from_dict(data, check_files=False)
+    assert cfg.engine == engine
+    assert config.to_dict(cfg)["engine"] == engine
+
+
+def test_unset_engine_follows_the_model_fallback_picks(tmp_path):
+    """An ONNX model that is not here falls back to a zoo model: the unset engine is the fallback's (torch)."""
+    cfg = config.from_dict({"model": str(tmp_path / "absent.onnx"),
+                            "fallback": [{"model": "alexnet", "weights": "random"}]}, check_files=False)
+    assert (cfg.model, cfg.engine) == ("alexnet", "torch")
+
+
+def test_an_onnx_model_with_torch_is_one_line():
+    """An explicit `engine: torch` with an ONNX model stops with one line naming the key, the model and the fix."""
+    with pytest.raises(ConfigError) as err:
+        config.from_dict({"model": "person-ssdlite", "engine": "torch"}, check_files=False)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("config key 'engine' must be onnxruntime (or unset)") and "person" in msg
 
 
 def test_missing_video_named(tmp_path):

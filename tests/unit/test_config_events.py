@@ -1,10 +1,12 @@
-"""The `events:` and `live_view` auth config keys: off by default, a bad events key fails at config time with one
-line naming it (checked by building the pipeline without connecting), and a live view on a non-loopback address
-needs a token (config or CNNVIDEO_VIEW_TOKEN)."""
+"""The `events:` and `live_view` auth config keys: off by default, on when an events key is set (unless
+`enabled: false`), a bad events key fails at config time with one line naming it (checked by building the pipeline
+without connecting), and a live view on a non-loopback address needs a token (config or CNNVIDEO_VIEW_TOKEN)."""
+import logging
 import os
 import stat
 
 import pytest
+import yaml
 
 from cnnvideo import config, config_checks
 from cnnvideo.config import ConfigError
@@ -49,11 +51,65 @@ def test_a_full_events_section_is_valid():
     ({"zones": {"door": [[0, 0], [1, 1]]}}, "events.zones.door"),
 ])
 def test_bad_events_keys_are_named(events, key):
-    """Checked even with enabled false: one line, starting `config key '<key>'` (or naming it as unknown)."""
+    """One line, starting `config key '<key>'` (or naming it as unknown), whether events are on or off."""
+    for enabled in ({}, {"enabled": False}):
+        with pytest.raises(ConfigError) as e:
+            config.from_dict({"events": dict(enabled, **events)}, check_files=False)
+        msg = str(e.value)
+        assert "\n" not in msg and ("'%s'" % key in msg or "%s:" % key in msg), msg
+
+
+@pytest.mark.parametrize("events, enabled", [
+    ({}, False),
+    ({"mqtt": {"host": "broker"}}, True),
+    ({"zones": {"door": [[0, 0], [50, 0], [50, 50]]}}, True),
+    ({"camera": "yard"}, True),
+    ({"tracker": {"min_frames": 2}}, True),
+    ({"snapshots": None}, False),  # null = no snapshots: asks for nothing
+    ({"mqtt": None, "zones": {}}, False),  # defaults written out
+    ({"enabled": True}, True),
+    ({"enabled": False, "mqtt": {"host": "broker"}}, False),  # explicit off wins (configs/compose.yml)
+])
+def test_an_events_key_turns_events_on(events, enabled):
+    """`events.enabled` unset: any other events key set (not null, not its default) turns events on; an explicit
+    true or false is kept."""
+    cfg = config.from_dict({"frame_size": [96, 128], "events": events}, check_files=False)
+    assert cfg.events.enabled is enabled
+
+
+def test_turning_events_on_or_ignoring_keys_is_said_once(caplog, tmp_path):
+    """Events turned on by a key: one info line naming the key; `enabled: false` with keys set: one warning naming
+    them; the dumped config says `enabled: true` and loads back without a second line."""
+    caplog.set_level(logging.INFO, logger="cnnvideo.config")
+    cfg = config._build(config.Config, {"events": {"mqtt": {"host": "broker"}, "camera": "yard"}})
+    config_checks._validate_events(cfg, check_files=True)
+    lines = [r.getMessage() for r in caplog.records if "events" in r.getMessage()]
+    assert cfg.events.enabled is True and len(lines) == 1 and "events.camera, events.mqtt" in lines[0], lines
+    path = str(tmp_path / "c.yml")
+    config.dump(config.from_dict({"events": {"camera": "yard"}}, check_files=False), path)
+    caplog.clear()
+    with open(path) as fh:
+        again = config._build(config.Config, yaml.safe_load(fh))
+    assert again.events.enabled is True
+    config_checks._validate_events(again, check_files=True)
+    assert not caplog.records
+    off = config._build(config.Config, {"events": {"enabled": False, "mqtt": {"host": "broker"}}})
+    config_checks._validate_events(off, check_files=True)
+    [rec] = caplog.records
+    assert rec.levelno == logging.WARNING and "'events.enabled' is false: events.mqtt" in rec.getMessage()
+
+
+def test_a_zone_point_outside_the_frame_is_one_line():
+    """frame_size is (height, width) and zone points (x, y): x 130 is past the 128-wide frame, y 90 is inside the
+    96-high one; the error names the zone key and the point."""
+    good = {"frame_size": [96, 128], "events": {"zones": {"door": [[0, 0], [128, 0], [128, 96]]}}}
+    assert config.from_dict(good, check_files=False).events.enabled is True
     with pytest.raises(ConfigError) as e:
-        config.from_dict({"events": events}, check_files=False)
+        config.from_dict({"frame_size": [96, 128], "events": {"zones": {"door": [[0, 0], [130, 0], [100, 90]]}}},
+                         check_files=False)
     msg = str(e.value)
-    assert "\n" not in msg and ("'%s'" % key in msg or "%s:" % key in msg), msg
+    assert msg.startswith("config key 'events.zones.door': point 1 (x 130, y 0) is outside the frame (x 0..128, "
+                          "y 0..96") and "\n" not in msg, msg
 
 
 def test_non_loopback_view_needs_a_token(monkeypatch):

@@ -70,3 +70,20 @@ def test_cgroup_cap_limits_a_busy_process():
         proc.wait()
         caps.remove()
     assert caps.summary()["method"].startswith("cgroup")
+
+
+def test_caps_that_cannot_be_applied(tmp_path, caplog):
+    """No cgroup under the root: `auto` and `cgroup` stop with one line naming `cpus` and the way out; `best-effort`
+    (the demo's) runs uncapped with one warning, and the summary says why."""
+    root = str(tmp_path / "no-cgroup")
+    for mode in ("auto", "cgroup"):
+        with pytest.raises(config.ConfigError, match=r"^config key 'cpus' asks for CPU caps \(w0 0.25\) but no cgroup "
+                                                     r"is writable here .*; set local.cpus: none to run uncapped$"):
+            linkemu.CpuCaps({"w0": 0.25}, mode, root=root)
+    caps = linkemu.CpuCaps({"w0": 0.25}, "best-effort", root=root)
+    caps.add("w0", os.getpid())  # no cgroup: nothing to join
+    summary = caps.summary()
+    assert summary["method"] == "none" and summary["shares"] == {}
+    assert summary["note"].startswith("local.cpus: best-effort: no cgroup writable here")
+    assert [r.levelname for r in caplog.records if "not applied" in r.getMessage()] == ["WARNING"]
+    assert config.from_dict({"local": {"cpus": "best-effort"}}, check_files=False).local.cpus == "best-effort"

@@ -67,7 +67,7 @@ def test_classifier_frames_make_label_change_events(tmp_path):
 
 def test_detections_go_through_the_iou_tracker(tmp_path):
     """A list of detections (even empty) marks a detector: the IoU tracker of events.tracker makes the tracks."""
-    m = role(tmp_path, tracker={"min_frames": 2})
+    m = role(tmp_path, tracker={"min_frames": 2, "kind": "iou"})  # the Kalman default would coast on frame 3
     ev = MasterEvents(m)
     ev.start()
     kinds = []
@@ -89,3 +89,16 @@ def test_disabled_events_still_meter(tmp_path):
     ev.hop_sent("m->w0", 100)
     assert ev.metrics.registry.get_sample_value("cnnvideo_hop_bytes_total", {"hop": "m->w0"}) == 100
     assert ev.recent() == {"enabled": False, "events": [], "counts": {}}
+
+
+def test_zones_span_the_frame_width_and_height(tmp_path):
+    """frame_size [96, 128] is (height, width): the master passes it as is, so a zone over the whole frame (x up to
+    128, y up to 96) is accepted and the box standing at its bottom edge is inside it."""
+    m = role(tmp_path, zones={"all": [[0, 0], [128, 0], [128, 96], [0, 96]]}, tracker={"min_frames": 1})
+    ev = MasterEvents(m)
+    ev.start()
+    assert [z.name for z in ev.pipeline.zones.zones] == ["all"]
+    kinds = [e.type for e in ev.hook(0, T0, [Detection("person", 0.9, (100.0, 40.0, 120.0, 90.0))],
+                                     np.zeros((96, 128, 3), np.uint8))]
+    assert kinds == ["new", "entered"]
+    ev.close()

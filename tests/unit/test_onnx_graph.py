@@ -332,8 +332,8 @@ def test_frame_input_matches_torch_preprocess_and_model(tmp_path):
 
 
 def test_config_and_cache_names_for_an_onnx_file(tmp_path):
-    """`model: <path>.onnx` is accepted with engine onnxruntime; a missing file or engine torch is a ConfigError
-    naming the key; cache file names use a path-free tag of the file, and check_weights names the file."""
+    """`model: <path>.onnx` runs on onnxruntime with no `engine` key; a missing file or engine torch is a
+    ConfigError naming the key; cache file names use a path-free tag of the file, and check_weights names the file."""
     from cnnvideo import artifacts, config, config_checks
     from cnnvideo.config import ConfigError
     from cnnvideo.model.loading import check_weights
@@ -343,8 +343,9 @@ def test_config_and_cache_names_for_an_onnx_file(tmp_path):
     missing = config.from_dict({"model": str(tmp_path / "nope.onnx"), "engine": "onnxruntime"}, check_files=False)
     with pytest.raises(ConfigError, match="'model': ONNX file not found"):
         config_checks.validate(missing)  # checking files: the model is checked before the (default) video
+    assert config.from_dict({"model": path}, check_files=False).engine == "onnxruntime"
     with pytest.raises(ConfigError, match="'engine' must be onnxruntime"):
-        config.from_dict({"model": path}, check_files=False)
+        config.from_dict({"model": path, "engine": "torch"}, check_files=False)
     tag = artifacts.model_tag(path)
     assert tag.startswith("My_Net-onnx-") and "/" not in tag and artifacts.model_tag("resnet50") == "resnet50"
     info = check_weights(cfg)

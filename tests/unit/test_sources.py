@@ -127,12 +127,13 @@ def test_bad_sources_fail_with_one_line(tmp_path):
 
 def test_stream_on_host_loopback_read_from_inside_a_network_namespace(monkeypatch):
     """A thread in a fresh network namespace (its 127.0.0.1 is its own, as a role's under tc links) cannot open
-    a stream on the host's 127.0.0.1 by itself; with SOURCE_NETNS_ENV naming the host's namespace a Source opens
+    a stream on the host's 127.0.0.1 by itself; with hostnet.HOST_NETNS_ENV naming the host's namespace a Source opens
     it (from a thread that enters that namespace) and reads frames, though the reading thread stays inside."""
     import shutil
     import subprocess
     import threading
 
+    from cnnvideo import hostnet
     from cnnvideo.video import sources
 
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -141,13 +142,13 @@ def test_stream_on_host_loopback_read_from_inside_a_network_namespace(monkeypatc
     if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
         pytest.skip("ip netns add failed")
     host = "/proc/%d/ns/net" % os.getpid()
-    monkeypatch.setenv(sources.SOURCE_NETNS_ENV, host)
+    monkeypatch.setenv(hostnet.HOST_NETNS_ENV, host)
     out = {}
     try:
         with MjpegServer(lambda n: pattern(200, (96, 128), seed=n), fps=100.0) as srv:
             def inside():
                 try:
-                    sources.enter_netns("/var/run/netns/%s" % name)
+                    hostnet.enter_netns("/var/run/netns/%s" % name)
                     try:
                         sources.open_live(srv.url, "stream", netns="")  # in the namespace: refused
                     except SourceError as exc:

@@ -7,6 +7,8 @@ model after 0.3 s idle each (the burst a stage gets) and the whole model back to
         /probe/burst_probe.py fp32 8
 
 (/tmp/probe-cache must be writable by the image's user.) One JSON line per round."""
+from __future__ import annotations
+
 import json
 import sys
 import time

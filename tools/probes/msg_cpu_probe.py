@@ -10,6 +10,8 @@ protobuf are timed (handlers do nothing else): a lower bound for a worker, whose
 
     .venv/bin/python tools/probes/msg_cpu_probe.py [N] [repeats]     # defaults 1000 and 3; prints one JSON object
 """
+from __future__ import annotations
+
 import json
 import subprocess
 import sys

@@ -11,6 +11,8 @@ stored model reproduces the stored makespan. Errors as results.md: fps error = m
 
     .venv/bin/python tools/probes/replay_msg_cpu.py [us_per_message ...]     # default: the config's; one table each
 """
+from __future__ import annotations
+
 import ast
 import json
 import os

@@ -3,7 +3,8 @@ snapshot per object, publish to MQTT and count everything for Prometheus.
 
 A pure library the master calls; it imports nothing else from cnnvideo. Modules, one job each:
   types      Detection, Event (plain JSON), EventsConfigError
-  tracker    IouTracker: new/update/end with stable ids, expiry by capture time
+  tracker    new/update/end with stable ids, expiry by capture time; IouTracker (light) and
+  kalman     KalmanTracker (predicted boxes, the default), chosen by `tracker.kind`
   zones      named polygons, entered/left, live counts per zone and label
   snapshots  best frame per track, written as a JPEG with the box on `end`
   mqtt       MqttPublisher: non-blocking, bounded queue, reconnects, retained counts, last will
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the heavier modules (numpy, cv2, paho, prometheus_client) l
     from .metrics import Metrics
     from .mqtt import MqttPublisher
     from .snapshots import SnapshotKeeper
-    from .tracker import IouTracker
+    from .tracker import BoxTracker
     from .zones import ZoneMonitor
 
 LOG = logging.getLogger("cnnvideo.events")
@@ -43,7 +44,7 @@ class EventPipeline:
     result thread and `recent()` from its HTTP thread.
     """
 
-    def __init__(self, tracker: IouTracker, zones: Optional[ZoneMonitor] = None,
+    def __init__(self, tracker: BoxTracker, zones: Optional[ZoneMonitor] = None,
                  snapshots: Optional[SnapshotKeeper] = None, publisher: Optional[MqttPublisher] = None,
                  metrics: Optional[Metrics] = None, camera: str = "cam", recent_max: int = 200,
                  snapshot_url_prefix: Optional[str] = None, publish_types: Optional[Sequence[str]] = None):
@@ -153,15 +154,16 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
 
       camera: cam                      name used in topics and events
       recent_max: 200                  events kept for /api/events
-      tracker: {...}                   TrackerSettings fields
-      zones: {door: [[x, y], ...]}     polygons in frame pixels (frame_size is (width, height))
+      tracker: {...}                   TrackerSettings fields (`kind`: kalman or iou)
+      zones: {door: [[x, y], ...]}     polygons of (x, y) points in frame pixels (frame_size is (height, width))
       snapshots: {dir: out/snapshots, max_tracks: 32, url_prefix: /snapshots}
       mqtt: {...}                      MqttSettings fields (no section: no MQTT)
 
     Raises EventsConfigError (one line, naming the key) for anything wrong; the MQTT publisher is started
     (background connect) unless `start_mqtt` is false.
     """
-    from .tracker import IouTracker, TrackerSettings
+    from .tracker import TrackerSettings
+    from .trackers import make_tracker
     from .zones import ZoneMonitor, parse_zones
 
     known = {"camera", "recent_max", "tracker", "zones", "snapshots", "mqtt"}
@@ -177,7 +179,7 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
     tcfg = dict(config.get("tracker") or {})
     if tcfg.get("labels") is not None:
         tcfg["labels"] = frozenset(tcfg["labels"])
-    tracker = IouTracker(_settings(TrackerSettings, tcfg, key + ".tracker"))
+    tracker = make_tracker(_settings(TrackerSettings, tcfg, key + ".tracker"))
     zone_list = parse_zones(config.get("zones"), frame_size, key + ".zones")
     zones = ZoneMonitor(zone_list) if zone_list else None
     snapshots, url_prefix = None, None

@@ -12,6 +12,10 @@ thread hands them to paho only while connected, keeping at most `max_inflight` u
 resends those after a reconnect. paho's own thread (`loop_start`, `connect_async`) connects and reconnects
 with backoff (`reconnect_delay_set`), so a broker that is down, goes away, does not resolve or refuses
 the credentials costs one log line and some dropped events, never the run.
+
+Where the broker is dialled from: paho's thread (it makes every connect, reconnect and name lookup) keeps the
+network namespace of the thread that starts it, so `start(run_in=...)` can start it from another namespace (the
+master under `cnnvideo local` with tc links passes cnnvideo.hostnet's `in_netns`: the host's network).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Mapping, Optional, Tuple
 
 from .types import Event, EventsConfigError
 
@@ -223,15 +227,24 @@ class MqttPublisher:
 
     # --- the caller's side
 
-    def start(self) -> None:
-        """Begin connecting in the background (returns at once; a second call does nothing)."""
+    def start(self, run_in: Optional[Callable[[Callable[[], None]], Any]] = None) -> None:
+        """Begin connecting in the background (returns at once; a second call does nothing). `run_in(fn)`, when
+        given, runs fn (which starts paho's thread) where the broker is to be dialled from, e.g. another network
+        namespace; an OSError from it is logged like any failure to start."""
         if self._sender is not None:
             return
         self._sender = threading.Thread(target=self._send_loop, name="mqtt-sender", daemon=True)
         self._sender.start()
-        try:
+
+        def begin() -> None:
             self.client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
             self.client.loop_start()  # makes a loopback socket pair first: fails where 127.0.0.1 is down
+
+        try:
+            if run_in is None:
+                begin()
+            else:
+                run_in(begin)
         except (OSError, ValueError) as e:
             self.log.error("events.mqtt: cannot start the MQTT client (%s); events are queued (bound %d) and "
                            "dropped beyond that, the run goes on", e, self.settings.queue_max)

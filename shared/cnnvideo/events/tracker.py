@@ -1,4 +1,9 @@
-"""An IoU tracker that turns per-frame detections into tracks with stable ids and `new`/`update`/`end` events.
+"""Trackers that turn per-frame detections into tracks with stable ids and `new`/`update`/`end` events.
+
+`BoxTracker` holds what every kind shares; `IouTracker` matches a detection to a track's last box (the light
+kind), `cnnvideo.events.kalman.KalmanTracker` to its box predicted by a constant-velocity Kalman filter (the
+default: it holds identities through misses and crossings); `cnnvideo.events.trackers.make_tracker(settings)`
+picks by `kind`.
 
 Time is capture time, not the frame number: the master's drop policy can skip frames, so a track expires
 after `max_unseen_s` seconds of capture time without a match (and, optionally, after `max_unseen_updates`
@@ -9,43 +14,53 @@ order and never reused.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .types import Box, Detection, Event, EventsConfigError
 
-MATCHERS = ("greedy", "hungarian")
+KINDS = ("kalman", "iou")
+MATCHERS = ("auto", "greedy", "hungarian")
+MAX_UNSEEN_S = {"kalman": 2.0, "iou": 1.0}  # max_unseen_s when unset: the Kalman tracker relinks after longer gaps
 
 
 @dataclasses.dataclass(frozen=True)
 class TrackerSettings:
     """How detections are matched to tracks and when tracks are announced and ended.
 
+    kind: `kalman` (match to each track's predicted box; the default) or `iou` (match to its last box).
     iou_threshold: least IoU for a detection to continue a track.
     min_frames: matched frames before a track is announced with `new` (1 = at once).
-    max_unseen_s: capture-time seconds without a match after which a track ends.
+    max_unseen_s: capture-time seconds without a match after which a track ends (None: 2.0 for `kalman`, 1.0
+        for `iou`).
     max_unseen_updates: processed frames without a match after which a track ends (None: time only).
     labels: only these labels are tracked (None: all).
     class_aware: a detection continues only a track of its own label.
-    matcher: `greedy` (highest IoU first) or `hungarian` (optimal total IoU; needs scipy).
+    matcher: `greedy` (highest IoU first), `hungarian` (optimal total IoU; needs scipy) or `auto` (hungarian
+        when scipy is installed, else greedy).
     centroid_fallback_px: after IoU matching, pair the rest by centre distance up to this many pixels
         (0: off); helps when skipped frames let a fast object move past any overlap.
     update_interval_s: least capture time between two `update` events of one track (0: every match). Zones
         and snapshots see a track through its events, so a larger interval also delays `entered`/`left` and
         offers fewer frames for the snapshot; throttle what is published instead (EventPipeline's
         publish_types) when that matters.
+    coast_s: an announced track the detector missed keeps sending `update` (score 0, its predicted box, or for
+        `iou` its last box) until it has been unseen this many seconds (0: only matched frames; None: 0.2 s for
+        `kalman`, 0 for `iou`). A score of 0 marks a box with no detection behind it; snapshots never pick it.
     """
 
     iou_threshold: float = 0.3
     min_frames: int = 3
-    max_unseen_s: float = 1.0
+    max_unseen_s: Optional[float] = None
     max_unseen_updates: Optional[int] = None
     labels: Optional[FrozenSet[str]] = None
     class_aware: bool = True
-    matcher: str = "greedy"
+    matcher: str = "auto"
     centroid_fallback_px: float = 0.0
     update_interval_s: float = 0.0
+    kind: str = "kalman"
+    coast_s: Optional[float] = None
 
     def __post_init__(self):
         if self.labels is not None:
@@ -54,12 +69,14 @@ class TrackerSettings:
 
     def validate(self, key: str = "events.tracker") -> None:
         """Raise EventsConfigError naming the first bad field."""
+        if self.kind not in KINDS:
+            raise EventsConfigError("%s.kind: must be one of %s, got %r" % (key, "|".join(KINDS), self.kind))
         if not 0.0 < self.iou_threshold <= 1.0:
             raise EventsConfigError("%s.iou_threshold: must be in (0, 1], got %r" % (key, self.iou_threshold))
         if int(self.min_frames) != self.min_frames or self.min_frames < 1:
             raise EventsConfigError("%s.min_frames: must be an integer >= 1, got %r" % (key, self.min_frames))
-        if not self.max_unseen_s > 0:
-            raise EventsConfigError("%s.max_unseen_s: must be > 0 seconds, got %r" % (key, self.max_unseen_s))
+        if self.max_unseen_s is not None and not self.max_unseen_s > 0:
+            raise EventsConfigError("%s.max_unseen_s: must be > 0 seconds or null, got %r" % (key, self.max_unseen_s))
         if self.max_unseen_updates is not None and (int(self.max_unseen_updates) != self.max_unseen_updates
                                                     or self.max_unseen_updates < 1):
             raise EventsConfigError("%s.max_unseen_updates: must be an integer >= 1 or null, got %r"
@@ -75,6 +92,25 @@ class TrackerSettings:
             raise EventsConfigError("%s.centroid_fallback_px: must be >= 0, got %r" % (key, self.centroid_fallback_px))
         if self.update_interval_s < 0:
             raise EventsConfigError("%s.update_interval_s: must be >= 0, got %r" % (key, self.update_interval_s))
+        unseen = MAX_UNSEEN_S[self.kind] if self.max_unseen_s is None else self.max_unseen_s
+        if self.coast_s is not None and not 0 <= self.coast_s < unseen:
+            raise EventsConfigError("%s.coast_s: must be >= 0 and below max_unseen_s (%r), or null, got %r"
+                                    % (key, unseen, self.coast_s))
+
+    def assigner(self) -> Callable[[np.ndarray, np.ndarray], List[Tuple[int, int]]]:
+        """The assignment function `matcher` names (`auto`: Hungarian when scipy imports)."""
+        if self.matcher == "hungarian" or (self.matcher == "auto" and has_scipy()):
+            return hungarian_assign
+        return greedy_assign
+
+
+def has_scipy() -> bool:
+    """Whether scipy.optimize imports (it is optional: the amd64 image has no scipy)."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -148,8 +184,13 @@ class Track:
         return self.track_id > 0
 
 
-class IouTracker:
-    """Greedy/Hungarian IoU tracker over capture time; `update()` per processed frame, `finish()` at the end."""
+class BoxTracker:
+    """What every kind shares: expiry by capture time, min_frames, ids, events; `update()` per processed frame,
+    `finish()` at the end. Subclasses say where a track is expected (`_expected`) and follow their tracks
+    through the hooks `_advance`, `_corrected`, `_added` and `_retain`."""
+
+    DEFAULT_MAX_UNSEEN_S = MAX_UNSEEN_S["iou"]  # max_unseen_s when the settings leave it unset
+    DEFAULT_COAST_S = 0.0  # coast_s when the settings leave it unset
 
     def __init__(self, settings: Optional[TrackerSettings] = None):
         self.settings = settings or TrackerSettings()
@@ -157,11 +198,20 @@ class IouTracker:
         self._next_key = 1
         self._next_id = 1
         self._last_time: Optional[float] = None
+        self._assign = self.settings.assigner()
+        s = self.settings
+        self._max_unseen = float(s.max_unseen_s) if s.max_unseen_s is not None else self.DEFAULT_MAX_UNSEEN_S
+        self._coast = float(s.coast_s) if s.coast_s is not None else min(self.DEFAULT_COAST_S, self._max_unseen / 2)
 
     @property
     def tracks(self) -> List[Track]:
         """Announced tracks still alive (a copy of the list)."""
         return [t for t in self._tracks if t.confirmed]
+
+    @property
+    def announced(self) -> int:
+        """Tracks announced so far (the last id given)."""
+        return self._next_id - 1
 
     def counts(self) -> Dict[str, int]:
         """Live announced tracks per label."""
@@ -171,34 +221,65 @@ class IouTracker:
                 out[t.label] = out.get(t.label, 0) + 1
         return out
 
-    def _event(self, kind: str, t: Track, frame: int, capture_time: float) -> Event:
-        return Event(type=kind, track_id=t.track_id, label=t.label, score=t.score, box=t.box,
-                     capture_time=capture_time, frame=frame)
+    # ------------------------------------------------------------------ hooks
+    def _expected(self) -> np.ndarray:
+        """Where each track is expected in the current frame, (N, 4) boxes."""
+        raise NotImplementedError
 
-    def _match(self, tracks: List[Track], dets: List[Detection]) -> List[Tuple[int, int]]:
-        if not tracks or not dets:
+    def _advance(self, dt: float) -> None:
+        """Capture time moved on by `dt` seconds since the last processed frame."""
+
+    def _corrected(self, rows: List[int], boxes: np.ndarray) -> None:
+        """Tracks `rows` were matched to `boxes` (M, 4)."""
+
+    def _added(self, boxes: np.ndarray) -> None:
+        """New tracks were appended for `boxes` (M, 4)."""
+
+    def _retain(self, keep: np.ndarray) -> None:
+        """Keep only the tracks where the boolean mask `keep` is true."""
+        self._tracks = [t for t, k in zip(self._tracks, keep.tolist()) if k]
+
+    # ------------------------------------------------------------------ matching
+    def _gate(self, rows: List[int], boxes: np.ndarray) -> np.ndarray:
+        """Which (track row, box) pairs may match at all, (len(rows), len(boxes)) bool; all by default."""
+        return np.ones((len(rows), len(boxes)), dtype=bool)
+
+    def _match_rows(self, rows: List[int], dets: List[Detection], cols: List[int],
+                    expected: np.ndarray) -> List[Tuple[int, int]]:
+        """Pairs (track row, detection index) among `rows` and detections `cols`: IoU with the expected box,
+        then (centroid_fallback_px) centre distance for the rest."""
+        if not rows or not cols:
             return []
         s = self.settings
-        tb = np.array([t.box for t in tracks], dtype=np.float64)
-        db = np.array([d.box for d in dets], dtype=np.float64)
-        same = np.ones((len(tracks), len(dets)), dtype=bool)
+        tb = expected[rows]
+        db = np.array([dets[c].box for c in cols], dtype=np.float64)
+        same = self._gate(rows, db)
         if s.class_aware:
-            tl = np.array([t.label for t in tracks], dtype=object)
-            dl = np.array([d.label for d in dets], dtype=object)
-            same = tl[:, None] == dl[None, :]
+            tl = np.array([self._tracks[r].label for r in rows], dtype=object)
+            dl = np.array([dets[c].label for c in cols], dtype=object)
+            same &= tl[:, None] == dl[None, :]
         iou = iou_matrix(tb, db)
-        assign = hungarian_assign if s.matcher == "hungarian" else greedy_assign
-        pairs = assign(iou, same & (iou >= s.iou_threshold))
+        pairs = self._assign(iou, same & (iou >= s.iou_threshold))
         if s.centroid_fallback_px > 0:
-            free_t = np.ones(len(tracks), dtype=bool)
-            free_d = np.ones(len(dets), dtype=bool)
+            free_t = np.ones(len(rows), dtype=bool)
+            free_d = np.ones(len(cols), dtype=bool)
             for r, c in pairs:
                 free_t[r] = False
                 free_d[c] = False
             dist = centre_distances(tb, db)
             valid = same & (dist <= s.centroid_fallback_px) & free_t[:, None] & free_d[None, :]
-            pairs += assign(-dist, valid)
-        return pairs
+            pairs += self._assign(-dist, valid)
+        return [(rows[r], cols[c]) for r, c in pairs]
+
+    def _match(self, dets: List[Detection], expected: np.ndarray) -> List[Tuple[int, int]]:
+        """Pairs (track row, detection index) for this frame; all tracks at once."""
+        return self._match_rows(list(range(len(self._tracks))), dets, list(range(len(dets))), expected)
+
+    # ------------------------------------------------------------------ frames
+    def _event(self, kind: str, t: Track, frame: int, capture_time: float, box: Optional[Box] = None,
+               score: Optional[float] = None) -> Event:
+        return Event(type=kind, track_id=t.track_id, label=t.label, score=t.score if score is None else score,
+                     box=t.box if box is None else box, capture_time=capture_time, frame=frame)
 
     def update(self, frame: int, capture_time: float, detections: Sequence[Detection]) -> List[Event]:
         """Match one processed frame's detections; returns its `update`, `new` and `end` events in that order.
@@ -208,14 +289,18 @@ class IouTracker:
         """
         s = self.settings
         now = float(capture_time)
-        if self._last_time is not None and now < self._last_time:
-            now = self._last_time
+        dt = 0.0
+        if self._last_time is not None:
+            now = max(now, self._last_time)
+            dt = now - self._last_time
         self._last_time = now
         ends: List[Event] = []
         # a track unseen for too long ends before matching, so a returning object starts a new track
         ends += self._expire(frame, now, by_misses=False)
+        self._advance(dt)
         dets = [d for d in detections if s.labels is None or d.label in s.labels]
-        pairs = self._match(self._tracks, dets)
+        expected = self._expected()
+        pairs = self._match(dets, expected)
         matched_t = {r for r, _ in pairs}
         matched_d = {c for _, c in pairs}
         updates: List[Event] = []
@@ -231,18 +316,28 @@ class IouTracker:
             elif t.confirmed and now - t.last_update_emitted >= s.update_interval_s:
                 t.last_update_emitted = now
                 updates.append(self._event("update", t, frame, now))
+        if pairs:
+            rows = [r for r, _ in pairs]
+            self._corrected(rows, np.array([dets[c].box for _, c in pairs], dtype=np.float64))
         for i, t in enumerate(self._tracks):
-            if i not in matched_t:
-                t.misses += 1
-        for c, d in enumerate(dets):
-            if c in matched_d:
+            if i in matched_t:
                 continue
+            t.misses += 1
+            if (t.confirmed and 0 < now - t.last_seen <= self._coast
+                    and now - t.last_update_emitted >= s.update_interval_s):
+                t.last_update_emitted = now
+                box = tuple(float(v) for v in expected[i])
+                updates.append(self._event("update", t, frame, now, box=box, score=0.0))
+        fresh = [d for c, d in enumerate(dets) if c not in matched_d]
+        for d in fresh:
             t = Track(key=self._next_key, label=d.label, box=d.box, score=d.score, first_seen=now, last_seen=now)
             self._next_key += 1
             self._tracks.append(t)
             if s.min_frames <= 1:
                 self._announce(t, now)
                 news.append(self._event("new", t, frame, now))
+        if fresh:
+            self._added(np.array([d.box for d in fresh], dtype=np.float64))
         ends += self._expire(frame, now, by_misses=True)
         return updates + news + ends
 
@@ -250,15 +345,16 @@ class IouTracker:
         """Drop tracks unseen for more than max_unseen_s (or max_unseen_updates misses); `end` for announced ones."""
         s = self.settings
         ends: List[Event] = []
-        alive: List[Track] = []
-        for t in self._tracks:
-            expired = now - t.last_seen > s.max_unseen_s or (
+        keep = np.ones(len(self._tracks), dtype=bool)
+        for i, t in enumerate(self._tracks):
+            expired = now - t.last_seen > self._max_unseen or (
                 by_misses and s.max_unseen_updates is not None and t.misses > s.max_unseen_updates)
-            if not expired:
-                alive.append(t)
-            elif t.confirmed:
-                ends.append(self._event("end", t, frame, now))
-        self._tracks = alive
+            if expired:
+                keep[i] = False
+                if t.confirmed:
+                    ends.append(self._event("end", t, frame, now))
+        if not keep.all():
+            self._retain(keep)
         return ends
 
     def _announce(self, t: Track, now: float) -> None:
@@ -272,5 +368,12 @@ class IouTracker:
         if self._last_time is not None and now < self._last_time:
             now = self._last_time
         ends = [self._event("end", t, frame, now) for t in self._tracks if t.confirmed]
-        self._tracks = []
+        self._retain(np.zeros(len(self._tracks), dtype=bool))
         return ends
+
+
+class IouTracker(BoxTracker):
+    """The light kind: a detection continues the track whose last box it overlaps most (greedy or Hungarian)."""
+
+    def _expected(self) -> np.ndarray:
+        return np.array([t.box for t in self._tracks], dtype=np.float64).reshape(-1, 4)

@@ -53,7 +53,8 @@ def anchor_points(boxes: np.ndarray) -> np.ndarray:
 
 def parse_zones(config: Optional[Mapping[str, Any]], frame_size: Tuple[int, int],
                 key: str = "events.zones") -> List[Zone]:
-    """Zones from a mapping `name -> [[x, y], ...]` checked against a `frame_size` (width, height) frame.
+    """Zones from a mapping `name -> [[x, y], ...]` checked against a frame of `frame_size` (height, width), the
+    order of every size in cnn-video (the config's `frame_size`); the points are (x, y): x right, y down.
 
     Raises EventsConfigError with a one-line message naming the key, e.g.
     `events.zones.door: needs at least 3 points`.
@@ -62,7 +63,7 @@ def parse_zones(config: Optional[Mapping[str, Any]], frame_size: Tuple[int, int]
         return []
     if not isinstance(config, Mapping):
         raise EventsConfigError("%s: must be a mapping of zone name to a list of [x, y] points" % key)
-    w, h = frame_size
+    h, w = frame_size
     zones = []
     for name, pts in config.items():
         k = "%s.%s" % (key, name)
@@ -80,7 +81,8 @@ def parse_zones(config: Optional[Mapping[str, Any]], frame_size: Tuple[int, int]
                 raise EventsConfigError("%s: point %d must be [x, y] numbers, got %r" % (k, i, p))
             x, y = float(p[0]), float(p[1])
             if not (0 <= x <= w and 0 <= y <= h):
-                raise EventsConfigError("%s: point %d (%g, %g) is outside the %dx%d frame" % (k, i, x, y, w, h))
+                raise EventsConfigError("%s: point %d (x %g, y %g) is outside the frame (x 0..%d, y 0..%d: frame_size "
+                                        "[%d, %d] is height, width)" % (k, i, x, y, w, h, h, w))
             points.append((x, y))
         arr = np.asarray(points)
         area = 0.5 * abs(float(np.dot(arr[:, 0], np.roll(arr[:, 1], -1)) - np.dot(arr[:, 1], np.roll(arr[:, 0], -1))))

@@ -7,28 +7,34 @@ GET /frame.jpg   the latest completed frame as JPEG (a detector's boxes drawn on
 GET /metrics     Prometheus text (when the caller passes `metrics`)
 GET /api/events  recent events as JSON (when the caller passes `events`); the page lists them
 GET /api/events/<id>/snapshot.jpg  the snapshot JPEG of event track <id> (an integer), 404 if none
+GET /login, POST /login, POST /logout  the login form, its token (a session cookie back), the session's end
 
 Auth (`token`): without one the server is meant for 127.0.0.1 (config_checks.validate refuses another address without
-a token). With one, every request needs `Authorization: Bearer <token>` or the cookie set when the page is
-opened once as `/?token=<token>` (it redirects to `/` so the token leaves the address bar); else 401.
-`/metrics` stays open with `metrics_open`. Tokens are compared with hmac.compare_digest.
+a token). With one (cnnvideo.results.liveauth): scripts send `Authorization: Bearer <token>`; a browser opening
+the page is sent to GET /login, a form that POSTs the token once to /login and gets a session cookie (a random id
+kept server-side with an expiry; HttpOnly, SameSite=Strict, Path=/, Max-Age; Secure over TLS or behind a proxy
+sending `X-Forwarded-Proto: https`), which then carries the page, its JSON and images; POST /logout ends it.
+Without either the page redirects to the login form and everything else is 401; too many wrong tokens from one
+address are 429. `/metrics` stays open with `metrics_open`.
 
 A detector run's state has `latest.detections` ({label: boxes} of the latest frame): the page then shows the
 person count and every label's count (as text: labels come from a model file).
 """
 from __future__ import annotations
 
-import hmac
+import html
 import json
 import logging
 import re
+import ssl
 import threading
 import urllib.parse
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from cnnvideo.results.liveauth import LIMITED, OK, ViewAuth, cookie_value
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +88,9 @@ function gantt(st){
 let lastFrame=-1;
 async function tick(){
   try{
-    const st=await (await fetch("state.json",{cache:"no-store"})).json();
+    const r=await fetch("state.json",{cache:"no-store"});
+    if(r.status===401){location.href="login"; return;}  // the session ended
+    const st=await r.json();
     set("mode", st.mode ? "("+st.mode+")" : "");
     set("processed", st.processed); set("fps", st.fps===null?null:st.fps.toFixed(2));
     const l=st.latency_s||{}; set("lat_p50",l.p50); set("lat_p95",l.p95); set("lat_max",l.max);
@@ -146,7 +154,22 @@ async function eventsTick(){
 eventsTick(); setInterval(eventsTick, 1000);
 </script>
 """
-TOKEN_COOKIE = "cnnvideo_view_token"
+# The page's logout button (with a token), put before its heading
+LOGOUT_FORM = """<form method="post" action="logout" id="logout" style="float:right">
+<button type="submit">log out</button></form>
+"""
+# What a browser without a session gets: a form that posts the token once (no data of the run)
+LOGIN_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>cnn-video live: log in</title>
+<style>body{font-family:sans-serif;margin:12px;background:#fafafa;color:#222} .err{color:#b00}</style></head>
+<body><h2>cnn-video live</h2>
+<form method="post" action="login" id="login">
+<label>token <input type="password" name="token" id="token" autocomplete="current-password" required autofocus>
+</label> <button type="submit">log in</button></form>
+<p class="err" id="login-error">%s</p>
+</body></html>
+"""
+FORM_MAX = 4096  # bytes of a login form body
 SNAPSHOT_PATH = re.compile(r"^/api/events/([0-9]{1,9})/snapshot\.jpg$")
 
 
@@ -162,16 +185,18 @@ class LiveView:
     def __init__(self, port: int, state: Callable[[], Dict[str, Any]], host: str = "127.0.0.1",
                  token: Optional[str] = None, metrics: Optional[Callable[[], Tuple[bytes, str]]] = None,
                  metrics_open: bool = False, events: Optional[Callable[[int], Dict[str, Any]]] = None,
-                 snapshot: Optional[Callable[[int], Optional[bytes]]] = None) -> None:
+                 snapshot: Optional[Callable[[int], Optional[bytes]]] = None,
+                 auth: Optional[ViewAuth] = None) -> None:
         """`metrics()` -> (body, content type) for /metrics; `events(limit)` -> the /api/events JSON;
-        `snapshot(track_id)` -> JPEG bytes or None; `token`: the bearer token every request needs."""
+        `snapshot(track_id)` -> JPEG bytes or None; `token`: what every request needs (a bearer header or a
+        session from the login form); `auth`: that ViewAuth made by the caller instead (its own limits)."""
         self.state = state
-        self.token = token.encode() if token else None
+        self.auth = auth if auth is not None else (ViewAuth(token) if token else None)
         self.metrics = metrics
         self.metrics_open = metrics_open
         self.events = events
         self.snapshot = snapshot
-        self.refused = 0  # requests answered 401
+        self.refused = 0  # requests answered 401 or 429
         self.lock = threading.Lock()
         self.frame: Optional[np.ndarray] = None  # RGB of the latest completed frame
         self.detections: Optional[Sequence[Any]] = None  # its detections (drawn when encoded)
@@ -187,11 +212,16 @@ class LiveView:
                 owner.requests += 1
                 path, _, query = self.path.partition("?")
                 try:
-                    if not self._authorised(path, query):
+                    if path == "/login":
+                        self._login_page()
+                        return
+                    if not self._authorised(path):
                         return
                     if path in ("/", "/index.html"):
-                        self._send(200, "text/html; charset=utf-8",
-                                   PAGE.replace("</body>", EVENTS_PANEL + "</body>").encode())
+                        page = PAGE.replace("</body>", EVENTS_PANEL + "</body>")
+                        if owner.auth is not None:
+                            page = page.replace("<h2>", LOGOUT_FORM + "<h2>", 1)
+                        self._send(200, "text/html; charset=utf-8", page.encode())
                     elif path == "/metrics" and owner.metrics is not None:
                         body, ctype = owner.metrics()
                         self._send(200, ctype, body)
@@ -216,41 +246,111 @@ class LiveView:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            def _authorised(self, path: str, query: str) -> bool:
-                """True when no token is set, the request carries it (header or cookie), or it is an open
-                /metrics; `/?token=` sets the cookie and redirects to `/`; anything else gets 401."""
-                if owner.token is None or (path == "/metrics" and owner.metrics_open):
+            def do_POST(self) -> None:  # noqa: N802
+                owner.requests += 1
+                path = self.path.partition("?")[0]
+                try:
+                    if path == "/login":
+                        self._login()
+                    elif path == "/logout":
+                        if owner.auth is not None:
+                            owner.auth.end_session(self._session())
+                        self._redirect("login" if owner.auth is not None else "./",
+                                       ViewAuth.clear_cookie(self._secure()))
+                    else:
+                        self._send(404, "text/plain", b"not found\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _authorised(self, path: str) -> bool:
+                """True when no token is set, the request has a live session cookie or the right bearer header,
+                or it is an open /metrics. Else the page redirects to the login form, a wrong bearer token is
+                401 (429 past the limit) and anything else 401."""
+                auth = owner.auth
+                if auth is None or (path == "/metrics" and owner.metrics_open) or auth.session_ok(self._session()):
                     return True
-                if owner.token_ok(_bearer(self.headers.get("Authorization", ""))) or \
-                        owner.token_ok(_cookie(self.headers.get("Cookie", ""))):
-                    return True
-                given = urllib.parse.parse_qs(query).get("token", [""])[0]
-                if path in ("/", "/index.html") and owner.token_ok(given):
-                    self.send_response(303)
-                    self.send_header("Location", "/")
-                    self.send_header("Set-Cookie", "%s=%s; Path=/; HttpOnly; SameSite=Strict"
-                                     % (TOKEN_COOKIE, given))
-                    self.send_header("Content-Length", "0")
-                    self.send_header("Referrer-Policy", "no-referrer")
-                    self.end_headers()
+                given = _bearer(self.headers.get("Authorization", ""))
+                if given:
+                    result = auth.attempt(self.client_address[0], given, "bearer header")
+                    if result == OK:
+                        return True
+                    if result == LIMITED:
+                        self._too_many("text/plain", b"429: too many wrong tokens from this address\n")
+                        return False
+                elif path in ("/", "/index.html"):
+                    self._redirect("login")
                     return False
                 owner.refused += 1
-                body = b"401: this live view needs Authorization: Bearer <token>\n"
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Bearer realm="cnnvideo"')
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._send(401, "text/plain", b"401: log in at /login, or send Authorization: Bearer <token>\n",
+                           [("WWW-Authenticate", 'Bearer realm="cnnvideo"')])
                 return False
 
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
+            def _login_page(self) -> None:
+                if owner.auth is None or owner.auth.session_ok(self._session()):
+                    self._redirect("./")
+                else:
+                    self._send(200, "text/html; charset=utf-8", _login_html(""))
+
+            def _login(self) -> None:
+                """POST /login: the form's token once; a session cookie and back to the page when right."""
+                auth = owner.auth
+                if auth is None:
+                    self._redirect("./")
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= FORM_MAX:
+                    self.close_connection = True
+                    self._send(413, "text/plain", b"413: a login form is at most 4 kB\n")
+                    return
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode("utf-8", "replace"))
+                client = self.client_address[0]
+                result = auth.attempt(client, form.get("token", [""])[0], "login form")
+                if result == OK:
+                    log.info("live view: %s logged in", client)
+                    self._redirect("./", auth.set_cookie(auth.new_session(), self._secure()))
+                elif result == LIMITED:
+                    self._too_many("text/html; charset=utf-8", _login_html(
+                        "Too many wrong tokens from this address: try again in %d s." % auth.retry_after(client)))
+                else:
+                    owner.refused += 1
+                    self._send(401, "text/html; charset=utf-8", _login_html("Wrong token."))
+
+            def _too_many(self, ctype: str, body: bytes) -> None:
+                owner.refused += 1
+                wait = owner.auth.retry_after(self.client_address[0]) if owner.auth is not None else 0
+                self._send(429, ctype, body, [("Retry-After", str(max(1, wait)))])
+
+            def _session(self) -> str:
+                return cookie_value(self.headers.get("Cookie", ""))
+
+            def _secure(self) -> bool:
+                """Served over TLS: here, or by a proxy in front that says so."""
+                return isinstance(self.connection, ssl.SSLSocket) or \
+                    self.headers.get("X-Forwarded-Proto", "").strip().lower() == "https"
+
+            def _redirect(self, location: str, cookie: Optional[str] = None) -> None:
+                self.send_response(303)
+                self.send_header("Location", location)
+                if cookie is not None:
+                    self.send_header("Set-Cookie", cookie)
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Referrer-Policy", "no-referrer")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _send(self, code: int, ctype: str, body: bytes, headers: Sequence[Tuple[str, str]] = ()) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("X-Frame-Options", "DENY")
                 self.send_header("Referrer-Policy", "no-referrer")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "no-store")
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -261,9 +361,7 @@ class LiveView:
 
     def token_ok(self, given: str) -> bool:
         """`given` is the token (constant-time comparison; False when none is set or given)."""
-        if self.token is None or not given:
-            return False
-        return hmac.compare_digest(given.encode("utf-8", "replace"), self.token)
+        return self.auth is not None and self.auth.token_ok(given)
 
     def start(self) -> int:
         self.thread.start()
@@ -303,13 +401,8 @@ def _bearer(header: str) -> str:
     return value.strip() if scheme.lower() == "bearer" else ""
 
 
-def _cookie(header: str) -> str:
-    try:
-        jar = SimpleCookie(header)
-    except CookieError:
-        return ""
-    morsel = jar.get(TOKEN_COOKIE)
-    return morsel.value if morsel is not None else ""
+def _login_html(message: str) -> bytes:
+    return (LOGIN_PAGE % html.escape(message)).encode()
 
 
 def _limit(query: str, default: int = 50, most: int = 1000) -> int:

@@ -7,14 +7,13 @@ frame is delivered or counted as skipped, never lost. A stream that drops is reo
 `reconnects`); a source that cannot be opened, a frame size that changes mid-stream or a stream that stays down
 raise SourceError with one line naming the source.
 
-With SOURCE_NETNS_ENV set (`cnnvideo local` with tc links runs the roles in a network namespace of their own),
-a live source is opened from a thread that entered the network namespace it names (the host's): a camera on the
-host's 127.0.0.1 or on the LAN stays reachable, and only the capture threads leave the role's namespace.
+When `cnnvideo local` with tc links runs the roles in a network namespace of their own, a live source is opened
+in the host's network (cnnvideo.hostnet, which owns that rule): a camera on the host's 127.0.0.1 or on the LAN
+stays reachable, and only the capture threads leave the role's namespace.
 """
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import os
 import threading
@@ -24,6 +23,7 @@ from typing import Any, Deque, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.hostnet import NetnsError, in_netns
 from cnnvideo.video.frames import VideoError, _cv2, to_rgb
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,6 @@ KINDS = ("file", "stream", "device", "gstreamer")
 DROPS = ("newest", "oldest", "none")
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://", "rtmp://", "udp://", "tcp://", "srt://")
 OPEN_TIMEOUT_MS = 5000  # FFmpeg open/read timeouts for streams: a dead URL fails in seconds, not minutes
-SOURCE_NETNS_ENV = "CNNVIDEO_SOURCE_NETNS"  # a network namespace (/proc/PID/ns/net) live sources are opened in
-CLONE_NEWNET = 0x40000000
 
 
 class SourceError(VideoError):
@@ -121,46 +119,16 @@ def open_capture(video: str, kind: str):
     return cap
 
 
-def enter_netns(path: str) -> None:
-    """Move the calling thread (only it: setns acts per thread) into the network namespace at `path`
-    (os.setns needs Python 3.12; libc's setns does the same)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "setns(%s): %s" % (path, os.strerror(err)))
-    finally:
-        os.close(fd)
-
-
 def open_live(video: str, kind: str, netns: Optional[str] = None):
-    """open_capture, from a thread in network namespace `netns` when given (default: SOURCE_NETNS_ENV for a
-    source that is not a file). The capture's sockets, and threads the decoder starts, stay in that namespace
-    whichever thread reads them later."""
-    if netns is None:
-        netns = os.environ.get(SOURCE_NETNS_ENV) if kind != "file" else None
-    if not netns:
+    """open_capture, in the host's network when the role runs in a namespace of its own (cnnvideo.hostnet; or in
+    network namespace `netns` when given, "" for this thread's) for a source that is not a file. The capture's
+    sockets, and threads the decoder starts, stay in that namespace whichever thread reads them later."""
+    if kind == "file":
         return open_capture(video, kind)
-    out: Dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            enter_netns(netns)
-        except OSError as exc:
-            out["error"] = SourceError("cannot read source %s from the host's network (%s)" % (_shown(video), exc))
-            return
-        try:
-            out["cap"] = open_capture(video, kind)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            out["error"] = exc
-
-    t = threading.Thread(target=run, name="source-open", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["cap"]
+    try:
+        return in_netns(lambda: open_capture(video, kind), netns, name="source-open")
+    except NetnsError as exc:
+        raise SourceError("cannot read source %s from the host's network (%s)" % (_shown(video), exc)) from None
 
 
 def probe(video: str) -> None:

@@ -30,7 +30,7 @@ def test_one_call_per_frame_runs_every_step(tmp_path):
     metrics = Metrics()
     pipe = EventPipeline(IouTracker(TrackerSettings(min_frames=2)),
                          zones=ZoneMonitor(parse_zones({"door": [[100, 150], [200, 150], [200, 230], [100, 230]]},
-                                                       (320, 240))),
+                                                       (240, 320))),
                          snapshots=SnapshotKeeper(str(tmp_path / "snapshots")), metrics=metrics, camera="front",
                          snapshot_url_prefix="/snapshots/")
     image = np.zeros((240, 320, 3), dtype=np.uint8)
@@ -83,7 +83,7 @@ def test_pipeline_from_config(tmp_path):
     pipe = pipeline_from_config({"camera": "gate", "recent_max": 3,
                                  "tracker": {"min_frames": 1, "labels": ["person"], "max_unseen_s": 0.5},
                                  "zones": {"yard": [[0, 0], [100, 0], [100, 100]]},
-                                 "snapshots": {"dir": str(tmp_path), "max_tracks": 4}}, (640, 480))
+                                 "snapshots": {"dir": str(tmp_path), "max_tracks": 4}}, (480, 640))
     assert pipe.publisher is None and pipe.camera == "gate" and pipe.tracker.settings.labels == {"person"}
     assert pipe.snapshots.max_tracks == 4 and [z.name for z in pipe.zones.zones] == ["yard"]
     assert [e.type for e in pipe.process(0, T0, person(0) + [Detection("car", 1, (0, 0, 5, 5))])] == ["new"]
@@ -101,7 +101,7 @@ def test_pipeline_from_config(tmp_path):
 def test_config_errors_name_the_key(config, message):
     """Every config mistake is one EventsConfigError line starting with its key."""
     with pytest.raises(EventsConfigError) as info:
-        pipeline_from_config(config, (640, 480), start_mqtt=False)
+        pipeline_from_config(config, (480, 640), start_mqtt=False)
     assert str(info.value).startswith(message) and "\n" not in str(info.value), str(info.value)
 
 

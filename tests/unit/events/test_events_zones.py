@@ -7,14 +7,16 @@ from cnnvideo.events.tracker import IouTracker, TrackerSettings
 from cnnvideo.events.types import Detection, Event, EventsConfigError
 from cnnvideo.events.zones import ZoneMonitor, anchor_points, parse_zones, points_in_polygon
 
-FRAME = (640, 480)
+FRAME = (480, 640)  # (height, width), as the config's frame_size; zone points are (x, y)
 DOOR = [[100, 200], [300, 200], [300, 400], [100, 400]]
+OUTSIDE = "is outside the frame (x 0..640, y 0..480: frame_size [480, 640] is height, width)"
 
 
 @pytest.mark.parametrize("zones, message", [
     ({"door": [[0, 0], [10, 10]]}, "events.zones.door: needs at least 3 points, got 2"),
-    ({"door": [[0, 0], [10, 10], [700, 10]]}, "events.zones.door: point 2 (700, 10) is outside the 640x480 frame"),
-    ({"door": [[0, 0], [10, 10], [5, -1]]}, "events.zones.door: point 2 (5, -1) is outside the 640x480 frame"),
+    ({"door": [[0, 0], [10, 10], [700, 10]]}, "events.zones.door: point 2 (x 700, y 10) " + OUTSIDE),
+    ({"door": [[0, 0], [10, 10], [5, -1]]}, "events.zones.door: point 2 (x 5, y -1) " + OUTSIDE),
+    ({"door": [[0, 0], [10, 10], [10, 500]]}, "events.zones.door: point 2 (x 10, y 500) " + OUTSIDE),
     ({"door": [[0, 0], [10, 10], ["a", 3]]}, "events.zones.door: point 2 must be [x, y] numbers, got ['a', 3]"),
     ({"door": [[0, 0], [10, 10], [20, 20]]}, "events.zones.door: the polygon has no area (points on one line)"),
     ({"door": "0,0 1,1 2,2"}, "events.zones.door: must be a list of [x, y] points"),
