@@ -63,3 +63,28 @@ def dog_photo():
     if not os.path.isfile(path):
         _need("media/photos/dog.jpg", "run scripts/fetch_photos.sh (apt-get download darknet)")
     return path
+
+
+# Per tier, its longest files first (measured with --durations), so that on several pytest-xdist processes
+# (`make test`, --dist loadfile) none of them starts last and runs alone at the end; other files keep their order.
+LONGEST_FIRST = {
+    "integration": ("test_faults.py", "test_events_people.py", "test_local_cluster.py", "test_detector.py",
+                    "test_events_master.py", "test_live.py", "test_netns_caps.py", "test_tls.py"),
+    "docker": ("test_swarm.py", "test_multiarch.py", "test_pi_standin.py", "test_compose_reliability.py",
+               "test_compose_blackhole.py", "test_compose.py"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Reorder each tier's tests within that tier's own slots of the session by LONGEST_FIRST, stably; and put each
+    test in its file's xdist group, unless it names its own (`make test` runs --dist loadgroup: a file's tests and
+    its module fixtures stay in one process, while the shards of a long test run on several at once)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    for tier, names in LONGEST_FIRST.items():
+        slots = [i for i, item in enumerate(items) if item.path.parent.name == tier]
+        rank = {name: n for n, name in enumerate(names)}
+        ordered = sorted((items[i] for i in slots), key=lambda item: rank.get(item.path.name, len(rank)))
+        for i, item in zip(slots, ordered):
+            items[i] = item

@@ -5,7 +5,17 @@ When CI has set the engine up (CNNVIDEO_DOCKER_TESTS=1) a missing engine is a fa
 import os
 
 import pytest
-from dockerutil import REPO, build_image, docker, engine_problem, ensure_weights
+from dockerutil import REPO, build_image, docker, engine_problem, ensure_weights, prebuild
+
+
+def pytest_sessionstart(session):
+    """On the controller (not in each xdist worker), build the shared images once before the tests start."""
+    if hasattr(session.config, "workerinput") or session.config.getoption("collectonly"):
+        return
+    try:
+        prebuild()
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as e:  # the tests that need them say why
+        print("docker tests: shared images not prebuilt: %s" % str(e).strip().splitlines()[-1:])
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +42,4 @@ def wheels_present(engine):
     if not docker("image", "ls", "-q", base).strip():
         pytest.skip("base image %s missing (run scripts/docker_setup.sh)" % base)
     ensure_weights()
+

@@ -70,6 +70,20 @@ def build_image(target: str) -> str:
     return tag
 
 
+def prebuild() -> None:
+    """Build, once and before any test starts, every image the docker tests share: the compose cluster's
+    (`docker compose build`: node, netem, mosquitto) and the worker target. The tests then run in parallel
+    (pytest-xdist) and each `up --build` or build_image finds them cached, instead of several building the same
+    layers at once. Does nothing when no engine answers or the base image is missing: the tests say why."""
+    base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
+    if engine_problem() or docker("image", "inspect", base, check=False, timeout=30) == "":
+        return
+    ensure_weights()
+    subprocess.run(["docker", "compose", "build", "-q"], cwd=str(REPO), check=True, timeout=1800,
+                   env=dict(os.environ, COMPOSE_PROJECT_NAME="cnnvideo-prebuild"))
+    build_image("worker")
+
+
 def project_targets(project: str) -> Dict[str, Target]:
     """Running containers of a project as netem Targets, from `docker inspect` (same data as the SDK's attrs)."""
     ids = docker("ps", "-q", "--filter", "label=%s=%s" % (PROJECT_LABEL, project)).split()

@@ -8,7 +8,7 @@ import json
 import pytest
 from dockerutil import build_image, docker
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]  # a timed ratio under caps: runs alone
 
 PROFILE = (
     "import json, torch; torch.set_num_threads(1);"

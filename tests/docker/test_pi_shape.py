@@ -70,6 +70,7 @@ def veth_pair():
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.serial  # a measured rate: runs alone
 def test_shapes_a_real_link_to_3_mbytes_per_second(veth_pair):
     """3 MB/s to 10.231.0.2 measured by a TCP stream between the namespaces within 10%; clear removes it."""
     a, b = veth_pair

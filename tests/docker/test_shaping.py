@@ -14,7 +14,7 @@ from netem import tc
 from netem.cluster import Shaper, netem_supported, subprocess_runner
 from netem.links import parse_links
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]  # measured rates and RTTs within 10%: runs alone
 SECONDS = 4.0
 TOLERANCE = 0.10
 

@@ -36,7 +36,8 @@ with open("/proc/self/cgroup") as fh:
 print(json.dumps({"seconds": stages.stage(0, g.num_segments).segment_seconds(x, 5).tolist(), "cgroup": cgroup}))
 """
 
-pytestmark = [pytest.mark.slow,
+# timed under a CFS cap: runs alone (serial)
+pytestmark = [pytest.mark.slow, pytest.mark.serial,
               pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")]
 
 

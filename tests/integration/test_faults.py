@@ -8,7 +8,9 @@ at a time, of different roles, each after its own random delay), each batch afte
 restarted by the supervisor; a run that ends passes its remaining trials on to the next one. Every run, and
 every master restarted after a kill, first takes a kill during the master's setup. Seeded: the seed is
 printed (and in the failure message); CNNVIDEO_FAULT_SEED=N replays the same choices (roles, phases, delays;
-the system's own timing still varies); CNNVIDEO_FAULT_TRIALS=N sets the trials per role kind (default 20)."""
+the system's own timing still varies); CNNVIDEO_FAULT_TRIALS=N sets the trials per role kind (default 20).
+The trials are dealt to SHARDS independent tests (shard i seeded with seed + i), which `make test` runs on
+different processes at once."""
 from __future__ import annotations
 
 import os
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.slow
 ROLES = ("worker", "trainer", "master")
 FRAMES = 401  # the master logs every 10th frame sent: frame 401 of 401 marks "all sent" (closing)
 RUN_TIMEOUT_S = 400.0
+SHARDS = 3
 
 
 def _seed() -> int:
@@ -130,12 +133,14 @@ def _check_report(code, report, text, context):
     assert report["max_abs_err"] == 0.0, context
 
 
-def test_random_sigkills_at_any_moment(tmp_path, synthetic_video):
-    seed = _seed()
-    per_role = int(os.environ.get("CNNVIDEO_FAULT_TRIALS", "20"))
+@pytest.mark.parametrize("shard", [pytest.param(i, marks=pytest.mark.xdist_group("faults-%d" % i))
+                                   for i in range(SHARDS)])
+def test_random_sigkills_at_any_moment(tmp_path, synthetic_video, shard):
+    seed = _seed() + shard
+    per_role = -(-int(os.environ.get("CNNVIDEO_FAULT_TRIALS", "20")) // SHARDS)  # this shard's share, rounded up
     rng = random.Random(seed)
-    print("\nfault injection: seed %d (CNNVIDEO_FAULT_SEED=%d reproduces it), %d trials per role kind"
-          % (seed, seed, per_role))
+    print("\nfault injection, shard %d: seed %d (CNNVIDEO_FAULT_SEED=%d reproduces it), %d trials per role kind"
+          % (shard, seed, seed - shard, per_role))
     todo = [k for k in ROLES for _ in range(per_role)]
     rng.shuffle(todo)
     cache_dir = str(tmp_path / "cache")

@@ -20,6 +20,7 @@ def video480(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a measured rate within 15%: runs alone
 @pytest.mark.parametrize("links", ["tc", "paced"])
 def test_local_hop_rate_matches_config(tmp_path, video480, links):
     """12 frames of 480x720 (about 0.4 MB per delta on m->w0): effective m->w0 payload rate within 15% of what

@@ -73,6 +73,7 @@ def profile_s(out, worker):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # reads throttled time under the caps: runs alone
 def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
     """With tc links and cpus {worker0: 0.1, worker1: 0.1}: the report (and the run summary) says cgroup caps
     and tc links; each worker process sits, while it runs, in a cgroup with a CFS quota of 10 ms per 100 ms; and

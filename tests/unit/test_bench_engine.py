@@ -11,7 +11,9 @@ import pytest
 from cnnvideo.model import engines
 from cnnvideo.video.frames import synthetic_frames, write_video
 
-pytestmark = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")
+# every bench exports and times models: `make test` runs them, `make test-fast` does not
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")]
 
 
 def _bench(*extra):

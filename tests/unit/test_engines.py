@@ -75,6 +75,7 @@ def test_fixed_adaptive_pool_equals_adaptive_avg_pool():
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_alexnet_non_dividing_pool_exports(tmp_path):
     """At a frame size whose feature map (6x9) does not divide 6x6, alexnet's pooling is replaced (and said so) and
     the ORT stage across it matches torch."""
@@ -149,6 +150,7 @@ def test_cache_reused_corrupted_or_foreign_file_named(tmp_path, caplog):
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
     """int8 mobilenet_v2 split in two: the inner-cut tensor is uint8 with the calibration's (scale, zero point);
     the closed-loop delta carries it bit-exactly; the split output stays within 10% of the unsplit int8 output's
@@ -175,6 +177,7 @@ def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_int8_bias_correction_removes_the_mean_error(tmp_path):
     """Whole mobilenet_v2 (random weights) quantised with and without the output bias correction: with it, the mean
     of (int8 - fp32) logits over the calibration frames is zero per class (float rounding), without it it is not
@@ -371,6 +374,7 @@ def test_a_stage_being_built_does_not_hold_up_other_stages(tmp_path):
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_int8_person_detector_boxes_match_fp32(tmp_path, person_detector):
     """The trained person detector at 480x720 on ORT int8, whole and split in two at a backbone cut, on 10
     vtest.avi frames (calibrated on 8 others): its boxes match ORT fp32's (IoU >= 0.5, same label, score >= 0.5)

@@ -77,6 +77,7 @@ def test_cut_before_relu6_is_quantised_over_the_clamped_range(tmp_path):
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_stage_after_a_float_cut_keeps_its_readers_fp32(tmp_path):
     """quantize_stage with float_input: no QuantizeLinear/DequantizeLinear pair rounds the input 'x' (the readers of
     'x' stay fp32), while without it the quantiser rounds 'x' as usual."""
@@ -97,6 +98,7 @@ def test_stage_after_a_float_cut_keeps_its_readers_fp32(tmp_path):
 
 
 @ORT
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_cut_that_rounding_would_wreck_travels_float(tmp_path, trained_weights):
     """Trained mobilenet_v2 at 240x360 on vtest.avi: the raw depthwise output features.2.conv.1.0 (cut 13), whose
     BatchNorm scales up channels of small range, leaves a rounding error above MAX_READ_ERROR after it, so it gets

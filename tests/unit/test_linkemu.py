@@ -52,6 +52,7 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.serial  # reads a CPU share over 2 s of wall time
 def test_cgroup_cap_limits_a_busy_process():
     """A busy loop in a 0.2-CPU cgroup uses about 0.2 s of CPU per wall second (uncapped it would use ~1)."""
     caps = linkemu.CpuCaps({"busy": 0.2}, "auto")

@@ -62,6 +62,7 @@ def _digest_in_subprocess(name):
     return subprocess.check_output([sys.executable, "-c", code], env=env).decode().strip()
 
 
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_random_weights_identical_across_processes():
     """Seeded random weights are the same in two separate processes (and in this one)."""
     sd = build_model("mobilenet_v2", seed=3).state_dict()

@@ -183,6 +183,7 @@ def _custom_op_model(tmp_path) -> str:
     return _save(model, tmp_path / "custom.onnx")
 
 
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_op_onnx_runtime_lacks_is_one_line_naming_it(tmp_path):
     """A model with an op ONNX Runtime lacks: OnnxGraph.load names the op and its node in one line; `cnnvideo plan`
     and `cnnvideo local` print that one line and exit non-zero without a traceback, local starting no role."""

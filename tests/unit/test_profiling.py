@@ -61,6 +61,7 @@ def test_profile_arrays_round_trip_and_rejects_bad_shapes():
         WorkerProfile.from_arrays(bad, 3)
 
 
+@pytest.mark.serial  # compares timings taken apart: runs alone
 def test_rescale_scales_every_part_by_one_factor():
     """rescale times whole passes now and scales compute, codec and wall/CPU by now / profiled: a profile
     inflated 20x comes back scaled down (factor < 1) and every array keeps its shape and proportions."""
@@ -97,6 +98,7 @@ def test_cfs_quota_reads_cgroup_v2_and_v1(tmp_path):
     assert cfs_quota(str(tmp_path / "nothing")) == (0.0, 0.0)
 
 
+@pytest.mark.serial  # compares timings taken apart: runs alone
 def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_seconds():
     """A profile on another engine keeps the torch pass it was scaled from (`reference`): rescale compares its
     torch passes now with that, so a profile whose seconds are 1000x smaller than torch's (a fast engine) but
@@ -120,6 +122,7 @@ def test_rescale_compares_torch_passes_with_the_torch_reference_not_engine_secon
         WorkerProfile.from_arrays(bad, len(g.cuts) - 1)
 
 
+@pytest.mark.serial  # compares timings taken apart: runs alone
 def test_engine_time_runs_long_enough_to_see_the_cap():
     """A short engine stage is timed back to back for at least min_wall seconds (so a CFS cap's throttling is
     averaged over several periods), at least `iters` times, at most max_runs; the result is a positive time."""

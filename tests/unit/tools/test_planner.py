@@ -114,6 +114,7 @@ def test_plan_profiles_torch_fp32_without_building_engine_stages(tmp_path, synth
 
 @ORT
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_plan_profiles_on_the_configured_engine_and_precision(tmp_path, synthetic_video, capsys, precision):
     """`cnnvideo plan` with engine onnxruntime profiles real ORT stages (exported into cache_dir/onnx), as a worker
     does, and says so; it used to profile torch fp32 whatever the config asked."""
