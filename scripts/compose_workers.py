@@ -105,6 +105,10 @@ ENV_HEADER = """# Cluster config for docker-compose.yml; frames, bandwidth and c
 # `--check` (and tests/unit/test_compose_workers.py) fail when the two differ. `bandwidth` is what the cost
 # model plans with (the netem helper enforces .env's rates), `cpus` the caps compose sets (for the planner
 # and the report). Other keys: edit here, they are kept.
+# The model is the demo's (shared/cnnvideo/demo.yml): the trained person detector (`person-ssdlite`, ONNX: onnxruntime
+# without an `engine:`), which the images carry in their model cache (the Dockerfile copies build/models/), split
+# over the two workers and checked against the master's unsplit run; the master ends with people per frame. An
+# image built without it runs the first runnable `fallback` entry instead, and one warning says why.
 """
 
 

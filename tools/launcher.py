@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cnnvideo import config, hostnet
 from cnnvideo.config import ConfigError
+from cnnvideo.master.reporting import detector_lines
 from cnnvideo.results import report as rpt
 
 from . import linkemu
@@ -256,20 +257,6 @@ def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=No
             return 1
 
 
-def _detector_lines(report: Dict[str, Any]) -> List[str]:
-    """A detector run's summary: people in each frame, boxes per label, agreement with the unsplit model."""
-    people = [n for _, n in report.get("people_per_frame") or []]
-    shown = " ".join(str(n) for n in people[:30]) + (" ..." if len(people) > 30 else "")
-    labels = ", ".join("%s %d boxes in %d frames" % (k, v["boxes"], v["frames_with"])
-                       for k, v in (report.get("detections") or {}).items()) or "none"
-    agree = report.get("detection_agreement") or {}
-    return ["%-22s %s" % ("people per frame", shown or "-"),
-            "%-22s %s" % ("detections", labels),
-            "%-22s %s" % ("F1 vs unsplit", "%s (precision %s, recall %s, IoU >= %s)" % (
-                agree.get("f1"), agree.get("precision"), agree.get("recall"), agree.get("iou_threshold"))
-                if agree else "-")]
-
-
 def _caps_line(caps: Dict[str, Any]) -> str:
     """The run summary's CPU caps: the method and each role's share, or why the roles ran uncapped."""
     shares = caps.get("shares") or {}
@@ -296,7 +283,7 @@ def _summary(report: Dict[str, Any]) -> str:
                                                   lat.get("max")),
         "%-22s %s" % ("weights", report.get("weights_used") or report.get("weights")),
         "%-22s %s" % ("max abs error", report.get("max_abs_err")),
-    ] + (_detector_lines(report) if report.get("detector") else [
+    ] + (detector_lines(report) if report.get("detector") else [
         "%-22s %s / %s" % ("top-1 agree / top-5", report.get("top1_agreement"), report.get("top5_overlap")),
         "%-22s %s" % ("top-1 labels (frames)", ", ".join("%s %d" % kv for kv in
                                                          list((report.get("top1_labels") or {}).items())[:5]) or "-"),

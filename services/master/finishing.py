@@ -123,6 +123,9 @@ class Finisher:
         m.publish("failed" if m.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, m.out)
+        if report.get("detector"):  # the lines `cnnvideo local` prints: people per frame, boxes, F1 vs unsplit
+            for line in reporting.detector_lines(report):
+                log.info("%s", line)
         problem = exit_problem(m.failure, m.source_error, m.interrupted, cfg.frames, n_frames, tr.completed,
                                [r for r in records if r.status == "dropped"], report["lost"])
         if problem is not None:

@@ -50,3 +50,18 @@ def label_counts(records) -> Dict[str, int]:
         if r.top5:
             counts[r.top5[0][1]] = counts.get(r.top5[0][1], 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def detector_lines(report: Dict[str, Any]) -> List[str]:
+    """A detector run's summary, as the master logs it at the end and `cnnvideo local` prints it: people in each
+    frame, boxes per label, agreement with the unsplit model."""
+    people = [n for _, n in report.get("people_per_frame") or []]
+    shown = " ".join(str(n) for n in people[:30]) + (" ..." if len(people) > 30 else "")
+    labels = ", ".join("%s %d boxes in %d frames" % (k, v["boxes"], v["frames_with"])
+                       for k, v in (report.get("detections") or {}).items()) or "none"
+    agree = report.get("detection_agreement") or {}
+    return ["%-22s %s" % ("people per frame", shown or "-"),
+            "%-22s %s" % ("detections", labels),
+            "%-22s %s" % ("F1 vs unsplit", "%s (precision %s, recall %s, IoU >= %s)" % (
+                agree.get("f1"), agree.get("precision"), agree.get("recall"), agree.get("iou_threshold"))
+                if agree else "-")]

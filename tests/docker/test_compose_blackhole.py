@@ -146,7 +146,7 @@ def test_hop_blackholed_for_20_s_run_completes_nothing_lost(wheels_present, tmp_
         report = json.loads((out / "report.json").read_text())
         assert report["frames"] == FRAMES and report["completed"] == FRAMES, text[-3000:]
         assert report["lost"] == 0 and report["dropped"] == 0
-        assert report["max_abs_err"] == 0.0
+        assert report["max_abs_err"] <= 1e-4  # the detector on ORT: float rounding at some cuts
         assert sorted(p["frame"] for p in report["per_frame"]) == list(range(FRAMES))
         assert report["reliability"]["worker_restarts"] == {"w0": 0, "w1": 0}  # a network fault, no crash
         hop.stop()
