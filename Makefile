@@ -47,7 +47,7 @@ demo: setup video
 
 # The tiers, fastest first, so a broken unit test fails in a minute; each prints its 25 slowest tests.
 # Tests mostly wait (on processes, sockets, containers), so each tier runs its files on several pytest-xdist
-# processes (--dist loadgroup, a group per file: see tests/conftest.py); tests marked
+# processes (--dist loadscope: a file's tests, and its module fixtures, stay in one process); tests marked
 # `serial` (timing-sensitive: caps, shaped rates, timed profiles) run after, alone.
 PYTEST := $(PY) -m pytest -q -ra --durations=25 -p no:cacheprovider
 FAST_JOBS ?= 2
@@ -58,18 +58,18 @@ test: test-unit test-integration test-docker
 
 # the inner loop: unit and fuzz tests, not the slow ones (under 3 minutes on 2 cores)
 test-fast: setup
-	$(PYTEST) -n $(FAST_JOBS) --dist loadgroup -m "not slow and not serial" tests/unit tests/fuzz
+	$(PYTEST) -n $(FAST_JOBS) --dist loadscope -m "not slow and not serial" tests/unit tests/fuzz
 
 test-unit: setup
-	$(PYTEST) -n $(FAST_JOBS) --dist loadgroup -m "not serial" tests/unit tests/fuzz
+	$(PYTEST) -n $(FAST_JOBS) --dist loadscope -m "not serial" tests/unit tests/fuzz
 	$(PYTEST) -m serial tests/unit tests/fuzz
 
 test-integration: setup
-	$(PYTEST) -n $(INTEGRATION_JOBS) --dist loadgroup -m "not serial" tests/integration
+	$(PYTEST) -n $(INTEGRATION_JOBS) --dist loadscope -m "not serial" tests/integration
 	$(PYTEST) -m serial tests/integration
 
 test-docker: setup
-	$(PYTEST) -n $(DOCKER_JOBS) --dist loadgroup -m "not serial" tests/docker
+	$(PYTEST) -n $(DOCKER_JOBS) --dist loadscope -m "not serial" tests/docker
 	$(PYTEST) -m serial tests/docker
 
 lint: setup

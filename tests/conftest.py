@@ -65,23 +65,21 @@ def dog_photo():
     return path
 
 
+
 # Per tier, its longest files first (measured with --durations), so that on several pytest-xdist processes
-# (`make test`, --dist loadfile) none of them starts last and runs alone at the end; other files keep their order.
+# (`make test`, --dist loadscope) none of them starts last and runs alone at the end; other files keep their order.
 LONGEST_FIRST = {
-    "integration": ("test_faults.py", "test_events_people.py", "test_local_cluster.py", "test_detector.py",
-                    "test_events_master.py", "test_live.py", "test_netns_caps.py", "test_tls.py"),
-    "docker": ("test_swarm.py", "test_multiarch.py", "test_pi_standin.py", "test_compose_reliability.py",
-               "test_compose_blackhole.py", "test_compose.py"),
+    "integration": ("test_faults.py", "test_experiment.py", "test_reliability.py", "test_live.py",
+                    "test_readme_camera.py", "test_engines_cluster.py", "test_faster_rcnn_local.py",
+                    "test_engine_auto_local.py", "test_events_mqtt_netns.py", "test_detector.py",
+                    "test_local_cluster.py", "test_netns_caps.py", "test_events_people.py"),
+    "docker": ("test_swarm.py", "test_pi_standin.py", "test_compose_reliability.py", "test_compose_blackhole.py",
+               "test_compose.py", "test_multiarch.py"),
 }
 
 
 def pytest_collection_modifyitems(config, items):
-    """Reorder each tier's tests within that tier's own slots of the session by LONGEST_FIRST, stably; and put each
-    test in its file's xdist group, unless it names its own (`make test` runs --dist loadgroup: a file's tests and
-    its module fixtures stay in one process, while the shards of a long test run on several at once)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    """Reorder each tier's tests within that tier's own slots of the session by LONGEST_FIRST, stably."""
     for tier, names in LONGEST_FIRST.items():
         slots = [i for i, item in enumerate(items) if item.path.parent.name == tier]
         rank = {name: n for n, name in enumerate(names)}

@@ -79,8 +79,11 @@ def prebuild() -> None:
     if engine_problem() or docker("image", "inspect", base, check=False, timeout=30) == "":
         return
     ensure_weights()
-    subprocess.run(["docker", "compose", "build", "-q"], cwd=str(REPO), check=True, timeout=1800,
-                   env=dict(os.environ, COMPOSE_PROJECT_NAME="cnnvideo-prebuild"))
+    proc = subprocess.run(["docker", "compose", "build", "-q"], cwd=str(REPO), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=1800,
+                          env=dict(os.environ, COMPOSE_PROJECT_NAME="cnnvideo-prebuild"))
+    if proc.returncode != 0:
+        raise AssertionError("docker compose build failed: " + proc.stdout.strip()[-2000:])
     build_image("worker")
 
 

@@ -79,6 +79,7 @@ def _compute_per_frame(report, actor):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # compares still frames' compute time with a busy frame's: runs alone
 def test_idle_scene_skips_compute_and_keeps_results(tmp_path, cache_dir):
     """Still frames (noise within the input threshold) are skipped by every worker: each worker's median compute on
     them is at most 5% of its median busy frame's (and none reaches half), report.json counts the skips
