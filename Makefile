@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup weights detector photos demo test test-fast test-unit test-integration test-docker lint video proto clean
+.PHONY: setup weights detector photos demo test test-fast test-unit test-integration test-integration-parallel \
+	test-integration-serial test-docker test-docker-parallel test-docker-serial lint video proto clean
 
 setup: $(STAMP) weights detector
 
@@ -45,31 +46,44 @@ media/vtest.avi:
 demo: setup video
 	$(VENV)/bin/cnnvideo local --out out
 
-# The tiers, fastest first, so a broken unit test fails in a minute; each prints its 25 slowest tests.
-# Tests mostly wait (on processes, sockets, containers), so each tier runs its files on several pytest-xdist
-# processes (--dist loadscope: a file's tests, and its module fixtures, stay in one process); tests marked
-# `serial` (timing-sensitive: caps, shaped rates, timed profiles) run after, alone.
+# The tiers, fastest first, so a broken unit test fails in a few minutes; each run prints its 25 slowest tests.
+# Each tier runs on several pytest-xdist processes (--dist loadscope: a file's tests, and its module fixtures,
+# stay in one process; tests/conftest.py orders the longest files first), and its tests marked `serial`
+# (timing-sensitive: caps, shaped rates, timed profiles) after, alone. `make test` runs the integration and
+# docker tiers' parallel parts side by side (the first is CPU-bound, the second mostly waits on the engine), then
+# both serial parts; the output of each part is printed when it ends.
 PYTEST := $(PY) -m pytest -q -ra --durations=25 -p no:cacheprovider
+XDIST := --dist loadscope --no-loadscope-reorder
 FAST_JOBS ?= 2
 INTEGRATION_JOBS ?= 3
 DOCKER_JOBS ?= 3
 
-test: test-unit test-integration test-docker
+test: test-unit
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-integration-parallel test-docker-parallel
+	$(MAKE) --no-print-directory test-integration-serial test-docker-serial
 
 # the inner loop: unit and fuzz tests, not the slow ones (under 3 minutes on 2 cores)
 test-fast: setup
-	$(PYTEST) -n $(FAST_JOBS) --dist loadscope -m "not slow and not serial" tests/unit tests/fuzz
+	$(PYTEST) -n $(FAST_JOBS) $(XDIST) -m "not slow and not serial" tests/fuzz tests/unit
 
 test-unit: setup
-	$(PYTEST) -n $(FAST_JOBS) --dist loadscope -m "not serial" tests/unit tests/fuzz
+	$(PYTEST) -n $(FAST_JOBS) $(XDIST) -m "not serial" tests/fuzz tests/unit
 	$(PYTEST) -m serial tests/unit tests/fuzz
 
-test-integration: setup
-	$(PYTEST) -n $(INTEGRATION_JOBS) --dist loadscope -m "not serial" tests/integration
+test-integration: test-integration-parallel test-integration-serial
+
+test-integration-parallel: setup
+	$(PYTEST) -n $(INTEGRATION_JOBS) $(XDIST) -m "not serial" tests/integration
+
+test-integration-serial: setup
 	$(PYTEST) -m serial tests/integration
 
-test-docker: setup
-	$(PYTEST) -n $(DOCKER_JOBS) --dist loadscope -m "not serial" tests/docker
+test-docker: test-docker-parallel test-docker-serial
+
+test-docker-parallel: setup
+	$(PYTEST) -n $(DOCKER_JOBS) $(XDIST) -m "not serial" tests/docker
+
+test-docker-serial: setup
 	$(PYTEST) -m serial tests/docker
 
 lint: setup

@@ -69,6 +69,8 @@ def dog_photo():
 # Per tier, its longest files first (measured with --durations), so that on several pytest-xdist processes
 # (`make test`, --dist loadscope) none of them starts last and runs alone at the end; other files keep their order.
 LONGEST_FIRST = {
+    "unit": ("test_engines.py", "test_bench_engine.py", "test_ort_profile.py", "test_int8_cuts.py",
+             "test_onnx_graph.py", "test_faster_rcnn.py", "test_models.py"),
     "integration": ("test_faults.py", "test_experiment.py", "test_reliability.py", "test_live.py",
                     "test_readme_camera.py", "test_engines_cluster.py", "test_faster_rcnn_local.py",
                     "test_engine_auto_local.py", "test_events_mqtt_netns.py", "test_detector.py",
