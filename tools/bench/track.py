@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 SEQUENCES = ("TUD-Campus", "TUD-Stadtmitte")
 FPS = 25.0  # both TUD sequences
-FRAME_SIZE = (640, 480)  # width, height
+FRAME_SIZE = (480, 640)  # height, width, as every size in this project
 T0 = 1700000000.0
 TARGET_IDF1 = 0.90  # mean over sequences and seeds
 TARGET_SWITCHES = 3  # at most, in every sequence and seed
@@ -59,7 +59,8 @@ def load_gt(sequence: str) -> Frames:
 
 def noisy_detections(gt: Frames, seed: int, miss: float, jitter: float, false_per_frame: float,
                      frame_size: Tuple[int, int] = FRAME_SIZE) -> Dict[int, np.ndarray]:
-    """A detector's boxes per frame, (N, 5) x1,y1,x2,y2,score: the truth missed, jittered, plus false boxes."""
+    """A detector's boxes per frame, (N, 5) x1,y1,x2,y2,score: the truth missed, jittered, plus false boxes
+    placed inside a `frame_size` (height, width) frame."""
     rng = np.random.default_rng(seed)
     sizes = np.concatenate([b[:, 2:] - b[:, :2] for _, b in gt.values()])
     out: Dict[int, np.ndarray] = {}
@@ -72,7 +73,7 @@ def noisy_detections(gt: Frames, seed: int, miss: float, jitter: float, false_pe
         noisy = noisy[keep]
         n_false = rng.poisson(false_per_frame)
         fwh = sizes[rng.integers(0, len(sizes), n_false)]
-        fxy = rng.random((n_false, 2)) * np.maximum(np.array(frame_size, dtype=np.float64) - fwh, 1.0)
+        fxy = rng.random((n_false, 2)) * np.maximum(np.array(frame_size[::-1], dtype=np.float64) - fwh, 1.0)
         allb = np.concatenate([noisy, np.concatenate([fxy, fxy + fwh], 1)])
         scores = rng.uniform(0.5, 1.0, (len(allb), 1))
         out[f] = np.concatenate([allb, scores], 1)
