@@ -219,8 +219,15 @@ def test_prepare_builds_a_stage_in_the_background_and_says_when_it_is_ready(clus
         assert time.time() < deadline, "stages of %s not built in 120 s" % plan
         time.sleep(0.2)
     folder = os.path.dirname(os.path.expanduser(cfg.cache_dir))
-    assert "worker 0: stage 0..9 built in the background on torch-fp32" in open(os.path.join(folder, "w0.log")).read()
-    assert "worker 1: stage 9..23 built in the background" in open(os.path.join(folder, "w1.log")).read()
+
+    def logged(name, text):  # the stage counts as built just before its thread logs so: wait for the line
+        while text not in open(os.path.join(folder, name)).read():
+            assert time.time() < deadline, "%s lacks %r" % (name, text)
+            time.sleep(0.2)
+        return True
+
+    assert logged("w0.log", "worker 0: stage 0..9 built in the background on torch-fp32")
+    assert logged("w1.log", "worker 1: stage 9..23 built in the background")
     assert stubs[0].Prepare(pb.PrepareRequest(cuts=[0, 0, 23]), timeout=30).ready  # w0 only forwards
     for bad in ([0, 30, 23], [0, 5], [3, 5, 23]):
         with pytest.raises(grpc.RpcError) as err:
