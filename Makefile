@@ -55,7 +55,7 @@ demo: setup video
 PYTEST := $(PY) -m pytest -q -ra --durations=25 -p no:cacheprovider
 XDIST := --dist loadscope --no-loadscope-reorder
 FAST_JOBS ?= 2
-INTEGRATION_JOBS ?= 4
+INTEGRATION_JOBS ?= 3
 DOCKER_JOBS ?= 3
 
 test: test-unit

@@ -67,6 +67,7 @@ def test_stream_at_25fps_into_a_slower_chain_until_sigterm(tmp_path, synthetic_v
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # compares the fps of two runs: a neighbour on the cores skews the ratio
 def test_realtime_file_skips_what_the_chain_cannot_take(tmp_path, synthetic_video, cache_dir):
     """The synthetic clip played as if live at 50 fps for 30 processed frames: skipped = captured - processed,
     lost 0, processed fps about the chain's throughput in an offline run of the same chain."""
