@@ -89,22 +89,22 @@ def test_worker1_killed_twice_compose_restarts_it_and_the_run_completes(wheels_p
         log = MasterLog(names["master"])
 
         # fault 1: worker1 crashes (SIGKILL to all its processes but docker-init, which then exits 137)
-        log.wait_for(lambda: log.sent >= KILL_AT[0], 300)
+        log.wait_for(lambda: log.sent >= KILL_AT[0], 900)  # generous: CI runs the integration tier beside it
         docker("exec", worker1, "sh", "-c", "kill -KILL -1")
         t_kill1 = time.time()
-        log.wait_for(lambda: log.resyncs >= 1, 180)
+        log.wait_for(lambda: log.resyncs >= 1, 600)
         crash_recovery = time.time() - t_kill1
         restarted_by_docker = _restart_count(worker1)  # `docker start` below resets the count
         assert restarted_by_docker >= 1, "on-failure did not restart worker1 after a crash"
 
         # fault 2: `docker kill` (a manual stop: no policy restarts it), then the operator starts it again
-        log.wait_for(lambda: log.sent >= KILL_AT[1], 300)
+        log.wait_for(lambda: log.sent >= KILL_AT[1], 900)
         docker("kill", worker1)
         t_kill2 = time.time()
         time.sleep(3)
         assert not _running(worker1), "docker restarted a container stopped by `docker kill`"
         docker("start", worker1)
-        log.wait_for(lambda: log.resyncs >= 2, 180)
+        log.wait_for(lambda: log.resyncs >= 2, 600)
         kill_recovery = time.time() - t_kill2
 
         code = docker("wait", names["master"], timeout=600).strip()
