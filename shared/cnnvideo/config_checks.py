@@ -49,11 +49,11 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
     from cnnvideo.artifacts import onnx_model_path
 
-    if cfg.engine is None:
-        cfg.engine = default_engine(cfg.model)
+    onnx_path = onnx_model_path(cfg.model)
+    if cfg.engine is None:  # unset: the only engine that runs an ONNX model file, else torch; resolved after
+        cfg.engine = "onnxruntime" if onnx_path else "torch"  # `fallback`, so it follows the model that runs
     if cfg.engine not in ENGINE_CHOICES:
         raise ConfigError("config key 'engine' must be one of %s, got %r" % ("|".join(ENGINE_CHOICES), cfg.engine))
-    onnx_path = onnx_model_path(cfg.model)
     if onnx_path:  # an ONNX file or a short name of one (cnnvideo.model.onnx_graph); the weights are in the file
         if check_files and not os.path.isfile(onnx_path):
             raise ConfigError("config key 'model': ONNX file not found: %s%s" % (
@@ -169,14 +169,6 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     _validate_live_view(cfg)
     _validate_events(cfg, check_files)
     return cfg
-
-
-def default_engine(model: str) -> str:
-    """The engine of a config that sets none (`engine` unset or null): onnxruntime for an ONNX model file (the only
-    engine that runs one), torch for a zoo model. Resolved after `fallback`, so it follows the model that runs."""
-    from cnnvideo.artifacts import onnx_model_path
-
-    return "onnxruntime" if onnx_model_path(model) else "torch"
 
 
 def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:

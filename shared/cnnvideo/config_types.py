@@ -225,7 +225,7 @@ class Config:
     frame_size: Tuple[int, int] = (480, 720)  # height, width
     mode: str = "delta"
     # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled); null (unset) = by model:
-    # onnxruntime for an ONNX model file, torch otherwise (config_checks.default_engine, resolved when loaded)
+    # onnxruntime for an ONNX model file, torch otherwise (resolved by config_checks.validate when loaded)
     engine: Optional[str] = None
     precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
     engine_options: EngineOptions = field(default_factory=EngineOptions)
