@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Write a compose file and cluster config for N workers, derived from docker-compose.yml; and the default
-cluster config configs/compose.yml from .env, so the two cannot drift apart.
+"""Write a compose file and cluster config for N workers, derived from docker-compose.yml; the same for the Pis
+and the Swarm stack; and the default cluster config configs/compose.yml from .env, so the two cannot drift apart.
 
+    python3 scripts/compose_workers.py              # N = WORKERS (environment, else .env)
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
     docker compose -f docker-compose.w4.yml up --build --exit-code-from master
+    python3 scripts/compose_workers.py 4 --pi       # also docker-compose.w4.pi.yml, docker-compose.w4.stack.yml,
+                                                    #   configs/compose-w4-pi.yml (edit its addresses)
     python3 scripts/compose_workers.py --from-env   # -> configs/compose.yml: frames, bandwidth, cpus from .env
     python3 scripts/compose_workers.py --check      # exit 1 naming the key if configs/compose.yml and .env differ
 
-Every worker gets the same CPU cap and every hop the same rate (flags below); edit the
-written files for uneven clusters. Needs PyYAML (in the venv and in the images).
+The links are a pool's (docs/deploy/compose.md): the master and every worker may send to any worker, every worker
+returns results to the master. Link i is the link INTO worker i: every path that ends at worker i is shaped at its
+rate (`bandwidth[i]` of the config), each sender on its own egress; link N is the return link into the master.
+`--chain` writes the old chain links instead (master<>worker0<>...<>worker<N-1><>master). Every worker gets the
+same CPU cap and every link the same rate unless `--rate` / `--cpus` list one per link / worker. Needs PyYAML (in
+the venv and in the images).
 """
 import argparse
 import copy
@@ -18,6 +25,7 @@ import sys
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPOLOGIES = ("pool", "chain")
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -32,10 +40,16 @@ def dump_compose(compose, fh):
     yaml.dump(compose, fh, Dumper=_NoAliases, sort_keys=False)
 
 
+def hop_prefixes(n):
+    """The .env prefixes of the n+1 links of an n-worker cluster: HOP<i> (the link into worker i), RET (the return
+    link into the master); each has _RATE, _DELAY_MS, _JITTER_MS, _LOSS_PCT."""
+    return ["HOP%d" % i for i in range(n)] + ["RET"]
+
+
 def hop_rate_vars(n):
-    """The .env names of the n+1 hop rates of an n-worker chain: HOP0_RATE (master<>worker0), HOP<i>_RATE
-    (worker<i-1><>worker<i>), RET_RATE (last worker<>master); for 2 workers, the names docker-compose.yml uses."""
-    return ["HOP%d_RATE" % i for i in range(n)] + ["RET_RATE"]
+    """The .env names of the n+1 link rates: HOP<i>_RATE (into worker i: from the master and every other worker in
+    a pool; from the previous role in a chain), RET_RATE (into the master); for 2 workers, docker-compose.yml's."""
+    return [p + "_RATE" for p in hop_prefixes(n)]
 
 
 def cpu_vars(n):
@@ -43,13 +57,54 @@ def cpu_vars(n):
     return ["WORKER%d_CPUS" % i for i in range(n)]
 
 
-def env_templated(n, rate=3, cpus=0.5):
-    """The compose mapping of build(n, ...) with every hop rate and worker cap read from the environment at
-    `docker compose` time (${HOP<i>_RATE:-rate}, ${WORKER<i>_CPUS:-cpus}, ${CONFIG:-compose.yml}), as
-    docker-compose.yml does: the experiment runner's compose backend sets them per run."""
-    rates = ["${%s:-%s}" % (v, rate) for v in hop_rate_vars(n)]
+def templated_settings(prefix, rate=3):
+    """A link's settings read from the environment at `docker compose` time, as docker-compose.yml writes them."""
+    return "rate=${%s_RATE:-%s},delay=${%s_DELAY_MS:-0},jitter=${%s_JITTER_MS:-0},loss=${%s_LOSS_PCT:-0}" % (
+        prefix, rate, prefix, prefix, prefix)
+
+
+def fixed_settings(rate):
+    return "rate=%g,delay=0,jitter=0,loss=0" % rate
+
+
+def pool_paths(n):
+    """(sender, receiver, link) of every path a pool of n workers uses, grouped by receiver: the master and every
+    other worker send to worker i over link i (the input hop may go to any replica of the first stage, a replica of
+    stage s sends to any replica of stage s+1); every worker sends results to the master over link n."""
+    workers = ["worker%d" % i for i in range(n)]
+    paths = [(src, dst, i) for i, dst in enumerate(workers) for src in ["master"] + workers if src != dst]
+    return paths + [(w, "master", n) for w in workers]
+
+
+def link_args(n, settings, topology="pool"):
+    """The netem helper's arguments (--link SPEC ...). `settings[k]`: the text after the names of link k (k < n:
+    into worker k; k = n: into the master). A pool shapes each directed path at its receiver's link (one link per
+    device, whoever sends: tools/linkemu.py's model); a chain shapes hop k both ways (master<>worker0, ...,
+    worker<n-1><>master)."""
+    if len(settings) != n + 1:
+        raise ValueError("%d link settings for %d workers (need %d)" % (len(settings), n, n + 1))
+    if topology == "pool":
+        specs = ["%s>%s,%s" % (src, dst, settings[k]) for src, dst, k in pool_paths(n)]
+    elif topology == "chain":
+        chain = ["master"] + ["worker%d" % i for i in range(n)] + ["master"]
+        specs = ["%s<>%s,%s" % (a, b, s) for a, b, s in zip(chain[:-1], chain[1:], settings)]
+    else:
+        raise ValueError("topology must be one of %s, got %r" % (", ".join(TOPOLOGIES), topology))
+    command = []
+    for spec in specs:
+        command += ["--link", spec]
+    return command
+
+
+def env_templated(n, rate=3, cpus=0.5, topology="chain"):
+    """The compose mapping of build(n, ...) with every link's settings and worker cap read from the environment at
+    `docker compose` time (${HOP<i>_RATE:-rate}, ${HOP<i>_DELAY_MS:-0}, ..., ${WORKER<i>_CPUS:-cpus},
+    ${CONFIG:-compose.yml}), as docker-compose.yml does: the experiment runner's compose backend sets them per run.
+    Its default topology stays the chain while tools/experiment names and re-shapes chain links (hop_links,
+    change_link); env_templated(2, topology="pool") is docker-compose.yml's netem service."""
+    settings = [templated_settings(p, rate) for p in hop_prefixes(n)]
     caps = ["${%s:-%s}" % (v, cpus) for v in cpu_vars(n)]
-    return build(n, rates, caps, config_name="${CONFIG:-compose.yml}")[0]
+    return build(n, settings, caps, config_name="${CONFIG:-compose.yml}", topology=topology, templated=True)[0]
 
 
 def _per(value, count, what):
@@ -61,11 +116,13 @@ def _per(value, count, what):
     return [value] * count
 
 
-def build(n, rate, cpus, config_name=None):
-    """(compose mapping, cluster config mapping) for a chain of n workers. `rate`: MB/s of every hop, or a list of
-    the n+1 hops (master->worker0, ..., last worker->master); `cpus`: every worker's cap, or a list of n;
-    `config_name`: the file in /app/configs the roles read (default compose-w<n>.yml)."""
-    rates = _per(rate, n + 1, "hop rates")
+def build(n, rate, cpus, config_name=None, topology="pool", templated=False):
+    """(compose mapping, cluster config mapping) for n workers. `rate`: MB/s of every link, or a list of the n+1
+    links (into worker0, ..., into worker n-1, into the master); `cpus`: every worker's cap, or a list of n;
+    `config_name`: the file in /app/configs the roles read (default compose-w<n>.yml); `topology`: pool (every path
+    a pool uses, shaped at its receiver's rate) or chain; `templated`: `rate` holds whole link settings texts
+    (env_templated's), not numbers."""
+    rates = _per(rate, n + 1, "link rates")
     caps = _per(cpus, n, "worker CPU caps")
     with open(os.path.join(REPO, "docker-compose.yml")) as fh:
         compose = yaml.safe_load(fh)  # resolves the x-role anchors and merge keys
@@ -84,19 +141,67 @@ def build(n, rate, cpus, config_name=None):
         svc["cpus"] = caps[i]
         svc["environment"] = {"CNNVIDEO_HOST": "worker%d-cpus%s" % (i, caps[i])}
         services["worker%d" % i] = svc
-    chain = ["master"] + ["worker%d" % i for i in range(n)] + ["master"]
-    command = []
-    for a, b, r in zip(chain[:-1], chain[1:], rates):
-        command += ["--link", "%s<>%s,rate=%s,delay=0,jitter=0,loss=0" % (a, b, r)]
-    services["netem"]["command"] = command
+    settings = rates if templated else [fixed_settings(r) for r in rates]
+    services["netem"]["command"] = link_args(n, settings, topology)
     services["master"]["depends_on"] = {
-        name: {"condition": "service_healthy"} for name in ["trainer", "netem"] + chain[1:-1]
+        name: {"condition": "service_healthy"} for name in ["trainer", "netem"] + ["worker%d" % i for i in range(n)]
     }
     cfg["cluster"]["workers"] = ["worker%d:50060" % i for i in range(n)]
-    if all(isinstance(v, (int, float)) for v in rates + caps):  # templated (env) values: the caller's config
+    if not templated and all(isinstance(v, (int, float)) for v in rates + caps):
         cfg["bandwidth"] = [float(r) for r in rates[:n]]
         cfg["cpus"] = dict({"master": 1.0, "trainer": 1.0}, **{"worker%d" % i: caps[i] for i in range(n)})
     return compose, cfg
+
+
+def build_pi(n, rate=3.0, config_name=None):
+    """(Pi compose mapping, Swarm stack mapping, Pi cluster config) for n workers, from docker-compose.pi.yml,
+    docker-stack.yml and configs/compose-pi.yml: worker<i> services (the stack places worker<i> on the node labelled
+    cnnvideo.role=worker<i>), the stack's helper shapes the pool's links (HOP<i>_*, RET_* at deploy time), and the
+    config's addresses continue the file's pattern (the next LAN address and port per worker: edit them) and its
+    `bandwidth` (what the cost model plans with) is `rate`; the helper enforces HOP<i>_RATE as deployed."""
+    config_name = config_name or "compose-w%d-pi.yml" % n
+    with open(os.path.join(REPO, "docker-compose.pi.yml")) as fh:
+        pi = yaml.safe_load(fh)
+    with open(os.path.join(REPO, "docker-stack.yml")) as fh:
+        stack = yaml.safe_load(fh)
+    with open(os.path.join(REPO, "configs", "compose-pi.yml")) as fh:
+        cfg = yaml.safe_load(fh)
+    for doc, var in ((pi, "${PI_CONFIG:-compose-pi.yml}"), (stack, None)):
+        services = doc["services"]
+        template = services.pop("worker1")
+        services.pop("worker0")
+        for i in range(n):
+            svc = copy.deepcopy(template)
+            svc["command"] = svc["command"][:-1] + [str(i)]  # [..., "-i", "<i>"]
+            if "deploy" in svc:
+                svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == worker%d" % i]}
+            services["worker%d" % i] = svc
+        if var:
+            for svc in services.values():
+                if isinstance(svc.get("command"), list):
+                    svc["command"] = [c.replace(var, "${PI_CONFIG:-%s}" % config_name) for c in svc["command"]]
+        for key in [k for k in doc if k.startswith("x-")]:  # the anchors' sources: expanded in every service
+            del doc[key]
+        # keep the master last, as in the committed files
+        doc["services"] = {k: services[k] for k in sorted(services, key=lambda k: (k == "master" or k == "netem", k))}
+    netem = stack["services"]["netem"]
+    command, keep = list(netem["command"]), []  # keep --config FILE --address master=..., drop the 2-worker links
+    while command:
+        arg = command.pop(0)
+        if arg == "--link":
+            command.pop(0)
+        else:
+            keep.append(arg)
+    netem["command"] = keep + link_args(n, [templated_settings(p) for p in hop_prefixes(n)], "pool")
+    stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
+    workers = [str(w) for w in cfg["cluster"]["workers"]]
+    host, _, port = workers[-1].rpartition(":")
+    prefix, _, last = host.rpartition(".")
+    for step in range(1, n - len(workers) + 1):
+        workers.append("%s.%d:%d" % (prefix, int(last) + step, int(port) + step))
+    cfg["cluster"]["workers"] = workers[:n]
+    cfg["bandwidth"] = [float(r) for r in _per(rate, n, "link rates")]
+    return pi, stack, cfg
 
 
 # configs/compose.yml keys that .env owns: config key -> how to compute it from the .env values
@@ -159,11 +264,45 @@ def write_from_env(env_path=None, config_path=None):
     return config_path
 
 
+def _numbers(text):
+    """'3' -> 3.0, '1,2,4' -> [1.0, 2.0, 4.0] (argparse type)."""
+    values = [float(v) for v in text.split(",")]
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("must be > 0: %r" % text)
+    return values[0] if len(values) == 1 else values
+
+
+def env_workers(env_path=None):
+    """N of the generated cluster: WORKERS from the environment, else from .env, else None."""
+    if os.environ.get("WORKERS"):
+        return int(os.environ["WORKERS"])
+    env_path = env_path or os.path.join(REPO, ".env")
+    value = read_env(env_path).get("WORKERS") if os.path.exists(env_path) else None
+    return int(value) if value else None
+
+
+def _write(path, header, mapping, compose_file):
+    with open(path, "w") as fh:
+        fh.write(header)
+        if compose_file:
+            dump_compose(mapping, fh)
+        else:
+            yaml.safe_dump(mapping, fh, sort_keys=False)
+    return os.path.relpath(path, REPO)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("workers", type=int, nargs="?", help="number of workers in the chain (>= 1)")
-    parser.add_argument("--rate", type=float, default=3.0, help="MB/s on every hop (default 3)")
-    parser.add_argument("--cpus", type=float, default=0.5, help="CPU cap of every worker (default 0.5)")
+    parser.add_argument("workers", type=int, nargs="?",
+                        help="number of workers (>= 1; default: WORKERS from the environment, else from .env)")
+    parser.add_argument("--rate", type=_numbers, default=3.0,
+                        help="MB/s of every link, or N+1 comma-separated: into worker0..N-1, into the master "
+                             "(default 3)")
+    parser.add_argument("--cpus", type=_numbers, default=0.5,
+                        help="CPU cap of every worker, or N comma-separated (default 0.5)")
+    parser.add_argument("--chain", action="store_true", help="chain links (worker i <> worker i+1) instead of a pool's")
+    parser.add_argument("--pi", action="store_true",
+                        help="also write the Pi compose file, the Swarm stack and the Pi cluster config for N workers")
     parser.add_argument("--from-env", action="store_true", help="write configs/compose.yml from .env")
     parser.add_argument("--check", action="store_true", help="exit 1 if configs/compose.yml and .env differ")
     args = parser.parse_args(argv)
@@ -176,20 +315,36 @@ def main(argv=None):
     if args.from_env:
         print("wrote %s" % os.path.relpath(write_from_env(), REPO))
         return 0
-    if args.workers is None:
-        parser.error("give the number of workers, --from-env or --check")
-    if args.workers < 1 or args.rate <= 0 or args.cpus <= 0:
-        parser.error("workers must be >= 1, rate and cpus > 0")
-    compose, cfg = build(args.workers, args.rate, args.cpus)
-    compose_path = os.path.join(REPO, "docker-compose.w%d.yml" % args.workers)
-    config_path = os.path.join(REPO, "configs", "compose-w%d.yml" % args.workers)
-    with open(compose_path, "w") as fh:
-        fh.write("# generated by scripts/compose_workers.py %d; do not edit by hand\n" % args.workers)
-        dump_compose(compose, fh)
-    with open(config_path, "w") as fh:
-        fh.write("# generated by scripts/compose_workers.py %d\n" % args.workers)
-        yaml.safe_dump(cfg, fh, sort_keys=False)
-    print("wrote %s and %s" % (os.path.relpath(compose_path, REPO), os.path.relpath(config_path, REPO)))
+    n = args.workers if args.workers is not None else env_workers()
+    if n is None:
+        parser.error("give the number of workers (or WORKERS in .env), --from-env or --check")
+    if n < 1:
+        parser.error("workers must be >= 1")
+    topology = "chain" if args.chain else "pool"
+    try:
+        compose, cfg = build(n, args.rate, args.cpus, topology=topology)
+        pi = build_pi(n, args.rate if not isinstance(args.rate, list) else args.rate[:n]) if args.pi else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    made = "# generated by scripts/compose_workers.py %d%s%s; do not edit by hand\n" % (
+        n, " --chain" if args.chain else "", " --pi" if args.pi else "")
+    wrote = [_write(os.path.join(REPO, "docker-compose.w%d.yml" % n), made, compose, True),
+             _write(os.path.join(REPO, "configs", "compose-w%d.yml" % n), made.replace("; do not edit by hand", ""),
+                    cfg, False)]
+    if pi:
+        pi_compose, stack, pi_cfg = pi
+        wrote += [_write(os.path.join(REPO, "docker-compose.w%d.pi.yml" % n), made, pi_compose, True),
+                  _write(os.path.join(REPO, "docker-compose.w%d.stack.yml" % n), made, stack, True),
+                  _write(os.path.join(REPO, "configs", "compose-w%d-pi.yml" % n),
+                         made.replace("; do not edit by hand", "; the addresses continue compose-pi.yml's: edit them"),
+                         pi_cfg, False)]
+    print("wrote %s" % ", ".join(wrote))
+    print("run:  docker compose -f docker-compose.w%d.yml up --build --exit-code-from master" % n)
+    if pi:
+        print("Pis:  PI_CONFIG=compose-w%d-pi.yml docker compose -f docker-compose.w%d.pi.yml up -d --build ROLE"
+              % (n, n))
+        print("swarm: STACK_FILE=docker-compose.w%d.stack.yml PI_CONFIG=compose-w%d-pi.yml scripts/swarm_deploy.sh"
+              % (n, n))
     return 0
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from cnnvideo import artifacts
 from cnnvideo import config as config_mod
 from cnnvideo.plan import costinputs
+from cnnvideo.plan import pool
 from cnnvideo.plan.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
 from cnnvideo.plan.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
@@ -158,24 +159,51 @@ def evaluate(cfg: config_mod.Config, ctx: PlanContext) -> List[Dict[str, Any]]:
         t0 = time.perf_counter()
         plan = create(name, ctx.inputs, cfg.in_flight, delta, _options(cfg, name, ctx), cfg.group_size).initial_plan()
         decide_ms = 1000 * (time.perf_counter() - t0)
-        period = objective(plan, ctx.inputs, cfg.in_flight, delta)
-        rows.append({
-            "scheduler": name,
-            "cuts": plan.to_list(),
-            "split": _split(plan, ctx, names),
-            "per_frame_s": period,
-            "throughput_fps": 1.0 / period if period > 0 else float("inf"),
-            "latency_s": latency(plan, ctx.inputs, delta),
-            "simulated_per_frame_s": per_frame_time(plan, ctx.inputs, cfg.in_flight, frames=cfg.frames, delta=delta),
-            "stage_costs_s": [round(float(c), 6) for c in stage_costs(plan, ctx.inputs, delta)],
-            "decide_ms": round(decide_ms, 3),
-        })
+        rows.append(_row(name, plan, cfg, ctx, names, delta, decide_ms))
     return rows
 
 
+def shapes(cfg: config_mod.Config, ctx: PlanContext) -> List[Dict[str, Any]]:
+    """The best plan of each shape (edge, chain, replicas, hybrid: cnnvideo.plan.pool) with its predicted fps."""
+    delta = cfg.mode == "delta"
+    names = [c.name for c in ctx.graph.cuts]
+    return [_row(shape, c.plan, cfg, ctx, names, delta, 0.0)
+            for shape, c in sorted(pool.best_by_shape(ctx.inputs, cfg.in_flight, delta).items())]
+
+
+def _row(name: str, plan: Plan, cfg: config_mod.Config, ctx: PlanContext, names: List[str], delta: bool,
+         decide_ms: float) -> Dict[str, Any]:
+    period = objective(plan, ctx.inputs, cfg.in_flight, delta)
+    row = {
+        "scheduler": name,
+        "cuts": plan.to_list(),
+        "split": _split(plan, ctx, names),
+        "per_frame_s": period,
+        "throughput_fps": 1.0 / period if period > 0 else float("inf"),
+        "decide_ms": round(decide_ms, 3),
+    }
+    if plan.is_pool:
+        pc = pool.pool_costs(plan, ctx.inputs, cfg.in_flight, delta)
+        row.update(groups=[list(g) for g in plan.groups], shape=plan.shape(), latency_s=pc.latency,
+                   simulated_per_frame_s=pc.period, stage_costs_s=[round(float(c), 6) for c in pc.stage_period])
+    else:
+        row.update(latency_s=latency(plan, ctx.inputs, delta),
+                   simulated_per_frame_s=per_frame_time(plan, ctx.inputs, cfg.in_flight, frames=cfg.frames,
+                                                        delta=delta),
+                   stage_costs_s=[round(float(c), 6) for c in stage_costs(plan, ctx.inputs, delta)])
+    return row
+
+
 def _split(plan: Plan, ctx: PlanContext, names: List[str]) -> List[Dict[str, Any]]:
-    """Per worker: input cut, output cut, segment count, layer names."""
+    """Per worker (a pool plan: per stage, its first worker, `workers` all of them): input cut, output cut, segment
+    count, layer names."""
     out = []
+    if plan.is_pool:
+        for s, g in enumerate(plan.groups):
+            a, b = plan.cuts[s], plan.cuts[s + 1]
+            out.append({"worker": g[0], "workers": list(g), "from": names[a], "to": names[b], "segments": b - a,
+                        "layers": [ctx.graph.layers[i].name for k in range(a, b) for i in ctx.graph.segment_layers(k)]})
+        return out
     layers = plan.layers(ctx.graph)
     for w, (a, b) in enumerate(plan.worker_segments()):
         out.append({
@@ -227,6 +255,7 @@ def run(args) -> int:
                   "bytes_full": float(inputs.bytes_full[c.index]), "bytes_delta": float(inputs.bytes_delta[c.index])}
                  for c in ctx.graph.cuts],
         "schedulers": rows,
+        "shapes": shapes(cfg, ctx) if cfg.n_workers > 1 else [],
     }
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2))
@@ -237,11 +266,16 @@ def run(args) -> int:
     print("profile (1 core, %s): %.4f s per frame; predictors: %s" % (ctx.engine, summary["profile_total_s"],
                                                                      ctx.source))
     print("%-8s %10s %9s %10s  %s" % ("sched", "s/frame", "fps", "latency_s", "split (worker: first..last layer)"))
-    for row in rows:
+    for row in rows + ([{"scheduler": "--- best of each shape (pool model) ---", "split": [], "per_frame_s": 0.0,
+                         "throughput_fps": 0.0, "latency_s": 0.0}] + summary["shapes"] if summary["shapes"] else []):
+        if row["scheduler"].startswith("---"):
+            print(row["scheduler"])
+            continue
         parts = []
         for s in row["split"]:
             if s["layers"]:
-                parts.append("w%d: %s..%s (%d)" % (s["worker"], s["layers"][0], s["layers"][-1], len(s["layers"])))
+                who = "+".join("w%d" % w for w in s.get("workers", [s["worker"]]))
+                parts.append("%s: %s..%s (%d)" % (who, s["layers"][0], s["layers"][-1], len(s["layers"])))
             else:
                 parts.append("w%d: -" % s["worker"])
         print("%-8s %10.4f %9.3f %10.4f  %s" % (

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+import time
+from typing import Any, Dict, Optional
 
 from cnnvideo.master import reporting
 from cnnvideo.master.links import MasterError
@@ -60,6 +61,7 @@ class Finisher:
         m.feed.close()  # the capture stops: frames still queued count as skipped (captured = taken + to_trainer
         # + skipped)
         max_err = self.check_results()
+        cpu_now = time.process_time()  # the run's CPU ends with its check (writing the report is not counted)
         tr = m.tracker
         n_frames = tr.n_frames
         agreement = m.checker.agreement() if m.checker is not None else (None, None)
@@ -101,8 +103,13 @@ class Finisher:
         }
         if m.detecting is not None:  # detector, detections per label, agreement with the unsplit model, people
             extra.update(m.detecting.report())
-        extra.update(m.scheduler.report(n_frames, main_plan))
+        plan = reporting.main_plan(records, main_plan)
+        extra["pool"] = reporting.pool_report(m, plan)
+        extra["plan_decisions"] = [dict(d, **({"groups": [list(g) for g in p.groups]} if p.is_pool else {}))
+                                   for d, (_, p) in zip(extra["plan_decisions"], m.scheduler.plans)]
+        extra.update(m.scheduler.report(n_frames, plan))
         extra.update(self.live_extra(wall))
+        extra["master"] = self.master_cpu(cpu_now)
         extra["events"] = m.events.close()  # None unless events.enabled: tracks, events by type, MQTT, snapshots
         m.events.sync()
         os.makedirs(m.out, exist_ok=True)
@@ -131,6 +138,14 @@ class Finisher:
         if problem is not None:
             raise MasterError(problem)
         return 0
+
+    def master_cpu(self, cpu_now: float) -> Dict[str, Any]:
+        """report.json's `master`: this process's CPU seconds (all threads) from the run's start (results.jsonl
+        opened, just before the first frame) to `cpu_now`, per completed frame; its setup's CPU before that."""
+        m = self.m
+        start = m.results.opened_cpu_s if m.results is not None else None
+        return rpt.master_cpu(None if start is None else cpu_now - start, m.tracker.completed,
+                              m.checker is not None, start)
 
     def live_extra(self, wall: float):
         """Report fields of the source and real-time figures."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -77,36 +77,47 @@ class WorkerLinks:
             if not net.wait_healthy(addr, timeout):
                 raise MasterError("%s at %s is not serving (no healthy answer in %.0f s)" % (name, addr, timeout))
 
-    def down(self, timeout: float = 1.0) -> List[int]:
-        """Workers that do not answer their health check now."""
-        return [w for w in range(self.n) if not net.check_health(self.addresses[w], timeout=timeout)]
+    def _which(self, only: Optional[Sequence[int]]) -> List[int]:
+        return list(range(self.n)) if only is None else [w for w in only if 0 <= w < self.n]
 
-    def fetch_infos(self, wait_s: float = 0.0) -> List[int]:
-        """Info from every worker (waiting up to wait_s for each); the workers whose instance changed since the
-        previous fetch (they restarted)."""
-        infos = [self.call_waiting(w, "Info", pb.Empty(), self.timeout, wait_s) if wait_s > 0
-                 else self.call(w, "Info", pb.Empty()) for w in range(self.n)]
-        restarted = [w for w, info in enumerate(infos) if self.infos and info.instance != self.infos[w].instance]
+    def down(self, timeout: float = 1.0, only: Optional[Sequence[int]] = None) -> List[int]:
+        """Workers (of `only`, default all) that do not answer their health check now."""
+        return [w for w in self._which(only) if not net.check_health(self.addresses[w], timeout=timeout)]
+
+    def fetch_infos(self, wait_s: float = 0.0, only: Optional[Sequence[int]] = None) -> List[int]:
+        """Info from every worker of `only` (default all; waiting up to wait_s for each); the workers whose instance
+        changed since the previous fetch (they restarted). Workers not asked keep their last Info."""
+        which = self._which(only)
+        got = {w: self.call_waiting(w, "Info", pb.Empty(), self.timeout, wait_s) if wait_s > 0
+               else self.call(w, "Info", pb.Empty()) for w in which}
+        restarted = [w for w, info in got.items() if self.infos and info.instance != self.infos[w].instance]
         for w in restarted:
-            log.warning("%s restarted (instance %s -> %s)", self.name(w), self.infos[w].instance, infos[w].instance)
-        self.infos = infos
+            log.warning("%s restarted (instance %s -> %s)", self.name(w), self.infos[w].instance, got[w].instance)
+        if len(self.infos) == self.n:
+            for w, info in got.items():
+                self.infos[w] = info
+        else:
+            self.infos = [got[w] for w in range(self.n)] if len(got) == self.n else self.infos
         return restarted
 
     # ------------------------------------------------------------------ runs and streams
-    def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None) -> None:
-        """StartRun on every worker at once (with warm_cuts each builds its stage meanwhile)."""
+    def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None, only: Optional[Sequence[int]] = None
+                  ) -> None:
+        """StartRun on every worker of `only` (default all) at once (with warm_cuts each builds its stage
+        meanwhile)."""
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=max(self.n, 1)) as pool:
-            for f in [pool.submit(self.call, w, "StartRun", setup, timeout) for w in range(self.n)]:
+            for f in [pool.submit(self.call, w, "StartRun", setup, timeout) for w in self._which(only)]:
                 f.result()
 
-    def open_streams(self, run_id: str, gen: int, read_results: Callable, read_stages: Callable) -> None:
-        """Results and Stages streams of generation `gen` on every worker, each read by its own thread as
-        reader(w, call, gen)."""
+    def open_streams(self, run_id: str, gen: int, read_results: Callable, read_stages: Callable,
+                     only: Optional[Sequence[int]] = None) -> None:
+        """Results and Stages streams of generation `gen` on every worker of `only` (default all), each read by its
+        own thread as reader(w, call, gen)."""
         req = pb.StreamRequest(run_id=run_id, generation=gen)
         self.threads = [t for t in self.threads if t.is_alive()]
-        for w in range(self.n):
+        for w in self._which(only):
             for reader, method in ((read_results, "Results"), (read_stages, "Stages")):
                 call = getattr(self.stubs[w], method)(req)
                 self.calls.append(call)
@@ -130,11 +141,14 @@ class WorkerLinks:
         self.open_streams(setup.run_id, setup.generation, read_results, read_stages)
         return restarted
 
-    def prepare(self, cuts: List[int]) -> List[Tuple[bool, str]]:
-        """(ready, error) of every worker's stage of plan `cuts`, asked of all at once; each worker starts building
-        its stage in the background if it has not. RpcError when one cannot be asked."""
-        req = pb.PrepareRequest(cuts=cuts)
-        calls = [stub.Prepare.future(req, timeout=self.timeout) for stub in self.stubs]
+    def prepare(self, plan, only: Optional[Sequence[int]] = None) -> List[Tuple[bool, str]]:
+        """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a costmodel.Plan, or a chain's
+        cuts), asked of all at once; each worker starts building its stage in the background if it has not.
+        RpcError when one cannot be asked."""
+        cuts = list(getattr(plan, "cuts", plan))
+        stage_of = plan.stage_of(self.n) if getattr(plan, "is_pool", False) else []
+        req = pb.PrepareRequest(cuts=cuts, stage_of=stage_of)
+        calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 
     def end_run(self, run_id: str) -> None:

@@ -54,8 +54,8 @@ class StreamReader:
                 m.fault("%s is down (result stream lost: %s)" % (name, net.code_name(exc)), gen)
 
     def _record(self, w: int, res, y: np.ndarray, gen: int, now: float, reused: bool = False) -> bool:
-        """Record one result (received at `now`, decoded just before this call); False when a resync made this
-        stream stale."""
+        """Record one result (received at `now`, decoded just before this call), then hand on every frame that may
+        go on in frame order (ordering.ReorderBuffer); False when a resync made this stream stale."""
         m = self.m
         t_dec = time.time()
         f = res.frame_id
@@ -65,7 +65,10 @@ class StreamReader:
             if not m.tracker.complete(f, gen, w, t_dec):
                 log.warning("ignoring duplicate/unexpected result for frame %d from w%d", f, w)
                 return True
-            m.tracker.records[f].reused = reused
+            rec = m.tracker.records[f]
+            rec.reused = reused
+            if rec.route:
+                m.dispatcher.release(rec.route)
             try:
                 m.outputs.put(f, y)
             except OutputError as exc:
@@ -73,6 +76,43 @@ class StreamReader:
             captured = m.feed.captured_at.get(f, t_dec)
             m.capture_latency.append(t_dec - captured)
             m.events.processed(captured, t_dec)
+            m.last_event = now
+            hop = "w%d->m" % w
+            m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
+                                     res.output.keyframe)
+            m.events.hop_sent(hop, len(res.output.data))
+            m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
+            m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
+            m.ordering.add(f, (y, reused, captured, t_dec, hop, len(res.output.data)))
+            m.cond.notify_all()
+        self.deliver()
+        return True
+
+    def deliver(self) -> None:
+        """Hand on, in frame order, the completed frames no earlier frame in flight holds back (call without
+        holding `cond`; one caller at a time, so the order holds across the result streams)."""
+        m = self.m
+        with m.delivering:
+            with m.cond:
+                ready = m.ordering.pop_ready(m.tracker.oldest_pending())
+            for f, item in ready:
+                self._deliver(f, *item)
+
+    def drain(self) -> None:
+        """The end of the run: hand on whatever is still held."""
+        m = self.m
+        with m.delivering:
+            with m.cond:
+                ready = m.ordering.drain()
+            for f, item in ready:
+                self._deliver(f, *item)
+
+    def _deliver(self, f: int, y: np.ndarray, reused: bool, captured: float, t_dec: float, hop: str,
+                 nbytes: int) -> None:
+        """One completed frame to the detections, the live view, the thumbnails, results.jsonl, the checker and
+        the events."""
+        m = self.m
+        with m.cond:
             rgb = m.feed.pixels.get(f)
             dets = m.detecting.frame(f, m.model_outputs(y)) if m.detecting is not None else None
             if m.view is not None:
@@ -85,23 +125,13 @@ class StreamReader:
                     m.live_view.set_frame(rgb, dets)
             m.thumbs.add(f, rgb, dets)
             m.feed.release(f)
-            m.last_event = now
-            hop = "w%d->m" % w
-            m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
-                                     res.output.keyframe)
-            m.events.hop_sent(hop, len(res.output.data))
             if m.results is not None:
-                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, len(res.output.data), reused,
-                                 boxes=dets)
-            m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
-            m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
-            m.cond.notify_all()
+                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, nbytes, reused, boxes=dets)
         if m.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
             m.checker.offer(f, rgb, y)
         # outside the lock too (a snapshot is written on a track's end): a detector's boxes (frame pixels) become
         # tracks, a classifier's top-1 label changes (dets None)
         m.events_hook(f, captured, dets, rgb)
-        return True
 
     def stages(self, w: int, call, gen: int) -> None:
         m = self.m

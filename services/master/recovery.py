@@ -1,9 +1,15 @@
 """After a fault: a new generation, wait until every worker serves again, reset every hop on both sides (all
-hops keyframe) and re-send the frames that were in flight; and the watch that turns silence into a fault."""
+hops keyframe) and re-send the frames that were in flight; and the watch that turns silence into a fault.
+
+Under a pool plan a worker that is down need not stop the run: when every stage of the plan keeps a replica, the
+resync leaves it out (the dispatcher routes no frame to it) and the frames it had go to the others. The watch
+probes the workers left out, and one that serves again is taken back by the next resync (a fault of its own:
+"worker wN is back"), after which its links start with keyframes."""
 from __future__ import annotations
 
 import logging
 import time
+from typing import List, Sequence
 
 import grpc
 
@@ -11,6 +17,8 @@ from cnnvideo.master.links import MasterError
 from cnnvideo.rpc import net
 
 log = logging.getLogger(__name__)
+
+RETURN_PROBE_S = 1.0  # how often the workers a pool runs without are probed for their return
 
 
 class Recovery:
@@ -35,9 +43,9 @@ class Recovery:
         backoff = net.Backoff(rel.peer_wait_s)
         while m.failure is None:
             down = m.links.down()
-            if not down:
+            if not down or self.can_leave_out(down):
                 try:
-                    self.resync(gen)
+                    self.resync(gen, down)
                     break
                 except (MasterError, grpc.RpcError) as exc:
                     problem = str(exc) if isinstance(exc, MasterError) else net.code_name(exc)
@@ -50,23 +58,48 @@ class Recovery:
         with m.cond:
             m.last_event = time.time()
 
-    def resync(self, gen: int) -> None:
-        """Fresh channels (no reconnect backoff), restart detection, StartRun(gen) everywhere, new streams; then
-        every hop starts with a keyframe (fresh runs on the workers, a reset input sender here)."""
+    def can_leave_out(self, down: List[int]) -> bool:
+        """Whether the run can go on without the workers `down`: the current plan is a pool plan and every stage
+        keeps a replica (and so does every plan of the frames to re-send)."""
         m = self.m
-        for w in range(m.W):
+        plan = m.sending.sent_plan
+        if plan is None or not plan.is_pool:
+            return False
+        with m.cond:
+            plans = {tuple(tuple(g) for g in m.tracker.records[f].groups or ()) for f in m.tracker.retry_q}
+        left = set(range(m.W)) - set(down)
+        return all(left & set(g) for g in plan.stage_groups()) and all(
+            all(left & set(g) for g in groups) for groups in plans if groups)
+
+    def resync(self, gen: int, leave_out: Sequence[int] = ()) -> None:
+        """Fresh channels (no reconnect backoff), restart detection, StartRun(gen) on every worker not left out,
+        new streams; then every hop starts with a keyframe (fresh runs on the workers, reset input senders here)."""
+        m = self.m
+        live = [w for w in range(m.W) if w not in set(leave_out)]
+        for w in live:
             m.links.refresh(w)
-        m.count_restarts(m.links.fetch_infos())
+        m.count_restarts(m.links.fetch_infos(only=live))
         m.setup.check_infos()
-        m.links.start_run(m.setup_msg(gen))
-        m.links.open_streams(m.run_id, gen, m.reader.results, m.reader.stages)
+        m.links.start_run(m.setup_msg(gen), only=live)
+        m.links.open_streams(m.run_id, gen, m.reader.results, m.reader.stages, only=live)
+        with m.cond:
+            back = sorted(m.dispatcher.excluded - set(leave_out))
+            m.dispatcher.excluded = set(leave_out)
+            if leave_out or back:
+                m.left_out_events.append({"generation": gen, "left_out": list(leave_out), "back": back,
+                                          "at_s": round(time.time() - m.t_run, 3)})
         m.sending.reset()
-        log.info("resynchronised at generation %d: every hop starts with a keyframe", gen)
+        if leave_out:
+            log.warning("resynchronised at generation %d without %s: their frames go to the other replicas", gen,
+                        ", ".join(m.links.name(w) for w in leave_out))
+        else:
+            log.info("resynchronised at generation %d: every hop starts with a keyframe%s", gen,
+                     " (%s back)" % ", ".join("w%d" % w for w in back) if back else "")
 
     def name_dead_worker(self) -> None:
         """Make the failure line name the worker that is down, if one is."""
         m = self.m
-        down = m.links.down()
+        down = m.links.down(only=m.live_workers())
         if down:
             tag = "%s is down" % m.links.name(down[0])
             if not m.failure.startswith(tag):
@@ -78,15 +111,27 @@ def wait_watching(m, predicate) -> None:
     in flight is probed, and a worker that does not answer (or no progress for long) becomes a fault."""
     stall_s = max(m.cfg.limits.worker_down_s, 1.0)
     next_probe = time.time() + stall_s
+    next_return = time.time() + RETURN_PROBE_S
     while m.failure is None and not predicate():
         m.cond.wait(0.2)
         now = time.time()
+        if m.dispatcher.excluded and now >= next_return and m.tracker.pending_fault is None:
+            next_return = now + RETURN_PROBE_S
+            gen, out = m.tracker.generation, sorted(m.dispatcher.excluded)
+            m.cond.release()
+            try:
+                back = [w for w in out if not m.links.down(timeout=0.5, only=[w])]
+            finally:
+                m.cond.acquire()
+            if back:
+                m.fault("%s serves again: taking it back" % m.links.name(back[0]), gen)
+                continue
         if m.tracker.in_flight() and now - m.last_event > stall_s and now >= next_probe:
             next_probe = now + stall_s
             gen = m.tracker.generation
             m.cond.release()
             try:
-                dead = m.links.down(timeout=2.0)
+                dead = m.links.down(timeout=2.0, only=m.live_workers())
                 if dead:
                     m.fault("%s does not answer (no progress for %.0f s)" % (m.links.name(dead[0]),
                                                                              now - m.last_event), gen)

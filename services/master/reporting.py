@@ -2,18 +2,20 @@
 of each worker's stage and the top-1 label counts."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List
 
 
 def plan_layers(info, cuts: List[int], n_workers: int) -> List[List[str]]:
-    """Names of the layers each worker runs under `cuts`, from a worker's Info (segment layer counts and ids)."""
+    """Names of the layers each stage runs under `cuts` (a chain: each worker), from a worker's Info (segment layer
+    counts and ids)."""
     starts = [0]
     for c in info.segment_layers:
         starts.append(starts[-1] + c)
     ids = list(info.segment_layer_ids)
     names = list(info.layer_names)
     return [[names[i] if 0 <= i < len(names) else str(i) for i in ids[starts[cuts[w]]:starts[cuts[w + 1]]]]
-            for w in range(n_workers)]
+            for w in range(min(n_workers, len(cuts) - 1))]
 
 
 def per_frame(records) -> List[Dict[str, Any]]:
@@ -65,3 +67,32 @@ def detector_lines(report: Dict[str, Any]) -> List[str]:
             "%-22s %s" % ("F1 vs unsplit", "%s (precision %s, recall %s, IoU >= %s)" % (
                 agree.get("f1"), agree.get("precision"), agree.get("recall"), agree.get("iou_threshold"))
                 if agree else "-")]
+
+
+def main_plan(records, cuts: List[int]):
+    """The plan most frames used as a costmodel.Plan: with its groups when those frames ran a pool plan (`cuts`:
+    the tracker's most used cuts)."""
+    from cnnvideo.plan.costmodel import Plan
+
+    counts: Dict[tuple, int] = {}
+    for r in records:
+        if list(r.cuts) == list(cuts) and r.groups:
+            key = tuple(tuple(g) for g in r.groups)
+            counts[key] = counts.get(key, 0) + 1
+    groups = max(counts.items(), key=lambda kv: kv[1])[0] if counts else None
+    return Plan(tuple(cuts), groups)
+
+
+def pool_report(m, plan) -> Dict[str, object]:
+    """report.json `pool`: the plan's shape and groups, the frames each worker got, the workers left out and taken
+    back after faults, and how results waited for frame order."""
+    done = [r for r in m.tracker.ordered() if r.status == "completed"]
+    reporters = Counter(r.worker for r in done)
+    return {
+        "shape": plan.shape(),
+        "groups": [list(g) for g in plan.stage_groups()],
+        "frames_sent_per_worker": {"w%d" % w: n for w, n in enumerate(m.dispatcher.sent)},
+        "results_per_worker": {"w%d" % w: reporters.get(w, 0) for w in range(m.W)},
+        "left_out": list(m.left_out_events),
+        "ordering": m.ordering.report(),
+    }

@@ -13,14 +13,16 @@ import os
 import threading
 import time
 import uuid
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 from cnnvideo.config import Config
 from cnnvideo.master import reporting
+from cnnvideo.master.dispatch import Dispatcher
 from cnnvideo.master.events import MasterEvents
 from cnnvideo.master.feed import Feed
 from cnnvideo.master.finishing import Finisher
 from cnnvideo.master.links import MasterError, WorkerLinks
+from cnnvideo.master.ordering import ReorderBuffer
 from cnnvideo.master.outputs import OutputStore
 from cnnvideo.master.receiving import StreamReader
 from cnnvideo.master.recovery import Recovery, wait_watching
@@ -33,6 +35,7 @@ from cnnvideo.master.tracking import FrameTracker
 from cnnvideo.master.view import LivePage, ViewState
 from cnnvideo.master.warming import StageWarmer
 from cnnvideo.plan import schedulers
+from cnnvideo.plan.costmodel import Plan
 from cnnvideo.results import labels
 from cnnvideo.results.progress import ProgressFile
 from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -61,6 +64,10 @@ class MasterRole:
         self.failure: Optional[str] = None
         self.closing = False
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
+        self.dispatcher = Dispatcher(self.W)  # a pool plan's routes (frames outstanding per worker, workers left out)
+        self.ordering = ReorderBuffer(max_wait_s=max(cfg.limits.worker_down_s, 1.0))  # results in frame order
+        self.left_out_events: List[Dict[str, object]] = []  # resyncs that left workers out or took them back
+        self.delivering = threading.Lock()  # one thread hands results on at a time (never taken holding `cond`)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
         self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
         self.outputs.add_sink(self._label)
@@ -88,7 +95,7 @@ class MasterRole:
         self.restarts = 0
         self.worker_restarts = [0] * self.W
         # a re-plan switches once every worker has built its stages (asked through the links made by start())
-        self.warmer = StageWarmer(lambda cuts: self.links.prepare(cuts))
+        self.warmer = StageWarmer(lambda plan: self.links.prepare(plan, self.live_workers()))
         self.setup = Setup(self)
         self.sending = FrameSender(self)
         self.reader = StreamReader(self)
@@ -113,7 +120,8 @@ class MasterRole:
             self.count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self.setup.check_infos()
             self.links.start_run(self.setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
-            self.warmer.mark_ready(self._first_plan())  # StartRun's warm_cuts built it
+            if self._first_plan() is not None:
+                self.warmer.mark_ready(self._first_plan())  # StartRun's warm_cuts built it
             self.links.open_streams(self.run_id, 0, self.reader.results, self.reader.stages)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
@@ -127,6 +135,7 @@ class MasterRole:
             self.sending.drain(self.timeout)  # the last send's accounting (a result can come back before it)
         else:
             self.recovery.name_dead_worker()
+        self.reader.drain()  # results still held for frame order
         with self.cond:
             self.closing = True
         self.links.end_run(self.run_id)
@@ -154,6 +163,7 @@ class MasterRole:
                 take = fault is None and nxt is None and not self.feed_done
             if fault is not None:
                 self.recovery.recover(fault)
+                self.reader.deliver()  # frames dropped by the resync no longer hold later results
             elif take:
                 nxt = self.sending.take()
             if nxt is not None:
@@ -170,17 +180,24 @@ class MasterRole:
         else:
             self.fail("interrupted by signal %d" % signum)
 
-    def setup_msg(self, gen: int, warm_cuts: Sequence[int] = ()) -> pb.RunSetup:
-        """StartRun's message for generation `gen` (the workers build `warm_cuts`' stages before answering)."""
+    def setup_msg(self, gen: int, warm: Optional[Plan] = None) -> pb.RunSetup:
+        """StartRun's message for generation `gen` (the workers build their stage of plan `warm` before
+        answering)."""
         d = self.cfg.delta
+        warm_cuts = list(warm.cuts) if warm is not None else []
+        stage_of = warm.stage_of(self.W) if warm is not None and warm.is_pool else []
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=d.input_threshold,
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
-                           settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=list(warm_cuts),
-                           skip_unchanged=d.skip_unchanged)
+                           settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=warm_cuts,
+                           warm_stage_of=stage_of, skip_unchanged=d.skip_unchanged)
 
-    def _first_plan(self) -> List[int]:
-        """The cuts of the scheduler's first plan (the workers build those stages before the run), [] if none."""
-        return list(self.scheduler.initial_plan().cuts) if self.scheduler is not None else []
+    def _first_plan(self) -> Optional[Plan]:
+        """The scheduler's first plan (the workers build its stages before the run), None if there is none."""
+        return self.scheduler.initial_plan() if self.scheduler is not None else None
+
+    def live_workers(self) -> List[int]:
+        """The workers frames may go to: all but those a pool plan runs without after a fault."""
+        return [w for w in range(self.W) if w not in self.dispatcher.excluded]
 
     def settings_pb(self, keys) -> pb.Settings:
         """The master's settings that change results, for a request (a role whose own differ refuses it)."""

@@ -1,5 +1,9 @@
-"""Sending frames: take the next frame from the source, choose its plan, encode the input hop's delta and send
-it to worker 0 (paced like a shaped link under `local.links: paced`).
+"""Sending frames: take the next frame from the source, choose its plan and route, encode the input hop's delta
+and send it to the first stage's worker (paced like a shaped link under `local.links: paced`).
+
+A chain's frames all go to worker 0. A pool plan's frame goes to the replica of each stage with the fewest frames
+outstanding (dispatch.Dispatcher); the master keeps one closed-loop input sender per first-stage replica, so each
+replica gets deltas against the frame it saw last.
 
 The `Process` calls run on threads of their own: frame f+1 is taken and encoded while frame f is on the wire. Done in
 line, the loop took 37 ms a frame for the detector at caps 0.4 (5 ms encode, 19 ms send, the rest taking and
@@ -14,22 +18,24 @@ import logging
 import queue
 import threading
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import grpc
 import numpy as np
 
+from cnnvideo.master.dispatch import NoReplica
 from cnnvideo.master.feed import SourceError
+from cnnvideo.plan.costmodel import Plan
 from cnnvideo.plan.schedulers import InputDelta, PipelineState, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import net
 from cnnvideo.wire.pacing import pacer_for
-from cnnvideo.wire.protocol import HopPlanner, HopSettings
+from cnnvideo.wire.protocol import HopPlanner, HopSettings, OutputHop
 
 log = logging.getLogger(__name__)
 
-SEND_DEPTH = 2  # Process calls in flight on the input hop
+SEND_DEPTH = 2  # Process calls in flight on the input hop (per worker it may go to)
 
 
 class LinkClock:
@@ -55,23 +61,30 @@ class FrameSender:
     def __init__(self, m) -> None:
         self.m = m
         cfg = m.cfg
-        self.sender = HopSettings.from_delta(cfg.delta, cfg.mode).sender(0)  # the input hop (uint8 frame)
+        self.hops = HopSettings.from_delta(cfg.delta, cfg.mode)
+        self.inputs: Dict[int, OutputHop] = {}  # receiving worker -> the input hop's sender to it (uint8 frame)
+        self.seqs: Dict[int, int] = {}  # receiving worker -> next sequence number on that link
         self.hop_plan = HopPlanner(m.W, cfg.mode, cfg.delta.keyframe_every)
-        self.pacer = pacer_for(cfg, 0)  # `local.links: paced`: the input hop waits bytes / rate like a shaped link
-        self.seq0 = 0
+        # `local.links: paced`: the input hop waits bytes / rate like a shaped link (the rate into each worker)
+        self.pacers = [pacer_for(cfg, w) for w in range(m.W)]
         self.cut0_shape: tuple = ()
-        self.sent_cuts: Optional[List[int]] = None  # the plan of the newest frame sent
+        self.sent_plan: Optional[Plan] = None  # the plan of the newest frame sent
         self.outbox: queue.Queue = queue.Queue(1)  # encoded frames waiting for the transmit thread
         self.unsent = 0  # frames queued or on the wire (under `done`)
         self.done = threading.Condition()
         self.threads: List[threading.Thread] = []
-        self.link = LinkClock()
+        self.clocks = [LinkClock() for _ in range(m.W)]  # per first-stage worker's link
+
+    @property
+    def sent_cuts(self) -> Optional[List[int]]:
+        return list(self.sent_plan.cuts) if self.sent_plan is not None else None
 
     def reset(self) -> None:
-        """After a resync every hop starts with a keyframe."""
-        self.sender.reset()
-        self.seq0 = 0
+        """After a resync every hop starts with a keyframe (fresh senders), no frame is outstanding anywhere."""
+        self.inputs.clear()
+        self.seqs.clear()
         self.hop_plan.resync()
+        self.m.dispatcher.reset()
 
     def take(self):
         """The next new frame from the source as (frame, False), or None when there are no more (the run then
@@ -91,13 +104,14 @@ class FrameSender:
             m.tracker.n_frames = f + 1
             return m.tracker.next_frame()
 
-    def plan(self, f: int, resend: bool) -> List[int]:
-        """The cuts frame f runs with: a re-send keeps its plan; a new frame asks the scheduler, and keeps the
+    def plan(self, f: int, resend: bool) -> Plan:
+        """The plan frame f runs with: a re-send keeps its plan; a new frame asks the scheduler, and keeps the
         current plan until every worker has built the stages of a new one."""
         m = self.m
         if resend:
             with m.cond:
-                return m.tracker.cuts_of(f)
+                rec = m.tracker.records[f]
+                return Plan(tuple(rec.cuts), tuple(tuple(g) for g in rec.groups) if rec.groups else None)
         state = None
         if m.scheduler.needs_state(f):
             with m.cond:
@@ -105,30 +119,54 @@ class FrameSender:
                 flying, done = m.tracker.state()
             change = m.feed.change(f, m.cfg.group_size) if m.live else None
             state = PipelineState(flying, done, now - m.t_run, change)
-        return m.warmer.choose(f, list(m.scheduler.plan_for(f, state).cuts), self.sent_cuts)
+        return m.warmer.choose(f, m.scheduler.plan_for(f, state), self.sent_plan)
+
+    def route(self, plan: Plan) -> List[int]:
+        """The worker of each stage for the next frame of `plan` (a chain: stage s on worker s). A pool plan whose
+        stage has no worker left (all out after faults) raises NoReplica."""
+        if not plan.is_pool:
+            return list(range(len(plan.cuts) - 1))
+        with self.m.cond:
+            return self.m.dispatcher.route(plan)
 
     def send(self, f: int, resend: bool) -> None:
         m = self.m
-        cuts = self.plan(f, resend)
+        plan = self.plan(f, resend)
+        cuts = list(plan.cuts)
+        try:
+            route = self.route(plan)
+        except NoReplica as exc:
+            with m.cond:
+                m.tracker.retry_q.appendleft(f)  # the resync that the fault starts sends it again
+            m.fault(str(exc))
+            return
         keyframe, epochs = self.hop_plan.plan(f, cuts)
         t0 = time.time()
         x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape)
-        data = self.sender.encode(x, keyframe=keyframe[0])
-        unchanged = not keyframe[0] and self.sender.last_nnz == 0  # empty input delta: every stage skips the frame
+        first = route[0]
+        hop = self.inputs.get(first)
+        if hop is None:
+            hop = self.inputs[first] = OutputHop(self.hops)
+        data, whole = hop.encode(0, x, planned=keyframe[0])
+        unchanged = not whole and hop.last_nnz() == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
+        seq = self.seqs.get(first, 0)
+        self.seqs[first] = seq + 1
         with m.cond:
             gen = m.tracker.generation
-            m.tracker.sent(f, cuts, t0, resend)
+            m.tracker.sent(f, cuts, t0, resend, route if plan.is_pool else None, plan.groups)
+            if plan.is_pool:
+                m.dispatcher.take(route)
             if not resend:
-                self.sent_cuts = list(cuts)
+                self.sent_plan = plan
             if m.results is not None:
-                m.results.sent(f, cuts, m.feed.captured_at.get(f, t0), len(data))
+                m.results.sent(f, cuts, m.feed.captured_at.get(f, t0), len(data), route)
             if m.tracker.completed == 0 and f == 0:
                 m.last_event = t0
         task = pb.FrameTask(run_id=m.run_id, generation=gen, frame_id=f, cuts=cuts, keyframe=keyframe,
-                            epoch=epochs, hop=0, seq=self.seq0, created_at=t0, sent_at=t1,
-                            payload=pb.Tensor(cut=0, data=data, keyframe=keyframe[0], bytes_dense=x.size * 4))
-        self.seq0 += 1
+                            epoch=epochs, hop=0, seq=seq, created_at=t0, sent_at=t1,
+                            route=route if plan.is_pool else [],
+                            payload=pb.Tensor(cut=0, data=data, keyframe=whole, bytes_dense=x.size * 4))
         with m.cond:
             m.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))
         self._start()
@@ -139,11 +177,12 @@ class FrameSender:
             m.view.plan = list(cuts)
         m.publish()
         if f % 10 == 0 and not resend:
-            log.info("sent frame %d/%s (plan %s, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", cuts,
-                     len(data), m.tracker.completed)
+            log.info("sent frame %d/%s (plan %s, to w%d, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", plan,
+                     first, len(data), m.tracker.completed)
 
     def _start(self) -> None:
-        while len(self.threads) < SEND_DEPTH:
+        # SEND_DEPTH calls per first-stage worker: a pool's replicas each get their own transfers in flight
+        while len(self.threads) < SEND_DEPTH * max(self.m.W, 1):
             t = threading.Thread(target=self._transmit_loop, name="send-w0-%d" % len(self.threads), daemon=True)
             self.threads.append(t)
             t.start()
@@ -171,29 +210,31 @@ class FrameSender:
                     self.done.notify_all()
 
     def _transmit(self, task, dense: int, unchanged: bool) -> None:
-        """Send one encoded frame to worker 0 and account for it; a fault names worker 0, in the task's generation."""
+        """Send one encoded frame to its first stage's worker and account for it; a fault names that worker, in the
+        task's generation."""
         m = self.m
         f, gen, n = task.frame_id, task.generation, len(task.payload.data)
+        w = task.route[0] if task.route else 0
         with m.cond:
             if gen != m.tracker.generation or m.failure is not None:
                 return  # a resync came between: it re-sends the frame
         t1 = time.time()
         task.sent_at = t1
         try:
-            if self.pacer is not None:
-                self.pacer.wait(task.ByteSize())
-            m.links.stubs[0].Process(task, timeout=m.timeout)
+            if self.pacers[w] is not None:
+                self.pacers[w].wait(task.ByteSize())
+            m.links.stubs[w].Process(task, timeout=m.timeout)
         except grpc.RpcError as exc:
-            m.fault("worker w0 at %s is down (cannot send frame %d: %s)" % (m.addresses[0], f, net.code_name(exc)),
-                    gen)
+            m.fault("worker w%d at %s is down (cannot send frame %d: %s)" % (w, m.addresses[w], f,
+                                                                          net.code_name(exc)), gen)
             return
         t2 = time.time()
-        t1 = self.link.busy_start(t1, t2)
+        t1 = self.clocks[w].busy_start(t1, t2)
         keyframe = bool(task.payload.keyframe)
         with m.cond:
             m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, n))
-            m.telemetry.hop("m->w0").add(n, dense, t2 - t1, keyframe)
-            m.events.hop_sent("m->w0", n)
-            m.scheduler.observe(Transfer(0, n, t2 - t1))
+            m.telemetry.hop("m->w%d" % w).add(n, dense, t2 - t1, keyframe)
+            m.events.hop_sent("m->w%d" % w, n)
+            m.scheduler.observe(Transfer(w, n, t2 - t1))
             if not keyframe and m.cfg.delta.skip_unchanged:  # the share of unchanged frames, measured live
                 m.scheduler.observe(InputDelta(unchanged))

@@ -64,8 +64,11 @@ class Telemetry:
         return skip_summary(self.computes, n_workers)
 
     def chain_hops(self, n_workers: int) -> List[rpt.HopStats]:
-        """The hops that carried something, in report order; the chain's own end hop is always listed."""
-        hops = [self.hops[n] for n in hop_order(n_workers) if n in self.hops]
+        """The hops that carried something, in report order (a pool's other links after the chain's, by name); the
+        chain's own end hop is always listed."""
+        order = hop_order(n_workers)
+        hops = [self.hops[n] for n in order if n in self.hops]
+        hops += [self.hops[n] for n in sorted(set(self.hops) - set(order))]
         last = "w%d->m" % (n_workers - 1)
         if last not in self.hops:
             hops.append(rpt.HopStats(last))

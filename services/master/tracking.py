@@ -61,17 +61,28 @@ class FrameTracker:
         """The plan a frame was first sent with (a re-send keeps it)."""
         return list(self.records[frame].cuts)
 
+    def oldest_pending(self) -> Optional[int]:
+        """The oldest frame in flight or queued for a re-send (None if there is none): later results wait for it."""
+        waiting = [min(self.flying)] if self.flying else []
+        if self.retry_q:
+            waiting.append(min(self.retry_q))
+        return min(waiting) if waiting else None
+
     def state(self) -> Tuple[List[Tuple[float, List[int]]], List[float]]:
         """((send time, cuts) of the frames in flight, recent finish times), seconds since t0."""
         flying = [(self.records[f].sent_at - self.t0, list(self.records[f].cuts)) for f in sorted(self.flying)]
         return flying, sorted(self.finish_times)
 
     # ------------------------------------------------------------------ events
-    def sent(self, frame: int, cuts: Sequence[int], at: float, resend: bool) -> FrameRecord:
-        """The frame left the master (again, if resend) at `at`."""
+    def sent(self, frame: int, cuts: Sequence[int], at: float, resend: bool, route: Optional[Sequence[int]] = None,
+             groups: Optional[Sequence[Sequence[int]]] = None) -> FrameRecord:
+        """The frame left the master (again, if resend) at `at`; a pool plan's frame on `route` (its `groups`)."""
         rec = self.records.get(frame)
         if rec is None:
             rec = self.records[frame] = FrameRecord(frame, list(cuts), sent_at=at)
+        if groups is not None:
+            rec.groups = [list(g) for g in groups]
+        rec.route = list(route) if route is not None else None
         rec.attempts += 1
         if resend:
             self.retried += 1

@@ -10,12 +10,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
-# (ready, error) of every worker's stage of a plan; raises when a worker cannot be asked (down, no Prepare call)
-Prepare = Callable[[List[int]], List[Tuple[bool, str]]]
+# (ready, error) of every worker's stage of a plan (a costmodel.Plan, or a chain's cuts); raises when a worker cannot
+# be asked (down, no Prepare call)
+Prepare = Callable[[object], List[Tuple[bool, str]]]
+
+
+def _key(plan) -> Tuple:
+    """A hashable plan: its cuts, and a pool plan's groups."""
+    cuts = tuple(int(c) for c in getattr(plan, "cuts", plan))
+    return cuts if getattr(plan, "groups", None) is None else (cuts, plan.groups)
+
+
+def _cuts(plan) -> List[int]:
+    return [int(c) for c in getattr(plan, "cuts", plan)]
 
 POLL_S = 0.25  # at most one round of Prepare calls per wanted plan this often (a frame is sent meanwhile)
 
@@ -31,11 +42,12 @@ class Switch:
     wait_s: Optional[float] = None
     polls: int = 0
     refused: str = ""  # a worker cannot build its stage: frames stay on the plan they use
+    groups: Optional[List[List[int]]] = None  # a pool plan's workers of each stage
 
     def to_dict(self) -> Dict[str, object]:
         return {"cuts": self.cuts, "asked_frame": self.asked_frame, "switched_frame": self.switched_frame,
                 "wait_s": None if self.wait_s is None else round(self.wait_s, 3), "polls": self.polls,
-                "refused": self.refused or None}
+                "refused": self.refused or None, **({"groups": self.groups} if self.groups else {})}
 
 
 @dataclass
@@ -50,50 +62,55 @@ class StageWarmer:
     _pending: Dict[Tuple[int, ...], Switch] = field(default_factory=dict)
     _last_poll: Dict[Tuple[int, ...], float] = field(default_factory=dict)
 
-    def mark_ready(self, cuts: Sequence[int]) -> None:
-        """`cuts` is built everywhere (the run's first plan: StartRun's warm_cuts built it)."""
-        self.ready.add(tuple(int(c) for c in cuts))
+    def mark_ready(self, plan) -> None:
+        """`plan` is built everywhere (the run's first plan: StartRun's warm_cuts built it)."""
+        self.ready.add(_key(plan))
 
-    def choose(self, frame: int, wanted: Sequence[int], current: Optional[Sequence[int]]) -> List[int]:
+    def choose(self, frame: int, wanted, current):
         """The plan frame `frame` takes: `wanted` if it is built on every worker (or nothing runs yet, or a worker
         cannot be asked: then the frame path builds it, as without warming), else `current` while the workers
-        build `wanted` in the background."""
-        key = tuple(int(c) for c in wanted)
-        if current is None or key == tuple(current) or key in self.ready:
-            return list(key)
+        build `wanted` in the background. Plans are costmodel.Plan objects or a chain's cuts (then lists come
+        back)."""
+        plain = not hasattr(wanted, "cuts")
+        out = (lambda p: _cuts(p)) if plain else (lambda p: p)
+        key = _key(wanted)
+        if current is None or key == _key(current) or key in self.ready:
+            return out(wanted)
         sw = self._pending.get(key)
         if sw is None:
-            sw = self._pending[key] = Switch(list(key), frame, self.clock())
+            sw = self._pending[key] = Switch(_cuts(wanted), frame, self.clock())
+            if getattr(wanted, "groups", None) is not None:
+                sw.groups = [list(g) for g in wanted.groups]
             self.switches.append(sw)
             log.info("plan %s asked at frame %d: workers build its stages, frames stay on %s meanwhile",
-                     list(key), frame, list(current))
+                     wanted, frame, current)
         if sw.refused:
-            return list(current)
+            return out(current)
         now = self.clock()
         if now - self._last_poll.get(key, -float("inf")) < self.poll_s:
-            return list(current)
+            return out(current)
         self._last_poll[key] = now
         sw.polls += 1
         try:
-            answers = self.prepare(list(key))
+            answers = self.prepare(_cuts(wanted) if plain else wanted)
         except Exception as exc:  # noqa: BLE001 - any failure to ask: no warming, the frame path decides
-            log.warning("cannot ask the workers to build plan %s (%s); switching now", list(key), exc)
-            return self._switch(sw, frame, now, key)
+            log.warning("cannot ask the workers to build plan %s (%s); switching now", wanted, exc)
+            return out(self._switch(sw, frame, now, key, wanted))
         errors = [e for _, e in answers if e]
         if errors:
             sw.refused = errors[0]
-            log.warning("plan %s not taken: %s; frames stay on %s", list(key), errors[0], list(current))
-            return list(current)
+            log.warning("plan %s not taken: %s; frames stay on %s", wanted, errors[0], current)
+            return out(current)
         if all(ok for ok, _ in answers):
-            return self._switch(sw, frame, now, key)
-        return list(current)
+            return out(self._switch(sw, frame, now, key, wanted))
+        return out(current)
 
-    def _switch(self, sw: Switch, frame: int, now: float, key: Tuple[int, ...]) -> List[int]:
+    def _switch(self, sw: Switch, frame: int, now: float, key: Tuple, plan):
         self.ready.add(key)
         del self._pending[key]
         sw.switched_frame, sw.wait_s = frame, now - sw.asked_at
-        log.info("plan %s built on every worker after %.2f s: frames %d.. take it", list(key), sw.wait_s, frame)
-        return list(key)
+        log.info("plan %s built on every worker after %.2f s: frames %d.. take it", plan, sw.wait_s, frame)
+        return plan
 
     def forget(self) -> None:
         """Workers restarted: the stages they had built are gone from memory (their disk cache stays)."""

@@ -20,9 +20,9 @@ from cnnvideo.model.loading import load_graph
 from cnnvideo.plan.profiling import WorkerProfile, cfs_quota, fastest_profile, profile_worker, senders_for
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
-from cnnvideo.wire.pacing import pacer_for
-from cnnvideo.wire.protocol import check_plan
+from cnnvideo.wire.protocol import check_plan, check_stage_of
 from cnnvideo.worker import wire
+from cnnvideo.worker.peers import Peers
 from cnnvideo.worker.runloop import EmitError, Run, RunSettings, Task
 from cnnvideo.worker.servicer import WorkerServicer
 
@@ -83,7 +83,7 @@ class WorkerRole:
         self.worker_id = worker_id
         self.address = cfg.cluster.workers[worker_id]
         self.next_address = cfg.cluster.workers[worker_id + 1] if worker_id + 1 < cfg.n_workers else ""
-        self.pacer = pacer_for(cfg, worker_id + 1) if self.next_address else None
+        self.peers = Peers(cfg, cfg.cluster.workers)  # the workers this one sends to (its route's next stage)
         self.host = os.environ.get("CNNVIDEO_HOST") or socket.gethostname()
         self.graph = None
         self.costs: Optional[WorkerProfile] = None
@@ -91,8 +91,6 @@ class WorkerRole:
         self.cfs: Tuple[float, float] = (0.0, 0.0)  # CFS (quota, period) seconds of this container's CPU cap
         self.stages = None  # engines.StageFactory: this worker's stages on its engine
         self.engine_available = True
-        self._next_channel = None
-        self.next_stub: Optional[pb_grpc.WorkerStub] = None
         self.run: Optional[Run] = None
         self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
         self.lock = threading.Lock()
@@ -118,13 +116,10 @@ class WorkerRole:
             log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
         self.cfs = cfs_quota()
         self.costs, self.costs_cached = self._profile()
-        if self.next_address:
-            self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
-            self.next_stub = pb_grpc.WorkerStub(self._next_channel)
         self.server = net.Server(self.address, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
         self.server.start()
-        log.info("worker %d ready on %s (next: %s)", self.worker_id, self.address, self.next_address or "master")
+        log.info("worker %d ready on %s (%d workers in the cluster)", self.worker_id, self.address, self.cfg.n_workers)
 
     def serve(self) -> None:
         net.on_signals(lambda signum: self.stopping.set())
@@ -140,8 +135,7 @@ class WorkerRole:
                 self.run = None
         if self.server is not None:
             self.server.stop(grace=1.0)
-        if self._next_channel is not None:
-            self._next_channel.close()
+        self.peers.close()
 
     # ------------------------------------------------------------------ plain operations behind the servicer
     def refresh_costs(self) -> None:
@@ -178,36 +172,35 @@ class WorkerRole:
         return "%s-%s" % (st.engine, st.precision), "; ".join(x for x in (why, reason) if x)
 
     def _emit(self, task: Task) -> None:
-        """Hand a task to worker i+1 (the engine's `emit`). While it is unreachable (down, restarting, or the hop
-        cut off) try again with backoff on a fresh channel, up to reliability.peer_wait_s, as long as the task's
-        run is still the current one; EmitError if it stays unreachable or refuses."""
+        """Hand a task to the worker its route names for the next stage (the engine's `emit`). While it is
+        unreachable (down, restarting, or the hop cut off) try again with backoff on a fresh channel, up to
+        reliability.peer_wait_s, as long as the task's run is still the current one; EmitError if it stays
+        unreachable or refuses."""
         import grpc
 
         retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
         backoff = net.Backoff(self.cfg.reliability.peer_wait_s if self.cfg.reliability.restart else 0.0)
+        dest = task.receiver()
         msg = wire.task_to_pb(task)
-        if self.pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
-            self.pacer.wait(msg.ByteSize())
+        pacer = self.peers.pacer(dest)
+        if pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
+            pacer.wait(msg.ByteSize())
         while True:
-            stub = self.next_stub
+            stub = self.peers.stub(dest)
             try:
                 ack = stub.Process(msg, timeout=self.cfg.limits.rpc_timeout_s)
                 break
             except grpc.RpcError as exc:
                 problem = "cannot forward frame %d to worker w%d at %s: %s" % (
-                    task.frame_id, self.worker_id + 1, self.next_address, net.code_name(exc))
+                    task.frame_id, dest, self.cfg.cluster.workers[dest], net.code_name(exc))
                 run = self.run
                 current = run is not None and run.run_id == task.run_id and run.generation == task.generation
                 if exc.code() not in retryable or not current or self.stopping.is_set() or not backoff.wait():
                     raise EmitError(problem) from None
                 log.warning("%s; trying again", problem)
-                with self.lock:
-                    if self.next_stub is stub:  # a fresh channel: no reconnect backoff from the dead connection
-                        self._next_channel.close()
-                        self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
-                        self.next_stub = pb_grpc.WorkerStub(self._next_channel)
+                self.peers.renew(dest, stub)  # a fresh channel: no reconnect backoff from the dead connection
         if not ack.ok:
-            raise EmitError("worker w%d refused frame %d: %s" % (self.worker_id + 1, task.frame_id, ack.message))
+            raise EmitError("worker w%d refused frame %d: %s" % (dest, task.frame_id, ack.message))
 
     def start_run(self, setup: RunSettings) -> None:
         """Start (or restart at a new generation) a run: fresh hop state on both sides, a fresh channel on."""
@@ -216,29 +209,37 @@ class WorkerRole:
                                                                                      self.cfg.n_workers))
         if setup.warm_cuts:
             try:
-                check_plan(list(setup.warm_cuts), self.cfg.n_workers, len(self.graph.cuts) - 1)
+                stage = self.stage_of(setup.warm_cuts, setup.warm_stage_of)
             except ValueError as exc:
                 raise ValueError("warm_cuts: %s" % exc) from None
         with self.lock:
             if self.run is not None:
                 self.run.close()
-            if self.next_address:  # a fresh channel: no reconnect backoff left over from a restarted neighbour
-                if self._next_channel is not None:
-                    self._next_channel.close()
-                self._next_channel = net.channel(self.next_address, self.cfg.max_message_bytes)
-                self.next_stub = pb_grpc.WorkerStub(self._next_channel)
-            emit = self._emit if self.next_stub is not None else None
+            self.peers.renew_all()  # fresh channels: no reconnect backoff left over from a restarted neighbour
+            emit = self._emit if self.cfg.n_workers > 1 else None
             self.run = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward, emit,
                            self.cfg.max_message_bytes, quant=self.stages.qparams, describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
         if setup.warm_cuts:
-            self._warm(setup.warm_cuts)
+            self._warm(stage)
 
-    def _warm(self, cuts) -> None:
-        """Build this worker's stage of plan `cuts` now (engines cache it), not when its first frame arrives; a
+    def stage_of(self, cuts: Sequence[int], stage_of: Sequence[int] = ()) -> Tuple[int, int]:
+        """(start, end) cuts of this worker's stage in the plan `cuts` whose stage of each worker is `stage_of`
+        (empty: a chain, worker w runs stage w); (0, 0) when the plan leaves this worker out. ValueError when the
+        plan does not fit the cluster."""
+        k = len(self.graph.cuts) - 1
+        if not stage_of:
+            check_plan(list(cuts), self.cfg.n_workers, k)
+            return int(cuts[self.worker_id]), int(cuts[self.worker_id + 1])
+        check_stage_of(list(cuts), list(stage_of), self.cfg.n_workers, k)
+        s = int(stage_of[self.worker_id])
+        return (int(cuts[s]), int(cuts[s + 1])) if s >= 0 else (0, 0)
+
+    def _warm(self, stage: Tuple[int, int]) -> None:
+        """Build this worker's stage (start, end) now (engines cache it), not when its first frame arrives; a
         stage that cannot be built is left to fail (or fall back) there, as without warming."""
-        start, end = int(cuts[self.worker_id]), int(cuts[self.worker_id + 1])
+        start, end = stage
         if end <= start:
             return
         t0 = time.time()
@@ -250,16 +251,16 @@ class WorkerRole:
         log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 
-    def prepare(self, cuts: Sequence[int]) -> Tuple[bool, str]:
-        """(ready, error) of this worker's stage of plan `cuts`; a stage not built yet starts building in a
-        background thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot
-        be built (engine_options.on_error: stop). ValueError when `cuts` does not fit the chain."""
+    def prepare(self, cuts: Sequence[int], stage_of: Sequence[int] = ()) -> Tuple[bool, str]:
+        """(ready, error) of this worker's stage of plan `cuts` (`stage_of`: each worker's stage, empty for a
+        chain); a stage not built yet starts building in a background thread (once), and frames of the current
+        plan run meanwhile. `error` says why the stage cannot be built (engine_options.on_error: stop).
+        ValueError when the plan does not fit the cluster."""
         try:
-            check_plan(list(cuts), self.cfg.n_workers, len(self.graph.cuts) - 1)
+            key = self.stage_of(cuts, stage_of)
         except ValueError as exc:
             raise ValueError("prepare cuts: %s" % exc) from None
-        key = (int(cuts[self.worker_id]), int(cuts[self.worker_id + 1]))
-        if self.stages.built(*key):
+        if key[1] <= key[0] or self.stages.built(*key):
             return True, ""
         with self.lock:
             error = self.preparing.get(key)

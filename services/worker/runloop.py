@@ -2,9 +2,14 @@
 
 Plain data in and out, no gRPC: the servicer converts proto to the dataclasses here and back, the role
 passes two callables, `forward(start_cut, end_cut, x) -> y` (the stage's compute; any backend) and
-`emit(task)` (hand a task to the next worker; raises EmitError if it cannot). Results and stage reports
-wait in bounded queues that the servicer's streams drain. The hop rules (reporter, senders, keyframes,
-epochs) are cnnvideo.wire.protocol's.
+`emit(task)` (hand a task to the worker its route names next; raises EmitError if it cannot). Results and stage
+reports wait in bounded queues that the servicer's streams drain. The hop rules (routes, reporter, senders,
+keyframes, epochs) are cnnvideo.wire.protocol's.
+
+Links: in a pool a worker may get frames from several senders (the replicas of the stage before it, or the master)
+and send to several receivers (the replicas of the next stage). Each link keeps its own state: per sender a
+`LinkIn` (decoder reference, cut and epoch check, sequence order, the stage it fed last), per receiver an
+`OutputHop`. Tasks are decoded in each link's sequence order; among links, the lowest frame id goes first.
 
 An unchanged input skips the stage (`RunSettings.skip_unchanged`): when a frame's input payload is an update that
 changes nothing (empty after the sender's threshold) and this worker ran the same stage (start and end cut) on the
@@ -27,7 +32,9 @@ import numpy as np
 from cnnvideo.model.engines import QParams
 from cnnvideo.wire import protocol
 from cnnvideo.wire.hop import HopReceiver
-from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop
+from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop, chain_route
+
+MASTER = -1  # the sender id of the input hop
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,7 @@ class RunSettings:
     hops: HopSettings = field(default_factory=HopSettings)
     generation: int = 0
     warm_cuts: Tuple[int, ...] = ()  # the plan of the first frames: the role builds its stage before it answers
+    warm_stage_of: Tuple[int, ...] = ()  # the stage of each worker in that plan (empty: a chain)
     skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
 
 
@@ -87,6 +95,33 @@ class Task:
     generation: int = 0
     created_at: float = 0.0
     sent_at: float = 0.0
+    route: List[int] = field(default_factory=list)  # worker per stage; empty = a chain (stage s on worker s)
+
+    def workers(self) -> List[int]:
+        """The worker of each stage of this frame."""
+        return list(self.route) if self.route else chain_route(len(self.cuts) - 1)
+
+    def sender(self) -> int:
+        """Who sent this task over its hop: MASTER for hop 0, else the worker of the stage before."""
+        return MASTER if self.hop == 0 else self.workers()[self.hop - 1]
+
+    def receiver(self) -> int:
+        """The worker this task is for."""
+        return self.workers()[self.hop]
+
+
+class LinkIn:
+    """One sender's link into this worker: the decoder's reference, the cut/epoch check, the order of its tasks,
+    and what this worker last computed from it (for skip_unchanged)."""
+
+    def __init__(self, hop: int, max_bytes: int) -> None:
+        self.receiver = HopReceiver(max_bytes)
+        self.check = InputHop(hop)
+        self.next_seq = 0
+        self.pending: Dict[int, Tuple[Task, float]] = {}
+        # the previous frame's stage from this link: (start, end) cuts, its output, the output's quantisation, the
+        # OutputHop it went over, and the tag that message got there
+        self.held_out: Optional[Tuple[Tuple[int, int], np.ndarray, Optional[QParams], OutputHop, int]] = None
 
 
 @dataclass
@@ -162,15 +197,14 @@ class Run:
         self.num_segments = len(self.cut_shapes) - 1
         self.forward = forward
         self.emit = emit
-        self.receiver = HopReceiver(max_bytes)
-        self.input_hop = InputHop(worker_id)
-        self.next_hop = OutputHop(settings.hops)  # to worker i+1
+        self.max_bytes = max_bytes
+        self.links_in: Dict[int, LinkIn] = {}  # sender (MASTER or a worker id) -> its link into this worker
+        self.links_out: Dict[int, OutputHop] = {}  # receiving worker -> this worker's link to it
         self.result_hop = OutputHop(settings.hops)  # to the master
-        self.next_seq = 0
-        self.out_seq = 0
-        self.pending: Dict[int, Tuple[Task, float]] = {}
-        # the previous frame's stage: (start, end) cuts, its output, the output's quantisation, the hop it went over
-        self.held_out: Optional[Tuple[Tuple[int, int], np.ndarray, Optional[QParams], OutputHop]] = None
+        self.out_seq: Dict[int, int] = {}  # receiving worker -> next sequence number on that link
+        self.n_pending = 0
+        self.tags: Dict[int, int] = {}  # id(OutputHop) -> tag of the last message encoded on it
+        self.n_tags = 0
         self.cond = threading.Condition()
         self.results: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.stages: queue.Queue = queue.Queue(QUEUE_LIMIT)
@@ -194,32 +228,48 @@ class Run:
                              % (task.generation, self.run_id, self.worker_id, self.generation))
         if self.failed:
             raise TaskError("run %s failed on worker %d: %s" % (self.run_id, self.worker_id, self.failed))
-        if task.hop != self.worker_id:
-            raise TaskError("task for hop %d sent to worker %d" % (task.hop, self.worker_id))
         try:
-            protocol.check_plan(task.cuts, self.n_workers, self.num_segments)
+            if task.route:
+                protocol.check_route(task.cuts, task.route, self.n_workers, self.num_segments)
+            else:
+                protocol.check_plan(task.cuts, self.n_workers, self.num_segments)
         except ValueError as exc:
             raise TaskError(str(exc)) from None
-        if task.payload.cut != task.cuts[self.worker_id]:
-            raise TaskError("payload is at cut %d but the plan starts worker %d at cut %d"
-                            % (task.payload.cut, self.worker_id, task.cuts[self.worker_id]))
+        if not 0 <= task.hop < len(task.cuts) - 1 or task.receiver() != self.worker_id:
+            raise TaskError("task for hop %d sent to worker %d, not the worker its route names there"
+                            % (task.hop, self.worker_id))
+        if task.payload.cut != task.cuts[task.hop]:
+            raise TaskError("payload is at cut %d but the plan starts stage %d at cut %d"
+                            % (task.payload.cut, task.hop, task.cuts[task.hop]))
         with self.cond:
-            if task.seq < self.next_seq or task.seq in self.pending:
-                raise TaskError("duplicate sequence number %d on hop %d" % (task.seq, task.hop))
-            if len(self.pending) >= PENDING_LIMIT:
+            link = self.links_in.get(task.sender())
+            if link is None:
+                link = self.links_in[task.sender()] = LinkIn(task.hop, self.max_bytes)
+            if task.seq < link.next_seq or task.seq in link.pending:
+                raise TaskError("duplicate sequence number %d on the link from %s" % (task.seq, _name(task.sender())))
+            if self.n_pending >= PENDING_LIMIT:
                 raise TaskError("too many out-of-order tasks buffered")
-            self.pending[task.seq] = (task, now)
+            link.pending[task.seq] = (task, now)
+            self.n_pending += 1
             self.cond.notify_all()
 
-    def _next_task(self) -> Optional[Tuple[Task, float]]:
+    def _ready_link(self) -> Optional[LinkIn]:
+        """The link whose next task in sequence has arrived, lowest frame id first (None if none has)."""
+        ready = [link for link in self.links_in.values() if link.next_seq in link.pending]
+        return min(ready, key=lambda link: link.pending[link.next_seq][0].frame_id) if ready else None
+
+    def _next_task(self) -> Optional[Tuple[Task, float, LinkIn]]:
         with self.cond:
-            while not self.closed.is_set() and self.next_seq not in self.pending:
+            link = self._ready_link()
+            while not self.closed.is_set() and link is None:
                 self.cond.wait(0.5)
+                link = self._ready_link()
             if self.closed.is_set():
                 return None
-            item = self.pending.pop(self.next_seq)
-            self.next_seq += 1
-            return item
+            task, arrived = link.pending.pop(link.next_seq)
+            link.next_seq += 1
+            self.n_pending -= 1
+            return task, arrived, link
 
     # ------------------------------------------------------------------ work
     def _compute_loop(self) -> None:
@@ -227,30 +277,31 @@ class Run:
             item = self._next_task()
             if item is None:
                 return
-            task, arrived = item
+            task, arrived, link = item
             try:
-                self._process(task, arrived)
+                self._process(task, arrived, link)
             except Exception as exc:  # noqa: BLE001 - report any failure to the master, keep serving
                 log.exception("frame %d failed", task.frame_id)
                 self.fail("frame %d: %s" % (task.frame_id, exc), task.frame_id)
                 return
 
-    def _process(self, task: Task, arrived: float) -> None:
-        w = self.worker_id
+    def _process(self, task: Task, arrived: float, link: LinkIn) -> None:
+        w, s = self.worker_id, task.hop
         cuts = list(task.cuts)
         stages = [Timing("receive", task.sent_at or arrived, arrived, len(task.payload.data))]
         t0, c0 = time.time(), time.thread_time()
-        self.input_hop.admit(int(task.epoch[w]) if len(task.epoch) > w else 0, task.payload.keyframe)
-        x = self.receiver.decode(task.payload.data)
-        expect = self.cut_shapes[cuts[w]]
+        link.check.admit(int(task.epoch[s]) if len(task.epoch) > s else 0, task.payload.keyframe,
+                         cut=task.payload.cut, epochs=not task.route)
+        x = link.receiver.decode(task.payload.data)
+        expect = self.cut_shapes[cuts[s]]
         if tuple(x.shape) != expect:
-            raise TaskError("payload shape %r does not match cut %d shape %r" % (tuple(x.shape), cuts[w], expect))
-        start, end = cuts[w], cuts[w + 1]
+            raise TaskError("payload shape %r does not match cut %d shape %r" % (tuple(x.shape), cuts[s], expect))
+        start, end = cuts[s], cuts[s + 1]
         q_out = self._check_quant(task.payload, start)
         t1, c1 = time.time(), time.thread_time()
         stages.append(Timing("decode", t0, t1, cpu=c1 - c0))
-        held = self.held_out
-        skip = (self.settings.skip_unchanged and self.receiver.last_unchanged and not task.payload.keyframe
+        held = link.held_out
+        skip = (self.settings.skip_unchanged and link.receiver.last_unchanged and not task.payload.keyframe
                 and held is not None and held[0] == (start, end))
         if skip:
             y, q_out = held[1], held[2]
@@ -263,11 +314,11 @@ class Run:
         stages.append(Timing("compute", t1, t2, cpu=c2 - c1))
         label, note = self.describe(start, end) if start < end else ("", "")
         report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
-                             hop_in=w, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
+                             hop_in=s, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
                              engine_note=note, skipped=bool(skip and start < end))
         qs = (q_out.scale, q_out.zero_point) if q_out is not None and y.dtype == np.uint8 and end > 0 else (0.0, 0)
-        if w >= protocol.reporter(cuts):
-            data, keyframe = self._encode(self.result_hop, end, y, False, skip, (start, end), q_out)
+        if s >= protocol.reporter(cuts):
+            data, keyframe = self._encode(self.result_hop, end, y, False, skip, (start, end), q_out, link)
             t3 = time.time()
             stages += [Timing("encode", t2, t3, len(data), time.thread_time() - c2), Timing("send", t3, t3, len(data))]
             result = Result(self.run_id, self.generation, task.frame_id, w, self.result_hop.sent - 1,
@@ -277,29 +328,37 @@ class Run:
             self.put(self.results, result)
             self.put(self.stages, report)
             return
-        nxt = w + 1
+        nxt = s + 1
+        dest = task.workers()[nxt]
+        hop = self.links_out.get(dest)
+        if hop is None:
+            hop = self.links_out[dest] = OutputHop(self.settings.hops)
         planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
-        data, keyframe = self._encode(self.next_hop, end, y, planned, skip, (start, end), q_out)
+        data, keyframe = self._encode(hop, end, y, planned, skip, (start, end), q_out, link)
         t3 = time.time()
         stages.append(Timing("encode", t2, t3, len(data), time.thread_time() - c2))
         out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y), *qs), hop=nxt,
                    keyframe=list(task.keyframe), epoch=list(task.epoch), generation=self.generation,
-                   created_at=task.created_at)
-        report.hop_out, report.bytes_out, report.keyframe_out = nxt, len(data), keyframe
+                   created_at=task.created_at, route=list(task.route))
+        report.hop_out, report.bytes_out, report.keyframe_out = dest, len(data), keyframe
         report.stages = stages
         self.put(self.forward_q, (out, report))
 
     def _encode(self, hop: OutputHop, cut: int, y: np.ndarray, planned: bool, skip: bool, stage: Tuple[int, int],
-                q_out: Optional[QParams]) -> Tuple[bytes, bool]:
-        """(payload, keyframe) of the output y over `hop`; a skipped stage whose held output last went over this
-        same hop sends the empty update without comparing (unless the hop must send it whole). Holds y as the
-        output of `stage` for the next frame (only a computed stage's: an empty stage's y is the receiver's view)."""
+                q_out: Optional[QParams], link: LinkIn) -> Tuple[bytes, bool]:
+        """(payload, keyframe) of the output y over `hop`; a skipped stage whose held output was the last message on
+        this same hop sends the empty update without comparing (unless the hop must send it whole). Holds y as the
+        output of `stage` from `link` for its next frame (only a computed stage's: an empty stage's y is the
+        receiver's view)."""
         sent = None
-        if skip and self.held_out is not None and self.held_out[3] is hop:
+        held = link.held_out
+        if skip and held is not None and held[3] is hop and self.tags.get(id(hop)) == held[4]:
             sent = hop.encode_unchanged(cut, planned)
         if sent is None:
             sent = hop.encode(cut, y, planned)
-        self.held_out = (stage, y, q_out, hop) if stage[0] < stage[1] else None
+        self.n_tags += 1
+        self.tags[id(hop)] = self.n_tags
+        link.held_out = (stage, y, q_out, hop, self.n_tags) if stage[0] < stage[1] else None
         return sent
 
     def _check_quant(self, payload: Payload, cut: int) -> Optional[QParams]:
@@ -341,13 +400,14 @@ class Run:
             out, report = item
             if self.failed:
                 continue
-            out.seq = self.out_seq
-            self.out_seq += 1
+            dest = out.receiver()
+            out.seq = self.out_seq.get(dest, 0)
+            self.out_seq[dest] = out.seq + 1
             t0 = time.time()
             out.sent_at = t0
             try:
                 if self.emit is None:
-                    raise EmitError("worker %d has no next worker" % self.worker_id)
+                    raise EmitError("worker %d cannot send to other workers" % self.worker_id)
                 self.emit(out)
             except EmitError as exc:
                 self.fail(str(exc), out.frame_id)
@@ -373,6 +433,10 @@ class Run:
                 q.put_nowait(_STOP)
             except queue.Full:
                 pass
+
+
+def _name(sender: int) -> str:
+    return "the master" if sender == MASTER else "worker %d" % sender
 
 
 def _dense_bytes(y: np.ndarray) -> int:

@@ -13,7 +13,8 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
-                       warm_cuts=tuple(int(c) for c in msg.warm_cuts), skip_unchanged=bool(msg.skip_unchanged))
+                       warm_cuts=tuple(int(c) for c in msg.warm_cuts), skip_unchanged=bool(msg.skip_unchanged),
+                       warm_stage_of=tuple(int(s) for s in msg.warm_stage_of))
 
 
 def task_from_pb(msg: pb.FrameTask) -> Task:
@@ -22,7 +23,8 @@ def task_from_pb(msg: pb.FrameTask) -> Task:
                 payload=Payload(int(p.cut), p.data, bool(p.keyframe), int(p.bytes_dense), float(p.scale),
                                 int(p.zero_point)), hop=int(msg.hop),
                 seq=int(msg.seq), keyframe=[bool(k) for k in msg.keyframe], epoch=[int(e) for e in msg.epoch],
-                generation=int(msg.generation), created_at=msg.created_at, sent_at=msg.sent_at)
+                generation=int(msg.generation), created_at=msg.created_at, sent_at=msg.sent_at,
+                route=[int(w) for w in msg.route])
 
 
 def _tensor(p: Payload) -> pb.Tensor:
@@ -33,7 +35,7 @@ def _tensor(p: Payload) -> pb.Tensor:
 def task_to_pb(t: Task) -> pb.FrameTask:
     return pb.FrameTask(run_id=t.run_id, frame_id=t.frame_id, cuts=t.cuts, keyframe=t.keyframe, epoch=t.epoch,
                         hop=t.hop, seq=t.seq, payload=_tensor(t.payload), created_at=t.created_at,
-                        sent_at=t.sent_at, generation=t.generation)
+                        sent_at=t.sent_at, generation=t.generation, route=t.route)
 
 
 def result_to_pb(r: Result) -> pb.FrameResult:

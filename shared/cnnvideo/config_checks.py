@@ -35,6 +35,35 @@ from cnnvideo.errors import ConfigError
 log = logging.getLogger("cnnvideo.config")
 
 
+def _check_fixed_groups(cfg) -> None:
+    """ConfigError naming the key when scheduler fixed's pool plan (`cuts` and `groups`) does not fit the cluster:
+    a worker named twice or not in it, a stage with no worker, cuts that are not one per stage boundary."""
+    groups, cuts = cfg.scheduler_options.get("groups"), cfg.scheduler_options.get("cuts")
+    if (not isinstance(groups, (list, tuple)) or not groups
+            or not all(isinstance(g, (list, tuple)) for g in groups)
+            or not all(isinstance(w, int) and not isinstance(w, bool) for g in groups for w in g)):
+        raise ConfigError("config key 'scheduler_options.groups' must list the workers of each stage, e.g. "
+                          "[[0, 1], [2]], got %r" % (groups,))
+    named = [w for g in groups for w in g]
+    for s, g in enumerate(groups):
+        if not g:
+            raise ConfigError("config key 'scheduler_options.groups' leaves stage %d with no worker" % s)
+    bad = [w for w in named if not 0 <= w < cfg.n_workers]
+    if bad:
+        raise ConfigError("config key 'scheduler_options.groups' names worker %d, not one of the %d workers"
+                          % (bad[0], cfg.n_workers))
+    twice = [w for w in named if named.count(w) > 1]
+    if twice:
+        raise ConfigError("config key 'scheduler_options.groups' names worker %d twice" % twice[0])
+    if cuts is None and len(groups) == 1:
+        return
+    if (not isinstance(cuts, (list, tuple)) or len(cuts) != len(groups) + 1
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cuts)
+            or cuts[0] != 0 or any(b <= a for a, b in zip(cuts, cuts[1:]))):
+        raise ConfigError("config key 'scheduler_options.cuts' must list %d increasing cut indices from 0 to the "
+                          "model's last cut (one more than the stages in groups), got %r" % (len(groups) + 1, cuts))
+
+
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot; raise ConfigError naming the key."""
     from cnnvideo.model import zoo as models  # local import: models pulls in torch
@@ -91,7 +120,9 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         except ValueError:
             raise ConfigError("config key 'scheduler_options.%s' is not an option of scheduler %s (options: %s)"
                               % (key, cfg.scheduler, ", ".join(schedulers.OPTIONS[cfg.scheduler]) or "none")) from None
-    if cfg.scheduler == "fixed":
+    if cfg.scheduler == "fixed" and "groups" in cfg.scheduler_options:
+        _check_fixed_groups(cfg)
+    elif cfg.scheduler == "fixed":
         cuts = cfg.scheduler_options.get("cuts")
         if (not isinstance(cuts, (list, tuple)) or len(cuts) != cfg.n_workers + 1
                 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cuts)

@@ -1,4 +1,5 @@
-"""scripts/compose_workers.py: an N-worker compose file and config that validate and chain the hops."""
+"""scripts/compose_workers.py: an N-worker compose file and config that validate and shape every path of a pool (each
+at the receiving worker's link); the Pi compose file, Swarm stack and Pi config for N workers; N from .env."""
 import os
 import shutil
 import subprocess
@@ -15,63 +16,155 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compose_workers  # noqa: E402
 
 
-def test_four_worker_chain():
-    """4 workers: services worker0..3, netem links master->w0->...->w3->master, config lists the chain."""
+def netem_links(services):
+    """The helper's links as (name part, settings text) in order."""
+    return [tuple(c.split(",", 1)) for c in services["netem"]["command"] if c != "--link"]
+
+
+def test_four_worker_pool():
+    """4 workers: services worker0..3, netem links every path a pool uses (master and every other worker into each
+    worker, every worker into the master) and nothing else, the config lists the 4 workers."""
     compose, cfg = compose_workers.build(4, rate=2.0, cpus=0.25)
     services = compose["services"]
     assert sorted(s for s in services if s.startswith("worker")) == ["worker%d" % i for i in range(4)]
     assert services["worker3"]["command"][-1] == "3" and services["worker3"]["cpus"] == 0.25
-    links = [c.split(",")[0] for c in services["netem"]["command"] if c != "--link"]
-    assert links == ["master<>worker0", "worker0<>worker1", "worker1<>worker2", "worker2<>worker3", "worker3<>master"]
+    names = [name for name, _ in netem_links(services)]
+    roles = ["master"] + ["worker%d" % i for i in range(4)]
+    want = {"%s>worker%d" % (src, i) for i in range(4) for src in roles if src != "worker%d" % i}
+    want |= {"worker%d>master" % i for i in range(4)}
+    assert len(names) == len(set(names)) == 4 * 4 + 4 and set(names) == want
+    assert names[:4] == ["master>worker0", "worker1>worker0", "worker2>worker0", "worker3>worker0"]  # by receiver
     assert set(services["master"]["depends_on"]) == {"trainer", "netem", "worker0", "worker1", "worker2", "worker3"}
     loaded = config.from_dict(cfg, check_files=False)
     assert loaded.cluster.workers == ["worker%d:50060" % i for i in range(4)] and loaded.bandwidth == [2.0] * 4
 
 
-def test_per_hop_rates_and_per_worker_caps():
-    """Lists give each hop its rate and each worker its cap; a list of the wrong length is refused."""
+def test_the_helper_parses_the_pool_links_into_one_rule_per_path():
+    """The netem helper reads the generated links as one directed rule per pair (no '<>' doubling), each at its
+    receiver's rate: 3 workers + master = 4 x 3 rules."""
+    sys.path.insert(0, os.path.join(ROOT, "services"))
+    from netem.links import find_link, parse_links
+
+    compose, _ = compose_workers.build(3, rate=[1, 2, 4, 8], cpus=0.5)
+    links = parse_links([c for c in compose["services"]["netem"]["command"] if c != "--link"])
+    assert len(links) == 12
+    for i, rate in enumerate([1, 2, 4]):
+        for src in ["master"] + ["worker%d" % j for j in range(3) if j != i]:
+            assert find_link(links, src, "worker%d" % i).shape.rate == rate
+    assert all(find_link(links, "worker%d" % j, "master").shape.rate == 8 for j in range(3))
+    assert find_link(links, "master", "trainer") is None and find_link(links, "trainer", "worker0") is None
+
+
+def test_chain_topology_is_still_available():
+    """--chain (and env_templated's default, which the experiment runner's chain links rely on) write the hops
+    master<>worker0<>...<>worker3<>master."""
+    compose, _ = compose_workers.build(4, rate=2.0, cpus=0.25, topology="chain")
+    names = [name for name, _ in netem_links(compose["services"])]
+    assert names == ["master<>worker0", "worker0<>worker1", "worker1<>worker2", "worker2<>worker3", "worker3<>master"]
+    with pytest.raises(ValueError, match="topology"):
+        compose_workers.build(2, rate=1, cpus=1, topology="ring")
+
+
+def test_per_link_rates_and_per_worker_caps():
+    """Lists give each worker's link (and the master's) its rate and each worker its cap; a list of the wrong length
+    is refused."""
     compose, cfg = compose_workers.build(3, rate=[1, 2, 4, 8], cpus=[0.5, 0.25, 0.125])
     services = compose["services"]
-    rates = [c.split(",")[1] for c in services["netem"]["command"] if c != "--link"]
-    assert rates == ["rate=1", "rate=2", "rate=4", "rate=8"] and cfg["bandwidth"] == [1.0, 2.0, 4.0]
+    rates = {name: settings.split(",")[0] for name, settings in netem_links(services)}
+    assert rates["master>worker0"] == rates["worker2>worker0"] == "rate=1"
+    assert rates["worker0>worker2"] == rates["worker1>worker2"] == "rate=4"
+    assert rates["worker1>master"] == "rate=8" and cfg["bandwidth"] == [1.0, 2.0, 4.0]
     assert [services["worker%d" % i]["cpus"] for i in range(3)] == [0.5, 0.25, 0.125]
     assert services["worker1"]["environment"]["CNNVIDEO_HOST"] == "worker1-cpus0.25"
-    with pytest.raises(ValueError, match="3 hop rates for 4"):
+    with pytest.raises(ValueError, match="3 link rates for 4"):
         compose_workers.build(3, rate=[1, 2, 4], cpus=0.5)
 
 
 def test_env_templated_two_workers_are_docker_compose_yml_s():
-    """The experiment runner's env-templated build: for 2 workers the worker and trainer services are exactly
-    docker-compose.yml's, and the hop rates use its variable names; for 4, the names run on (HOP3_RATE,
-    WORKER3_CPUS)."""
+    """The env-templated build: for 2 workers the worker and trainer services are exactly docker-compose.yml's and,
+    with the pool topology, so is the netem helper (its links use the .env names HOP0_*, HOP1_*, RET_*); for 4, the
+    names run on (HOP3_RATE, WORKER3_CPUS). The default (the experiment runner's) keeps the chain's hops."""
     with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
         committed = yaml.safe_load(fh)["services"]
-    two = compose_workers.env_templated(2)["services"]
-    for name in ("trainer", "worker0", "worker1"):
+    two = compose_workers.env_templated(2, topology="pool")["services"]
+    for name in ("trainer", "worker0", "worker1", "netem"):
         assert two[name] == committed[name], name
-    assert [c.split(",")[1] for c in two["netem"]["command"] if c != "--link"] == \
-        ["rate=${HOP0_RATE:-3}", "rate=${HOP1_RATE:-3}", "rate=${RET_RATE:-3}"]
+    chain = compose_workers.env_templated(2)["services"]
+    assert [c.split(",")[:2] for c in chain["netem"]["command"] if c != "--link"] == \
+        [["master<>worker0", "rate=${HOP0_RATE:-3}"], ["worker0<>worker1", "rate=${HOP1_RATE:-3}"],
+         ["worker1<>master", "rate=${RET_RATE:-3}"]]
     four = compose_workers.env_templated(4)["services"]
     assert four["worker3"]["cpus"] == "${WORKER3_CPUS:-0.5}" and "rate=${HOP3_RATE:-3}" in four["netem"]["command"][7]
+    pool = compose_workers.env_templated(4, topology="pool")["services"]
+    assert "worker0>worker3,rate=${HOP3_RATE:-3},delay=${HOP3_DELAY_MS:-0}" in "".join(pool["netem"]["command"])
     assert compose_workers.hop_rate_vars(4) == ["HOP0_RATE", "HOP1_RATE", "HOP2_RATE", "HOP3_RATE", "RET_RATE"]
 
 
+def test_stack_links_are_the_pool_s_and_the_pi_files_grow_with_n():
+    """docker-stack.yml's helper shapes the 2-worker pool's links as docker-compose.yml does; build_pi(4) places
+    worker0..3 on nodes labelled worker0..3, its helper shapes the 4-worker pool, the Pi compose file runs 4 workers
+    on the generated config and the config continues compose-pi.yml's addresses."""
+    with open(os.path.join(ROOT, "docker-stack.yml")) as fh:
+        stack = yaml.safe_load(fh)["services"]
+    with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
+        compose = yaml.safe_load(fh)["services"]
+    links = [c for c in stack["netem"]["command"] if ">" in c]
+    assert links == [c for c in compose["netem"]["command"] if c != "--link"]
+    pi, stack4, cfg = compose_workers.build_pi(4, rate=2.0)
+    assert sorted(pi["services"]) == ["master", "trainer", "worker0", "worker1", "worker2", "worker3"]
+    assert pi["services"]["worker3"]["command"] == ["worker", "-c", "/app/configs/${PI_CONFIG:-compose-w4-pi.yml}",
+                                                     "-i", "3"]
+    services = stack4["services"]
+    assert list(services) == ["trainer", "worker0", "worker1", "worker2", "worker3", "master", "netem"]
+    assert services["worker2"]["deploy"]["placement"]["constraints"] == ["node.labels.cnnvideo.role == worker2"]
+    assert services["worker2"]["command"][-2:] == ["-i", "2"]
+    command = services["netem"]["command"]
+    assert command[:4] == stack["netem"]["command"][:4]  # --config FILE --address master=...
+    assert len([c for c in command if ">" in c]) == 4 * 4 + 4
+    assert stack4["configs"]["cluster"]["file"] == "./configs/${PI_CONFIG:-compose-w4-pi.yml}"
+    loaded = config.from_dict(cfg, check_files=False)
+    assert loaded.cluster.workers[:2] == ["192.168.1.21:50060", "192.168.1.22:50061"]
+    assert loaded.cluster.workers[2:] == ["192.168.1.23:50062", "192.168.1.24:50063"] and loaded.bandwidth == [2.0] * 4
+
+
+def test_n_comes_from_workers_in_env(tmp_path, monkeypatch):
+    """With no number, N is WORKERS from the environment, else from .env (the committed one says 2)."""
+    monkeypatch.delenv("WORKERS", raising=False)
+    assert compose_workers.env_workers() == 2
+    env = tmp_path / ".env"
+    env.write_text("FRAMES=20\nWORKERS=5\n")
+    assert compose_workers.env_workers(str(env)) == 5
+    monkeypatch.setenv("WORKERS", "3")
+    assert compose_workers.env_workers(str(env)) == 3
+
+
 def test_written_compose_file_validates(tmp_path):
-    """The script writes files that `docker compose config` accepts (when the compose plugin exists)."""
-    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "3"], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    path = os.path.join(ROOT, "docker-compose.w3.yml")
+    """The script writes files that `docker compose config` accepts (when the compose plugin exists): N from WORKERS,
+    the compose file, and with --pi the Pi compose file and the stack; the configs load."""
+    env = dict(os.environ, WORKERS="3")
+    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "--pi"], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    written = ["docker-compose.w3.yml", "configs/compose-w3.yml", "docker-compose.w3.pi.yml",
+               "docker-compose.w3.stack.yml", "configs/compose-w3-pi.yml"]
     try:
+        assert proc.returncode == 0, proc.stderr
+        for rel in written:
+            assert rel in proc.stdout, proc.stdout
+        path = os.path.join(ROOT, "docker-compose.w3.yml")
         with open(path) as fh:
             assert "worker2" in yaml.safe_load(fh)["services"]
+        for name in ("compose-w3.yml", "compose-w3-pi.yml"):
+            assert config.load(os.path.join(ROOT, "configs", name), check_files=False).n_workers == 3
         docker = shutil.which("docker")
         if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
-            check = subprocess.run([docker, "compose", "-f", path, "config", "-q"], cwd=ROOT, capture_output=True,
-                                   text=True)
-            assert check.returncode == 0, check.stderr
+            for rel in written[0], written[2], written[3]:
+                check = subprocess.run([docker, "compose", "-f", rel, "config", "-q"], cwd=ROOT, capture_output=True,
+                                       text=True, env=dict(env, MASTER_IP="192.168.1.20"))
+                assert check.returncode == 0, (rel, check.stderr)
     finally:
-        os.remove(path)
-        os.remove(os.path.join(ROOT, "configs", "compose-w3.yml"))
+        for rel in written:
+            if os.path.exists(os.path.join(ROOT, rel)):
+                os.remove(os.path.join(ROOT, rel))
 
 
 def test_committed_env_and_compose_config_are_in_sync():

@@ -10,7 +10,7 @@ def test_scheduler_options_each_scheduler_takes_pass():
     """The options schedulers.OPTIONS lists for a scheduler are accepted (the one list config checks against)."""
     from cnnvideo.plan.schedulers import OPTIONS
 
-    valid = {"cuts": [0, 5, 9]}  # fixed's plan: one more cut than the default chain's 2 workers
+    valid = {"cuts": [0, 5, 9], "groups": [[0], [1]]}  # fixed's plan: one more cut than the default 2 workers
     for name, keys in OPTIONS.items():
         options = {k: valid.get(k, 1) for k in keys}
         cfg = config.from_dict({"scheduler": name, "scheduler_options": options}, check_files=False)

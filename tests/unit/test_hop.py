@@ -217,3 +217,74 @@ def test_input_change_counts_drift_frame_to_frame_misses():
         frame[0, 0, 0] += 2
         seen.append(change.rates(frame)[0])
     assert seen == [0.0, 0.0, 0.25, 0.0, 0.0, 0.25]  # 6 > 4 from 0, then 12 > 4 from 6
+
+
+def _channel_nz_reference(mask, axis):
+    """channel_nz as numpy's count_nonzero over every other axis gives it."""
+    mask = np.asarray(mask, dtype=bool)
+    axis %= mask.ndim
+    other = tuple(i for i in range(mask.ndim) if i != axis)
+    return np.count_nonzero(mask, axis=other) / float(max(mask.size // mask.shape[axis], 1))
+
+
+@pytest.mark.parametrize("shape", [(480, 720, 3), (37, 61, 3), (1, 64, 64, 16), (2, 3, 40, 50), (1, 1280, 3, 5),
+                                   (3000, 1), (70, 90, 4)])
+def test_channel_nz_counts_exactly_like_count_nonzero(shape):
+    """Every way channel_nz counts (bytes summed by rows for few channels last, one count per channel view, one
+    reduction for many small channels) gives numpy's counts to the bit, on every axis, a tail that does not fill
+    a row included."""
+    mask = np.random.default_rng(len(shape)).random(shape) < 0.3
+    for axis in range(-1, mask.ndim):
+        got, want = channel_nz(mask, axis), _channel_nz_reference(mask, axis)
+        assert got.dtype == np.float64 and np.array_equal(got, want), (shape, axis)
+    assert np.array_equal(channel_nz(mask[:, ::2], -1), _channel_nz_reference(mask[:, ::2], -1))  # not contiguous
+
+
+def test_channel_nz_of_a_bool_view_of_other_bytes():
+    """A bool view of bytes other than 0 and 1 counts each non-zero byte once, like count_nonzero."""
+    raw = np.random.default_rng(3).integers(0, 4, (96, 128, 3), dtype=np.uint8)
+    mask = raw.view(bool)
+    assert np.array_equal(channel_nz(mask, -1), _channel_nz_reference(mask, -1))
+
+
+@pytest.mark.parametrize("threshold", [0, 4])
+def test_input_change_rates_and_held_view(threshold):
+    """InputChange's rates are the per-channel share of values the hop sends, and what it holds is what a HopSender's
+    receiver holds (at threshold 0 the frame itself), frame after frame."""
+    rng = np.random.default_rng(5)
+    frame = rng.integers(0, 256, (40, 56, 3), dtype=np.uint8)
+    change, sender, receiver = InputChange(threshold), HopSender(threshold), HopReceiver(MAX)
+    held = None
+    for i in range(6):
+        if i:
+            frame = frame.copy()
+            region = rng.random(frame.shape) < 0.2
+            frame[region] = rng.integers(0, 256, int(region.sum()), dtype=np.uint8)
+        rates = change.rates(frame)
+        out = receiver.decode(sender.encode(frame))
+        if held is None:
+            assert np.array_equal(rates, np.ones(3))
+        else:
+            diff = np.abs(frame.astype(np.int16) - held.astype(np.int16))
+            assert np.array_equal(rates, _channel_nz_reference(diff > threshold, -1))
+        held = np.array(out)
+        assert np.array_equal(change._held, held)
+        if threshold == 0:
+            assert np.array_equal(held, frame)
+
+
+def test_uint8_threshold_sends_a_jump_across_the_range():
+    """At a pixel threshold a value jumping from 0 to 255 (or 130) is sent: |x - held| is the plain difference, not
+    the distance around 256 (1 for 0 -> 255, which kept the receiver 255 levels off), and the receiver stays within
+    the threshold everywhere."""
+    sender, receiver = HopSender(4), HopReceiver(MAX)
+    a = np.zeros((1, 4, 4, 3), dtype=np.uint8)
+    b = a.copy()
+    b[0, 0, 0, 0], b[0, 1, 1, 1], b[0, 2, 2, 2] = 255, 130, 3
+    receiver.decode(sender.encode(a))
+    out = receiver.decode(sender.encode(b))
+    assert (out[0, 0, 0, 0], out[0, 1, 1, 1], out[0, 2, 2, 2]) == (255, 130, 0) and sender.last_nnz == 2
+    assert np.abs(out.astype(np.int16) - b).max() <= 4
+    change = InputChange(4)
+    change.rates(a)
+    assert np.array_equal(change.rates(b), [1 / 16, 1 / 16, 0.0])

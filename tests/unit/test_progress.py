@@ -75,3 +75,35 @@ def test_a_new_state_is_written_at_once(tmp_path):
     pf.update(state="done", completed=9)
     p = progress.read(folder)
     assert (p.state, p.sent, p.completed) == ("done", 7, 9)
+
+
+def test_bursts_share_one_flusher_thread(tmp_path):
+    """Held-back updates are written by one flusher thread, not a new thread per interval: burst after burst, each
+    burst's last counters reach the file when its interval ends."""
+    folder = str(tmp_path)
+    pf = progress.ProgressFile(folder, 100, min_interval_s=0.05)
+    before = {t.ident for t in threading.enumerate()}
+    for burst in range(3):
+        for i in range(20):
+            pf.update(state="running", sent=100 * burst + i)
+        deadline = time.time() + 5
+        while progress.read(folder).sent != 100 * burst + 19 and time.time() < deadline:
+            time.sleep(0.01)
+        assert progress.read(folder).sent == 100 * burst + 19
+    started = [t for t in threading.enumerate() if t.ident not in before]
+    assert [t.name for t in started] == ["progress"] and started[0].daemon
+
+
+def test_an_idle_flusher_ends_and_a_new_one_writes_the_next_burst(tmp_path, monkeypatch):
+    """The flusher thread ends once nothing is held back for FLUSHER_IDLE_S; a later held-back update starts another
+    one and still reaches the file."""
+    monkeypatch.setattr(progress, "FLUSHER_IDLE_S", 0.05)
+    folder = str(tmp_path)
+    pf = progress.ProgressFile(folder, 100, min_interval_s=0.05)
+    for burst in range(2):
+        pf.update(state="running", sent=10 * burst)
+        pf.update(sent=10 * burst + 5)
+        deadline = time.time() + 5
+        while (progress.read(folder).sent != 10 * burst + 5 or pf._flusher is not None) and time.time() < deadline:
+            time.sleep(0.01)
+        assert progress.read(folder).sent == 10 * burst + 5 and pf._flusher is None

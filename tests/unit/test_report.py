@@ -55,3 +55,17 @@ def test_newer_schema_missing_fields_and_garbage_are_refused(tmp_path):
     bad.write_text("[1, 2")
     with pytest.raises(rpt.ReportError, match="report.json"):
         rpt.read(str(bad))
+
+
+def test_master_cpu_field():
+    """`master` (docs/report-format.md): cpu_s over the run, cpu_per_frame_ms = cpu_s / frames in ms (null without
+    frames), frames, check_on_master, setup_cpu_s; it rides in the report's extra fields into report.json."""
+    m = rpt.master_cpu(1.23456, 120, True, setup_cpu_s=3.14159)
+    assert m == {"cpu_s": 1.235, "cpu_per_frame_ms": 10.288, "frames": 120, "check_on_master": True,
+                 "setup_cpu_s": 3.142}
+    assert rpt.master_cpu(0.5, 0, False)["cpu_per_frame_ms"] is None
+    assert rpt.master_cpu(None, 10, False) == {"cpu_s": None, "cpu_per_frame_ms": None, "frames": 10,
+                                               "check_on_master": False, "setup_cpu_s": None}
+    rep = rpt.build(frames_total=1, records=[], hops=[], spans=[], model="m", mode="full", scheduler="edge",
+                    workers=[], plan_layers=[], wall_s=1.0, extra={"master": m})
+    assert json.loads(json.dumps(rep.to_dict()))["master"]["cpu_per_frame_ms"] == 10.288

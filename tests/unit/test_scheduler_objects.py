@@ -64,7 +64,7 @@ def test_adaptive_switches_when_a_hop_measures_slower():
     seg = np.array([[0.1, 0.1], [0.1, 0.1]])
     nbytes = np.array([1e4, 1e4, 1e2])
     inputs = CostInputs(nbytes, nbytes, seg, np.array([1e7, 1e7]))
-    sched = create("adaptive", inputs, 0, True, group_size=5)
+    sched = create("adaptive", inputs, 0, True, group_size=5, options={"pool": False})  # chains only
     assert isinstance(sched, AdaptiveScheduler)
     assert sched.initial_plan().cuts == (0, 1, 2)
     for _ in range(4):

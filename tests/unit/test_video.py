@@ -28,3 +28,29 @@ def test_bad_video_errors(tmp_path):
     junk.write_bytes(b"not a video at all" * 10)
     with pytest.raises(VideoError, match="junk.avi"):
         next(read_frames(str(junk), (10, 10)))
+
+
+def test_swap_rb_is_numpy_channel_reversal():
+    """swap_rb (OpenCV's cvtColor for contiguous uint8) gives the bytes of numpy's [..., ::-1] copy, for a view that
+    is not contiguous and for other dtypes too, and always a contiguous array."""
+    pytest.importorskip("cv2")
+    from cnnvideo.video.frames import swap_rb
+
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (31, 47, 3), dtype=np.uint8)
+    for x in (img, img[:, ::2], img.astype(np.float32), img[:0]):
+        got = swap_rb(x)
+        assert got.flags.c_contiguous and got.dtype == x.dtype and np.array_equal(got, x[:, :, ::-1])
+    assert swap_rb(img) is not img
+
+
+def test_frames_are_contiguous_rgb_of_the_decoded_bgr(synthetic_video):
+    """read_frames' frames are the decoded BGR frames resized with INTER_AREA, channels reversed, contiguous."""
+    cv2 = pytest.importorskip("cv2")
+    cap = cv2.VideoCapture(synthetic_video)
+    ok, bgr = cap.read()
+    cap.release()
+    assert ok
+    frame = next(read_frames(synthetic_video, (48, 64), limit=1))
+    want = cv2.resize(bgr, (64, 48), interpolation=cv2.INTER_AREA)[:, :, ::-1]
+    assert frame.flags.c_contiguous and np.array_equal(frame, want)

@@ -251,3 +251,68 @@ def test_stage_totals_give_cpu_only_where_it_was_measured():
     assert got["w0"]["compute"] == {"count": 4, "total_s": 2.0, "bytes": 0, "mean_s": 0.5, "cpu_s": 0.2,
                                     "cpu_mean_s": 0.05}
     assert got["m"]["encode"] == {"count": 1, "total_s": 0.01, "bytes": 100, "mean_s": 0.01}
+
+
+class Pool:
+    """Three engines as a pool: stage 0 (cuts 0..split) on replicas w0 and w1, stage 1 on w2; each link keeps its
+    own reference, a stand-in master keeps one input sender per replica and routes every frame itself."""
+
+    def __init__(self, split=1, skip_unchanged=False):
+        self.settings = RunSettings("r1", 3, HopSettings(), 0, skip_unchanged=skip_unchanged)
+        self.runs = {}
+        emit = lambda task: self.runs[task.receiver()].accept(task)  # noqa: E731
+        for w in range(3):
+            self.runs[w] = Run(self.settings, w, SHAPES, forward, emit, 1 << 20)
+        self.cuts = [0, split, 3]
+        self.senders = {w: self.settings.hops.sender(0) for w in (0, 1)}
+        self.seq = {0: 0, 1: 0}
+        self.receiver = HopReceiver(1 << 20)  # w2's result stream
+
+    def send(self, f, x, replica):
+        data = self.senders[replica].encode(x, keyframe=self.seq[replica] == 0)
+        task = Task("r1", f, list(self.cuts), Payload(0, data, self.seq[replica] == 0), hop=0,
+                    seq=self.seq[replica], keyframe=[False, False], epoch=[0, 0], route=[replica, 2])
+        self.seq[replica] += 1
+        self.runs[replica].accept(task)
+
+    def close(self):
+        for run in self.runs.values():
+            run.close()
+
+
+@pytest.mark.parametrize("skip_unchanged", [False, True])
+def test_pool_replicas_keep_one_reference_per_link_and_stay_exact(skip_unchanged):
+    """Frames routed over two replicas of stage 0 (w0, w1) into one replica of stage 1 (w2): w2 decodes each
+    sender's deltas against that sender's own reference, so every result is bitwise the unsplit forward, and the
+    stage reports name the worker each output went to. Repeated frames (unchanged input) skip exactly too."""
+    pool = Pool(skip_unchanged=skip_unchanged)
+    xs = frames(10, seed=7)
+    xs[5] = xs[4] = xs[3]  # unchanged inputs on both links
+    route = [0, 1, 1, 0, 1, 0, 0, 0, 1, 1]
+    try:
+        for f, (x, r) in enumerate(zip(xs, route)):
+            pool.send(f, x, r)
+            res = pool.runs[2].results.get(timeout=10)
+            assert res.frame_id == f and res.worker_id == 2
+            np.testing.assert_array_equal(np.array(pool.receiver.decode(res.output.data)), forward(0, 3, x))
+        reports = [pool.runs[w].stages.get(timeout=5) for w in route]
+        assert [r.hop_out for r in reports] == [2] * len(route) and all(r.hop_in == 0 for r in reports)
+        assert set(pool.runs[2].links_in) == {0, 1} and set(pool.runs[0].links_in) == {-1}
+        assert not any(run.failed for run in pool.runs.values())
+    finally:
+        pool.close()
+
+
+def test_pool_refuses_a_task_routed_to_another_worker_or_naming_a_worker_twice():
+    """Route checks at intake: the receiver must be the worker the route names at the task's hop, and a route names
+    distinct workers of the cluster."""
+    pool = Pool()
+    try:
+        with pytest.raises(TaskError, match="not the worker its route names"):
+            pool.runs[0].accept(Task("r1", 0, [0, 1, 3], Payload(0, b"x"), route=[1, 2]))
+        with pytest.raises(TaskError, match="distinct workers"):
+            pool.runs[0].accept(Task("r1", 0, [0, 1, 3], Payload(0, b"x"), route=[0, 0]))
+        with pytest.raises(TaskError, match="distinct workers"):
+            pool.runs[0].accept(Task("r1", 0, [0, 1, 3], Payload(0, b"x"), route=[0, 5]))
+    finally:
+        pool.close()

@@ -4,7 +4,10 @@ report.json's wall time) by the frames completed in that window. Caps, links and
 It also gives each worker's decode, compute and encode CPU a frame from its stage reports (over the whole run; the
 rest of its CPU is messages, threads and the interpreter), and counts each role's context switches per frame in that
 window, by thread (voluntary + involuntary, from /proc/PID/task/TID/status): every hand-off between a role's threads
-is one, so they say where a frame's thread switches come from. Each thread's CPU a frame in that window is given too.
+is one, so they say where a frame's thread switches come from. Each thread's CPU a frame in that window is given too
+(a thread that ended inside the window, such as the master's source reader once it has read its last frame, is
+missing from those; the per-role figures count it). `master_report` is report.json's `master` (the master's process
+CPU over the whole run divided by frames completed, measured by the master itself).
 
 Usage: python tools/probes/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
 Why: under a CPU cap a worker's wall times mix CPU with throttling; its CPU per frame says what a split costs.
@@ -74,7 +77,8 @@ def main(cfg_path: str) -> None:
     a, b = end - wall * 0.8, end - wall * 0.1
     done = [end - wall + t["done_s"] for t in rep["times"]]
     frames = sum(1 for t in done if a <= t <= b)
-    out = {"fps": rep["throughput_fps"], "cuts": rep["cuts"], "frames_in_window": frames, "cpu_ms_per_frame": {}}
+    out = {"fps": rep["throughput_fps"], "cuts": rep["cuts"], "frames_in_window": frames, "cpu_ms_per_frame": {},
+           "master_report": rep.get("master")}  # the master's own count over the whole run (report.json `master`)
     for role, pts in sorted(samples.items()):
         pts = [p for p in pts if a <= p[0] <= b]
         if len(pts) > 1 and frames:

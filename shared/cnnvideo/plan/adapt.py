@@ -152,18 +152,21 @@ class Estimates:
                 "p_unchanged": None if self.p_unchanged() is None else round(self.p_unchanged(), 4)}
 
 
-def replan(inputs: CostInputs, est: Estimates, current: Tuple[int, ...], in_flight: int, delta: bool,
-           gain: float = 0.1) -> Tuple[Optional[Tuple[int, ...]], float, float, CostInputs]:
-    """(new cuts or None, current period, best period, measured inputs) under the measured cost model."""
+def replan(inputs: CostInputs, est: Estimates, current, in_flight: int, delta: bool,
+           gain: float = 0.1, pool: bool = False) -> Tuple[Optional[object], float, float, CostInputs]:
+    """(new Plan or None, current period, best period, measured inputs) under the measured cost model; `current` is
+    a Plan (or a chain's cuts); with `pool` the best plan may be one of stages x replicas."""
     from cnnvideo.plan.costmodel import Plan
     from cnnvideo.plan.schedulers.plans import objective, optimal
 
+    if not isinstance(current, Plan):
+        current = Plan(tuple(current))
     measured = adapted_inputs(inputs, est.bandwidth(), est.compute_scale(), est.p_unchanged())
-    cur = objective(Plan(tuple(current)), measured, in_flight, delta)
-    best_plan = optimal(measured, in_flight, delta)
+    cur = objective(current, measured, in_flight, delta)
+    best_plan = optimal(measured, in_flight, delta, pool=pool)
     best = objective(best_plan, measured, in_flight, delta)
-    if best_plan.cuts != tuple(current) and should_switch(cur, best, gain):
-        return best_plan.cuts, cur, best, measured
+    if best_plan != current and should_switch(cur, best, gain):
+        return best_plan, cur, best, measured
     return None, cur, best, measured
 
 

@@ -28,15 +28,55 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Plan:
-    """Cut points of a chain of W workers: cuts[0] = 0 <= ... <= cuts[W] = K; worker w runs c_w .. c_{w+1}-1."""
+    """Cut points of a chain of W workers: cuts[0] = 0 <= ... <= cuts[W] = K; worker w runs c_w .. c_{w+1}-1.
+
+    With `groups` it is a pool plan (cnnvideo.plan.pool): S = len(cuts) - 1 stages, stage s (cuts[s] ..
+    cuts[s+1]) runs on every worker of groups[s] (its replicas; each frame visits one of them). The chain
+    functions of this module take chain plans only."""
 
     cuts: Tuple[int, ...]
+    groups: Optional[Tuple[Tuple[int, ...], ...]] = None  # the workers of each stage (None: a chain)
 
     def __post_init__(self) -> None:
         cuts = tuple(int(c) for c in self.cuts)
         object.__setattr__(self, "cuts", cuts)
         if len(cuts) < 2 or cuts[0] != 0 or any(b < a for a, b in zip(cuts, cuts[1:])):
             raise ValueError("plan cuts must start at 0 and be non-decreasing, got %r" % (cuts,))
+        if self.groups is not None:
+            groups = tuple(tuple(int(w) for w in g) for g in self.groups)
+            object.__setattr__(self, "groups", groups)
+            named = [w for g in groups for w in g]
+            if len(groups) != len(cuts) - 1:
+                raise ValueError("pool plan has %d stages of cuts and %d groups of workers" % (len(cuts) - 1,
+                                                                                              len(groups)))
+            if any(not g for g in groups):
+                raise ValueError("pool plan stage %d has no worker" % [len(g) for g in groups].index(0))
+            if len(set(named)) != len(named) or any(w < 0 for w in named):
+                raise ValueError("pool plan names a worker twice or a negative worker: %r" % (groups,))
+
+    @property
+    def is_pool(self) -> bool:
+        """A plan of stages x replicas (groups given), not a chain."""
+        return self.groups is not None
+
+    def stage_groups(self) -> Tuple[Tuple[int, ...], ...]:
+        """The workers of each stage (a chain: stage w on worker w)."""
+        return self.groups if self.groups is not None else tuple((w,) for w in range(len(self.cuts) - 1))
+
+    def stage_of(self, n_workers: int) -> List[int]:
+        """The stage of each of n_workers workers (-1: the plan leaves it out)."""
+        out = [-1] * int(n_workers)
+        for s, g in enumerate(self.stage_groups()):
+            for w in g:
+                if w < n_workers:
+                    out[w] = s
+        return out
+
+    def shape(self) -> str:
+        """What kind of plan: `chain`, `replicas` (one stage on several workers) or `hybrid`."""
+        if not self.is_pool or all(len(g) == 1 for g in self.groups):
+            return "chain"
+        return "replicas" if len(self.groups) == 1 else "hybrid"
 
     @property
     def n_workers(self) -> int:
@@ -81,6 +121,9 @@ class Plan:
         return plan
 
     def __str__(self) -> str:
+        if self.is_pool:
+            return "Plan(%s; %s)" % (",".join(str(c) for c in self.cuts),
+                                     " | ".join("+".join("w%d" % w for w in g) for g in self.groups))
         return "Plan(%s)" % ",".join(str(c) for c in self.cuts)
 
 
@@ -108,6 +151,9 @@ class CostInputs:
     # share of frames whose input does not change (an empty input delta): every stage skips them
     # (delta.skip_unchanged), so a stage's expected compute per frame is (1 - p_unchanged) x its compute
     p_unchanged: float = 0.0
+    # the master's own seconds (CPU) per frame: it reads, encodes and sends every frame and decodes every result, so
+    # no plan runs faster than this (cnnvideo.plan.pool counts it as a stage; 0 = not known)
+    master_time: float = 0.0
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)

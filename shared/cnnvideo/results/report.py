@@ -87,6 +87,8 @@ class FrameRecord:
     reason: str = ""  # why it was dropped
     top5: Optional[List[list]] = None  # [[class index, name, softmax score], ...] of the result, best first
     reused: bool = False  # the result was unchanged (an empty update): the previous result stands
+    route: Optional[List[int]] = None  # a pool plan's worker of each stage for this frame (None: a chain)
+    groups: Optional[List[List[int]]] = None  # the pool plan's workers of each stage (None: a chain)
 
     @property
     def latency(self) -> Optional[float]:
@@ -112,6 +114,19 @@ def latency_summary(values: Sequence[float]) -> Dict[str, Optional[float]]:
         "p95": round(percentile(values, 95), 6),
         "max": round(max(values), 6),
     }
+
+
+def master_cpu(cpu_s: Optional[float], frames: int, check_on_master: bool,
+               setup_cpu_s: Optional[float] = None) -> Dict[str, Any]:
+    """report.json's `master`: the master process's CPU seconds over the run (every thread: capture, input-hop
+    encode, sends, results, and the online check when `check_on_master`), per completed frame in ms, and the CPU
+    seconds its setup took before the run (None when not measured)."""
+    per = None
+    if cpu_s is not None and frames > 0:
+        per = round(1e3 * cpu_s / frames, 3)
+    return {"cpu_s": None if cpu_s is None else round(cpu_s, 3), "cpu_per_frame_ms": per, "frames": int(frames),
+            "check_on_master": bool(check_on_master),
+            "setup_cpu_s": None if setup_cpu_s is None else round(setup_cpu_s, 3)}
 
 
 def stage_summary(spans: Sequence[StageSpan]) -> Dict[str, Dict[str, Dict[str, float]]]:
@@ -420,7 +435,9 @@ def thumbnail_uri(frame, width: int = 128, detections: Optional[Sequence[Any]] =
         from cnnvideo.results.detections import draw_boxes
 
         small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=2)
-    ok, buf = cv2.imencode(".jpg", small[:, :, ::-1], [int(cv2.IMWRITE_JPEG_QUALITY), 80])
+    from cnnvideo.video.frames import swap_rb
+
+    ok, buf = cv2.imencode(".jpg", swap_rb(small), [int(cv2.IMWRITE_JPEG_QUALITY), 80])
     return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""
 
 

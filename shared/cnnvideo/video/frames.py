@@ -11,7 +11,13 @@ class VideoError(ValueError):
     """The video cannot be opened or decoded."""
 
 
+_CV2 = None  # the cv2 module once imported (to_rgb runs for every frame)
+
+
 def _cv2():
+    global _CV2
+    if _CV2 is not None:
+        return _CV2
     # FFmpeg's and OpenCV's own log lines (a refused connection, a backend probe) would repeat our one-line
     # errors on stderr; set CNNVIDEO_CV_LOGS=1 to see them
     if not os.environ.get("CNNVIDEO_CV_LOGS"):
@@ -19,15 +25,28 @@ def _cv2():
         os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
     import cv2  # local: cv2 is heavy and only roles that read video need it
 
+    _CV2 = cv2
     return cv2
+
+
+def swap_rb(image: np.ndarray) -> np.ndarray:
+    """A contiguous copy of an (H, W, 3) image with its first and last channels swapped (BGR <-> RGB): OpenCV's
+    cvtColor for uint8 (0.07 ms for 480x720 against 1.2 ms for numpy's reversed-stride copy; the same bytes),
+    numpy's copy for anything else."""
+    three = image.ndim == 3 and image.shape[2] == 3 and image.size > 0
+    if three and image.dtype == np.uint8 and image.flags.c_contiguous:
+        cv2 = _cv2()
+        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return np.ascontiguousarray(image[:, :, ::-1])
 
 
 def to_rgb(bgr: np.ndarray, frame_size: Tuple[int, int]) -> np.ndarray:
     """An OpenCV BGR frame as (H, W, 3) uint8 RGB of `frame_size` (height, width), resized with INTER_AREA."""
     height, width = frame_size
     if bgr.shape[:2] != (height, width):
-        bgr = _cv2().resize(bgr, (width, height), interpolation=_cv2().INTER_AREA)
-    return np.ascontiguousarray(bgr[:, :, ::-1])
+        cv2 = _cv2()
+        bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
+    return swap_rb(bgr)
 
 
 def read_frames(path: str, frame_size: Tuple[int, int], limit: int = 0, loop: bool = True) -> Iterator[np.ndarray]:
@@ -93,7 +112,7 @@ def read_image(path: str, frame_size: Tuple[int, int]) -> np.ndarray:
     height, width = frame_size
     if bgr.shape[:2] != (height, width):
         bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
-    return np.ascontiguousarray(bgr[:, :, ::-1])
+    return swap_rb(bgr)
 
 
 def photo_clip(photo: np.ndarray, n: int, seed: int = 0, noise: float = 2.0, patch: int = 12) -> Iterator[np.ndarray]:

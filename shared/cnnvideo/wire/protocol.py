@@ -1,10 +1,15 @@
-"""The hop protocol every role follows: which worker reports a frame's result, which sender a cut gets,
+"""The hop protocol every role follows: a frame's route, which stage reports its result, which sender a cut gets,
 when a hop carries a keyframe, and the per-hop plan epochs that make a missed keyframe detectable.
 
 Master and workers both import this module, so the rules cannot drift apart:
 
-- the **reporter** of a frame is the last worker with a non-empty segment range; it sends the model
-  output to the master, later workers never see the frame;
+- a plan has S **stages** (cuts[s] .. cuts[s+1]); a stage runs on one worker (a chain: stage w on worker w) or on
+  several replicas (a pool). Each frame's **route** names the worker of each stage that runs it;
+- every **link** (the master or a worker, to one receiver) keeps its own closed-loop reference: a sender holds one
+  OutputHop per receiver and a receiver one InputHop and HopReceiver per sender, so a replica that sees every
+  Nth frame gets deltas against the frame it saw last, and a resync of one link touches no other;
+- the **reporter** of a frame is the last stage with a non-empty segment range; it sends the model
+  output to the master, later stages never see the frame;
 - the **sender** at cut 0 (the uint8 frame) takes the pixel threshold, every later cut the float
   threshold and fp16 (`HopSettings.sender`);
 - a hop **keyframes** in full mode, on the first frame, when its cut changes, every `keyframe_every`
@@ -26,6 +31,41 @@ def reporter(cuts: Sequence[int]) -> int:
         if cuts[w] < cuts[w + 1]:
             return w
     return 0
+
+
+def chain_route(n_stages: int) -> List[int]:
+    """The route of a chain: stage s on worker s."""
+    return list(range(int(n_stages)))
+
+
+def check_route(cuts: Sequence[int], route: Sequence[int], n_workers: int, num_segments: int) -> None:
+    """ValueError unless `route` names one distinct worker (0..n_workers-1) for each stage of `cuts`, and `cuts`
+    are a plan over num_segments segments."""
+    if not 2 <= len(cuts) <= n_workers + 1:
+        raise ValueError("plan has %d cuts, expected 2..%d (stages + 1, at most one stage per worker)"
+                         % (len(cuts), n_workers + 1))
+    if cuts[0] != 0 or cuts[-1] != num_segments:
+        raise ValueError("plan must start at cut 0 and end at cut %d, got %r" % (num_segments, list(cuts)))
+    if any(a > b for a, b in zip(cuts, cuts[1:])):
+        raise ValueError("plan cuts must be non-decreasing, got %r" % list(cuts))
+    if len(route) != len(cuts) - 1:
+        raise ValueError("route has %d workers for %d stages" % (len(route), len(cuts) - 1))
+    if any(not 0 <= w < n_workers for w in route) or len(set(route)) != len(route):
+        raise ValueError("route %r must name distinct workers 0..%d" % (list(route), n_workers - 1))
+
+
+def check_stage_of(cuts: Sequence[int], stage_of: Sequence[int], n_workers: int, num_segments: int) -> None:
+    """ValueError unless `stage_of` gives each of the n_workers workers a stage of `cuts` (or -1: unused) and every
+    stage has a worker."""
+    if len(stage_of) != n_workers:
+        raise ValueError("stage_of has %d entries for %d workers" % (len(stage_of), n_workers))
+    n_stages = len(cuts) - 1
+    check_route(cuts, chain_route(n_stages), n_workers, num_segments)
+    if any(not -1 <= s < n_stages for s in stage_of):
+        raise ValueError("stage_of %r names a stage outside 0..%d" % (list(stage_of), n_stages - 1))
+    empty = sorted(set(range(n_stages)) - set(stage_of))
+    if empty:
+        raise ValueError("stage %d has no worker (stage_of %r)" % (empty[0], list(stage_of)))
 
 
 def check_plan(cuts: Sequence[int], n_workers: int, num_segments: int) -> None:
@@ -94,17 +134,25 @@ class HopPlanner:
 
 
 class InputHop:
-    """A worker's check of the epochs on its input hop: a new epoch must start with a keyframe."""
+    """A receiver's check of one link: a delta applies only to a base of the same cut, and (in a chain, where the
+    master's per-hop epochs describe this very link) a new epoch must start with a keyframe."""
 
     def __init__(self, hop: int) -> None:
         self.hop = hop
         self.epoch: Optional[int] = None
+        self.cut: Optional[int] = None
 
-    def admit(self, epoch: int, keyframe: bool) -> None:
-        """Accept a payload of `epoch`; HopError if the epoch moved and the payload is not whole."""
-        if self.epoch is not None and epoch != self.epoch and not keyframe:
+    def admit(self, epoch: int, keyframe: bool, cut: Optional[int] = None, epochs: bool = True) -> None:
+        """Accept a payload of `epoch` at `cut`; HopError if it is a delta on a base of another cut, or (with
+        `epochs`) the epoch moved and the payload is not whole."""
+        if not keyframe and cut is not None and self.cut is not None and cut != self.cut:
+            raise HopError("link into hop %d moved from cut %d to %d without a keyframe (resync needed)"
+                           % (self.hop, self.cut, cut))
+        if epochs and self.epoch is not None and epoch != self.epoch and not keyframe:
             raise HopError("hop %d moved to epoch %d without a keyframe (resync needed)" % (self.hop, epoch))
         self.epoch = epoch
+        if cut is not None:
+            self.cut = cut
 
 
 class OutputHop:
@@ -115,6 +163,7 @@ class OutputHop:
         self.last_cut = -1
         self.sent = 0
         self._senders = {}  # type: dict
+        self._last = None  # the sender of the last message
 
     def keyframe(self, cut: int, planned: bool) -> bool:
         """Whether the tensor at `cut` goes whole: full mode, the master planned it, the first message, or the
@@ -129,9 +178,14 @@ class OutputHop:
             sender = self._senders[key] = self.settings.sender(cut)
         keyframe = self.keyframe(cut, planned)
         data = sender.encode(x, keyframe=keyframe)
+        self._last = sender
         self.last_cut = cut
         self.sent += 1
         return data, keyframe
+
+    def last_nnz(self) -> int:
+        """Values the last message changed (0: an empty update)."""
+        return int(self._last.last_nnz) if self._last is not None else 0
 
     def encode_unchanged(self, cut: int, planned: bool = False) -> Optional[Tuple[bytes, bool]]:
         """(payload, False) for a tensor at `cut` equal to the one this hop's last message carried (the caller knows
@@ -139,9 +193,11 @@ class OutputHop:
         must be whole (a keyframe is never skipped) or the last message was of another cut: then encode()."""
         if self.keyframe(cut, planned):
             return None
-        data = self._senders[0 if cut == 0 else 1].encode_unchanged()
+        self._last = self._senders[0 if cut == 0 else 1]
+        data = self._last.encode_unchanged()
         self.sent += 1
         return data, False
 
 
-__all__ = ["HopPlanner", "HopSettings", "InputHop", "OutputHop", "check_plan", "reporter"]
+__all__ = ["HopPlanner", "HopSettings", "InputHop", "OutputHop", "chain_route", "check_plan", "check_route",
+           "check_stage_of", "reporter"]

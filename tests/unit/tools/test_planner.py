@@ -33,9 +33,13 @@ def test_plan_table_lists_every_scheduler(tmp_path, synthetic_video, capsys):
     """The table has one row per scheduler with its time and split."""
     assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video)]) == 0
     out = capsys.readouterr().out
-    rows = [line.split()[0] for line in out.splitlines()[3:]]
-    assert rows == LISTED
+    lines = out.splitlines()[3:]
+    end = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    assert [line.split()[0] for line in lines[:end]] == LISTED
     assert "w2:" in out
+    # then the best plan of each shape by the pool model (cnnvideo.plan.pool)
+    assert sorted(line.split()[0] for line in lines[end + 1:]) == ["chain", "edge", "hybrid", "replicas"]
+    assert "w0+w1+w2:" in out  # full replication's split names its replicas
 
 
 def test_plan_lists_fixed_with_its_cuts_when_the_config_uses_it(tmp_path, synthetic_video, capsys):
@@ -49,18 +53,23 @@ def test_plan_lists_fixed_with_its_cuts_when_the_config_uses_it(tmp_path, synthe
 
 
 def test_plan_json_consistent(tmp_path, synthetic_video, capsys):
-    """--json gives valid plans (W+1 cuts ending at K), optimal has the least per-frame time, shares applied."""
+    """--json gives valid plans (W+1 cuts ending at K; a pool plan one more cut than its stages), optimal has the
+    least per-frame time of the chains and the best shape's the least of all, shares applied."""
     assert cli.main(["plan", "-c", _config(tmp_path, synthetic_video), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     k = len(data["cuts"]) - 1
     assert data["cpu_share"] == [0.1, 0.2, 0.2]
     times = {}
     for row in data["schedulers"]:
-        assert len(row["cuts"]) == 4 and row["cuts"][0] == 0 and row["cuts"][-1] == k
+        stages = len(row["groups"]) if "groups" in row else 3
+        assert len(row["cuts"]) == stages + 1 and row["cuts"][0] == 0 and row["cuts"][-1] == k
         assert sum(s["segments"] for s in row["split"]) == k
         times[row["scheduler"]] = row["per_frame_s"]
     assert set(times) == set(LISTED)
-    assert times["optimal"] <= min(times.values()) * (1 + 1e-12)
+    chains = [t for name, t in times.items() if name != "replicas"]
+    assert times["optimal"] <= min(chains) * (1 + 1e-12)
+    best_shape = min(r["per_frame_s"] for r in data["shapes"])
+    assert best_shape <= min(times.values()) * (1 + 1e-9)
 
 
 def test_plan_rejects_unknown_scheduler_option(tmp_path, synthetic_video, capsys):

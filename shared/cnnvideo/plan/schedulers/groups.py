@@ -117,7 +117,7 @@ def das_decide(
         best = _argmin_prefer(times, cuts, prev)
         return Plan(tuple(cuts[best])), float(times[best])
     starts = [_das_dp(inputs, frame_bytes, prev, ready_arr, start, delta),
-              np.array(optimal(inputs, in_flight, delta).cuts), np.array(lbs(inputs).cuts)]
+              np.array(optimal(inputs, in_flight, delta, pool=False).cuts), np.array(lbs(inputs).cuts)]
     if prev is not None and prev.n_workers == inputs.n_workers and prev.cuts[-1] == inputs.n_segments:
         starts.append(np.array(prev.cuts))
     return _refine(starts, finish, inputs.n_segments)

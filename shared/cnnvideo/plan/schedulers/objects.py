@@ -16,6 +16,7 @@ from cnnvideo.plan.costmodel import (
     simulate,
     stage_costs,
 )
+from cnnvideo.plan.pool import pool_costs, pool_period
 from cnnvideo.plan.schedulers.groups import das_decide
 from cnnvideo.plan.schedulers.registry import check_options, schedule
 
@@ -81,6 +82,7 @@ class Scheduler:
         self.frame_nz = frame_nz  # [N, 3] input change rates per frame
         self.current: Optional[Plan] = None
         self.decisions: List[Tuple[int, List[int]]] = []
+        self.plans: List[Tuple[int, Plan]] = []  # (first frame, plan) of every plan used, groups included
 
     def initial_plan(self) -> Plan:
         """The plan of frame 0 (decided once)."""
@@ -100,10 +102,11 @@ class Scheduler:
         """A measurement of the run (Transfer, Compute or InputDelta); static schedulers ignore them."""
 
     def _use(self, frame: int, plan: Plan) -> Plan:
-        if self.current is None or plan.cuts != self.current.cuts:
+        if self.current is None or plan != self.current:
             self.decisions.append((frame, list(plan.cuts)))
+            self.plans.append((frame, plan))
             if self.current is not None:
-                log.info("%s: frames %d.. -> plan %s", self.name, frame, list(plan.cuts))
+                log.info("%s: frames %d.. -> plan %s", self.name, frame, plan)
         self.current = plan
         return plan
 
@@ -111,12 +114,24 @@ class Scheduler:
         """Steady seconds per frame of the current plan, from the cost model."""
         if self.current is None:
             return None
+        if self.current.is_pool:
+            return pool_period(self.current, self.inputs, self.in_flight, self.delta)
         return per_frame_time(self.current, self.inputs, self.in_flight, delta=self.delta)
 
-    def report(self, frames: int, cuts: Sequence[int]) -> Dict[str, object]:
-        """Cost-model figures for the report: predicted stage costs and makespan of `cuts` over `frames` frames
-        (first frame a keyframe on every hop)."""
-        plan = Plan(tuple(int(c) for c in cuts))
+    def report(self, frames: int, cuts) -> Dict[str, object]:
+        """Cost-model figures for the report: predicted stage costs and makespan of the plan `cuts` (a Plan, or a
+        chain's cuts) over `frames` frames (first frame a keyframe on every hop); a pool plan's steady figures."""
+        plan = cuts if isinstance(cuts, Plan) else Plan(tuple(int(c) for c in cuts))
+        if plan.is_pool:
+            pc = pool_costs(plan, self.inputs, self.in_flight, self.delta)
+            return {
+                "predicted_stage_s": [round(float(c), 6) for c in pc.stage_period],
+                "predicted_replica_s": [[round(float(t), 6) for t in ts] for ts in pc.replica_time],
+                "predicted_link_bytes": [round(float(b), 1) for b in pc.link_bytes],
+                "predicted_latency_s": round(pc.latency, 6),
+                "predicted_fps": round(pc.fps, 5),
+                "configured_bandwidth_Bps": [float(b) for b in self.inputs.bandwidth],
+            }
         stages = stage_costs(plan, self.inputs, self.delta)
         first = frame_stage_costs(plan, self.inputs, None, None, self.delta)[0]
         costs = np.tile(stages, (max(int(frames), 1), 1))
@@ -197,14 +212,16 @@ class AdaptiveScheduler(Scheduler):
         if frame <= 0 or frame % self.group_size:
             return current
         gain = float(self.options.get("gain", 0.1))
-        new, cur, best, measured = adapt.replan(self.inputs, self.estimates, current.cuts, self.in_flight,
-                                                self.delta, gain)
+        new, cur, best, measured = adapt.replan(self.inputs, self.estimates, current, self.in_flight,
+                                                self.delta, gain, bool(self.options.get("pool", False)))
         entry: Dict[str, object] = {"frame": frame, "current_period_s": round(cur, 5), "best_period_s": round(best, 5)}
         entry.update(self.estimates.snapshot())
         if new is not None:
             log.info("adaptive: measured period %.3f s -> %.3f s", cur, best)
-            self._use(frame, Plan(tuple(new)))
-            entry["switched_to"] = list(new)
+            self._use(frame, new)
+            entry["switched_to"] = list(new.cuts)
+            if new.is_pool:
+                entry["switched_to_groups"] = [list(g) for g in new.groups]
         self.measured_inputs = measured
         self.log.append(entry)
         return self.current

@@ -1,6 +1,7 @@
-"""Schedulers that choose one Plan (cut points) from CostInputs: edge, cloud, fixed (the config's own cuts), lbs,
-nsc, optimal (exact, by dynamic programming over the cuts) and adaptive's starting plan; `objective` is their common
-yardstick."""
+"""Schedulers that choose one Plan from CostInputs: edge, cloud, fixed (the config's own cuts, and groups of
+replicas), lbs, nsc, replicas (the whole model on every worker), optimal (the best chain, by dynamic programming
+over the cuts, or the best pool plan of stages x replicas, whichever the cost model says is faster) and adaptive's
+starting plan; `objective` is their common yardstick."""
 from __future__ import annotations
 
 import logging
@@ -16,6 +17,7 @@ from cnnvideo.plan.costmodel import (
     stage_costs,
     steady_period,
 )
+from cnnvideo.plan.pool import best_pool, full_replication, pool_period
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,17 @@ def cloud(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options)
     return Plan((0,) * w + (k,))
 
 
-def fixed(inputs: CostInputs, in_flight: int = 0, delta: bool = True, cuts=None, **options) -> Plan:
+def replicas(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
+    """Full replication: the whole model on every worker, each frame on one of them (the pool's baseline)."""
+    return full_replication(inputs)
+
+
+def fixed(inputs: CostInputs, in_flight: int = 0, delta: bool = True, cuts=None, groups=None, **options) -> Plan:
     """The plan the config names (`scheduler_options: {cuts: [0, c1, ..., K]}`, W+1 cuts): to pin a split, or to
-    measure one against what the cost model predicts. ValueError naming what is wrong with `cuts`."""
+    measure one against what the cost model predicts; with `groups` (the workers of each stage, e.g.
+    `{cuts: [0, 12, K], groups: [[0, 1], [2]]}`) a pool plan. ValueError naming what is wrong."""
+    if groups is not None:
+        return _fixed_pool(inputs, cuts, groups)
     k, w = inputs.n_segments, inputs.n_workers
     want = "[0, c1, ..., %d] (%d non-decreasing cut indices)" % (k, w + 1)
     if cuts is None:
@@ -50,6 +60,32 @@ def fixed(inputs: CostInputs, in_flight: int = 0, delta: bool = True, cuts=None,
             or any(b < a for a, b in zip(plan, plan[1:]))):
         raise ValueError("scheduler_options.cuts must be %s, got %r" % (want, list(plan)))
     return Plan(plan)
+
+
+def _fixed_pool(inputs: CostInputs, cuts, groups) -> Plan:
+    """fixed's pool plan: S+1 cuts and S groups of workers, each worker at most once, no stage without one."""
+    k, w = inputs.n_segments, inputs.n_workers
+    try:
+        plan_cuts = tuple(int(c) for c in (cuts if cuts is not None else (0, k)))
+        plan_groups = tuple(tuple(int(x) for x in g) for g in groups)
+    except (TypeError, ValueError):
+        raise ValueError("scheduler_options.groups must be a list of lists of worker indices, got %r"
+                         % (groups,)) from None
+    for s, g in enumerate(plan_groups):
+        if not g:
+            raise ValueError("scheduler_options.groups: stage %d has no worker" % s)
+        bad = [x for x in g if not 0 <= x < w]
+        if bad:
+            raise ValueError("scheduler_options.groups: worker %d is not one of the %d workers" % (bad[0], w))
+    named = [x for g in plan_groups for x in g]
+    twice = sorted({x for x in named if named.count(x) > 1})
+    if twice:
+        raise ValueError("scheduler_options.groups names worker %d twice" % twice[0])
+    if (len(plan_cuts) != len(plan_groups) + 1 or plan_cuts[0] != 0 or plan_cuts[-1] != k
+            or any(b <= a for a, b in zip(plan_cuts, plan_cuts[1:]))):
+        raise ValueError("scheduler_options.cuts must be [0, ..., %d] with one increasing cut per stage boundary "
+                         "(%d stages in groups), got %r" % (k, len(plan_groups), list(plan_cuts)))
+    return Plan(plan_cuts, plan_groups)
 
 
 def capacities(inputs: CostInputs) -> np.ndarray:
@@ -243,20 +279,33 @@ def _result(cuts, inputs: CostInputs, delta: bool, in_flight: int, lat: float) -
     return OptimalResult(Plan(cuts), float(steady_period(costs, in_flight, inputs.turnaround)), float(costs.max()), lat)
 
 
-def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, **options) -> Plan:
-    """Exact min of the steady-state per-frame time (see optimal_result)."""
-    return optimal_result(inputs, in_flight, delta).plan
+def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, pool: bool = False, **options) -> Plan:
+    """The fastest plan by the cost model: the exact best chain (see optimal_result) or, with `pool`
+    (`scheduler_options: {pool: true}`), the best plan of stages x replicas (cnnvideo.plan.pool) when that is
+    faster."""
+    chain = optimal_result(inputs, in_flight, delta).plan
+    if not pool or inputs.n_workers < 2:
+        return chain
+    best = best_pool(inputs, in_flight, delta)
+    if best.period < objective(chain, inputs, in_flight, delta) * (1.0 - 1e-9):
+        return best.plan
+    return chain
 
 
 # --------------------------------------------------------------------------- adaptive
 def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: float = 0.3, gain: float = 0.1,
-             min_samples: int = 2, **options) -> Plan:
+             min_samples: int = 2, pool: bool = False, **options) -> Plan:
     """Online-adaptive: the steady-state optimum of the inputs it is given. The master (AdaptiveScheduler)
     re-plans every group with measured bandwidth and compute (cnnvideo.plan.adapt: EWMA `alpha`, switch when the
-    new plan is faster by more than `gain`, estimates used after `min_samples` messages)."""
-    return optimal(inputs, in_flight, delta)
+    new plan is faster by more than `gain`, estimates used after `min_samples` messages); with `pool` its plans
+    may be stages x replicas."""
+    return optimal(inputs, in_flight, delta, pool=pool)
 
 
 def objective(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> float:
-    """The common yardstick: steady-state seconds per frame (what `optimal` minimises)."""
-    return float(steady_period(stage_costs(plan, inputs, delta), in_flight, inputs.turnaround))
+    """The common yardstick: steady-state seconds per frame (what `optimal` minimises); a pool plan's is the pool
+    model's, and no plan is faster than the master's own time per frame."""
+    if plan.is_pool:
+        return pool_period(plan, inputs, in_flight, delta)
+    period = float(steady_period(stage_costs(plan, inputs, delta), in_flight, inputs.turnaround))
+    return max(period, float(inputs.master_time))

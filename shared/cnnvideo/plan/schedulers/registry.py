@@ -11,7 +11,7 @@ from cnnvideo.plan.costmodel import (
     Plan,
 )
 from cnnvideo.plan.schedulers.groups import das
-from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, fixed, lbs, nsc, optimal
+from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, fixed, lbs, nsc, optimal, replicas
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ SCHEDULERS: Dict[str, Callable[..., Plan]] = {
     "das": das,
     "optimal": optimal,
     "adaptive": adaptive,
+    "replicas": replicas,
 }
 
 
@@ -34,11 +35,12 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "lbs": (),
     "edge": (),
     "cloud": (),
-    "fixed": ("cuts",),
+    "fixed": ("cuts", "groups"),
     "nsc": ("frames", "max_steps"),
     "das": ("group_size", "max_plans"),
-    "optimal": (),
-    "adaptive": ("alpha", "gain", "min_samples"),
+    "optimal": ("pool",),
+    "adaptive": ("alpha", "gain", "min_samples", "pool"),
+    "replicas": (),
 }
 # arguments the master's planner passes at run time (per-group state), never set by a config
 RUNTIME_OPTIONS: Dict[str, Tuple[str, ...]] = {"das": ("frame_bytes", "prev", "ready", "finished", "now")}

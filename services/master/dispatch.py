@@ -1,0 +1,55 @@
+"""Routes of a pool plan: for each frame, one replica of each stage, the one with the fewest frames outstanding
+(not round-robin: a slower or busier device has more frames outstanding and so gets fewer). Workers left out after
+a fault get none until a resync takes them back. Pure bookkeeping: the master calls it holding its condition."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from cnnvideo.plan.costmodel import Plan
+
+
+class NoReplica(LookupError):
+    """A stage of the plan has no worker left to run it."""
+
+
+class Dispatcher:
+    """Frames outstanding per worker, the workers left out, and the route of each new send."""
+
+    def __init__(self, n_workers: int) -> None:
+        self.outstanding = [0] * int(n_workers)
+        self.sent = [0] * int(n_workers)  # frames each worker was given (the report's per-worker share)
+        self.excluded: set = set()
+        self._ticks = [0] * int(n_workers)  # when each worker was last picked: ties go to the longest idle
+        self._clock = 0
+
+    def usable(self, plan: Plan) -> bool:
+        """Whether every stage of `plan` keeps a worker that is not left out."""
+        return all(set(g) - self.excluded for g in plan.stage_groups())
+
+    def route(self, plan: Plan) -> List[int]:
+        """The worker of each stage for the next frame of `plan`; NoReplica if a stage has none left."""
+        out = []
+        for s, group in enumerate(plan.stage_groups()):
+            live = [w for w in group if w not in self.excluded]
+            if not live:
+                raise NoReplica("stage %d of plan %s has no worker left (out: %s)"
+                                % (s, plan, ", ".join("w%d" % w for w in sorted(self.excluded))))
+            out.append(min(live, key=lambda w: (self.outstanding[w], self._ticks[w], w)))
+        return out
+
+    def take(self, route: Sequence[int]) -> None:
+        """A frame went out on `route`."""
+        self._clock += 1
+        for w in route:
+            self.outstanding[w] += 1
+            self.sent[w] += 1
+            self._ticks[w] = self._clock
+
+    def release(self, route: Sequence[int]) -> None:
+        """The frame on `route` ended (its result came, or it was dropped)."""
+        for w in route:
+            self.outstanding[w] = max(self.outstanding[w] - 1, 0)
+
+    def reset(self) -> None:
+        """A resync: every frame in flight is queued again, none is outstanding."""
+        self.outstanding = [0] * len(self.outstanding)

@@ -1,0 +1,143 @@
+"""cnnvideo.plan.pool (stages x replicas cost model and search), the pool schedulers, and the master's pure parts
+of a pool: routes (dispatch.Dispatcher), results in frame order (ordering.ReorderBuffer), results.jsonl hops."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cnnvideo.master.dispatch import Dispatcher, NoReplica
+from cnnvideo.master.ordering import ReorderBuffer
+from cnnvideo.master.results import plan_hops
+from cnnvideo.plan import pool
+from cnnvideo.plan.costmodel import CostInputs, Plan, random_inputs
+from cnnvideo.plan.schedulers import objective, optimal, schedule
+
+
+def even_inputs(n_workers=4, seg=0.04, k=4, nbytes=3e4, bw=3e6):
+    """n equal workers, k equal segments of `seg` s, every cut `nbytes` (delta = full), `bw` B/s per link."""
+    full = np.full(k + 1, nbytes)
+    return CostInputs(full, full, np.full((n_workers, k), seg), np.full(n_workers, bw))
+
+
+def test_full_replication_of_equal_workers_is_near_n_times_one_worker():
+    """Four equal compute-bound workers: the whole model on each gives 4x one worker's fps, and `optimal` with the
+    pool picks it over every chain (the chain pays a transfer per stage and its stages cannot all be equal)."""
+    inp = even_inputs()
+    one = pool.pool_costs(Plan((0, 4), ((0,),)), inp)
+    rep = pool.pool_costs(pool.full_replication(inp), inp)
+    assert rep.fps == pytest.approx(4 * one.fps)
+    assert optimal(inp, pool=True) == pool.full_replication(inp)
+    assert objective(optimal(inp, pool=True), inp) < objective(optimal(inp, pool=False), inp)
+    assert optimal(inp).is_pool is False  # without the option optimal stays a chain
+
+
+def test_a_chain_plan_costs_the_same_in_the_pool_model_and_the_chain_model():
+    """A chain (one worker per stage, no empty stage) is a pool plan of singletons: both models agree."""
+    inp = random_inputs(3, 10, seed=4, codec=True)
+    chain = Plan((0, 3, 6, 9))
+    as_pool = Plan((0, 3, 6, 9), ((0,), (1,), (2,)))
+    assert pool.pool_period(as_pool, inp, 4) == pytest.approx(objective(chain, inp, 4))
+
+
+def test_replicas_pay_larger_deltas_and_the_master_and_in_flight_bound_the_period():
+    """A replica that sees every Rth frame sends stride ** (1/3) times the bytes; the master's time per frame and
+    latency / in-flight are lower bounds of the period."""
+    inp = even_inputs(nbytes=1e4)
+    inp.bytes_full = np.full(5, 1e9)
+    inp.result_bytes = 1e3
+    assert pool.stride_bytes(inp, 8)[0] == pytest.approx(2e4)
+    rep = pool.full_replication(inp)
+    assert pool.pool_costs(rep, inp).link_bytes == [pytest.approx(1e4 * 4 ** (1 / 3))]
+    inp.master_time = 0.5
+    assert pool.pool_period(rep, inp) == pytest.approx(0.5)
+    inp.master_time = 0.0
+    costs = pool.pool_costs(rep, inp, in_flight=1)
+    assert costs.period == pytest.approx(costs.latency)
+
+
+def test_best_by_shape_lists_each_shape_and_the_search_matches_brute_force():
+    """For 3 uneven workers the best plan of each shape is found, and for every grouping the DP's cuts are the
+    best of all cut choices (brute force over the cuts)."""
+    import itertools
+
+    inp = random_inputs(3, 8, seed=2, codec=True)
+    best = pool.best_by_shape(inp, 3)
+    assert set(best) == {"edge", "chain", "replicas", "hybrid"}
+    for groups in list(pool.candidate_groups(3))[:12]:
+        cuts, _ = pool.best_cuts(groups, inp)
+        period = pool.pool_costs(Plan(cuts, groups), inp).stage_period
+        brute = min(max(pool.pool_costs(Plan((0,) + c + (7,), groups), inp).stage_period)
+                    for c in itertools.combinations(range(1, 7), len(groups) - 1))
+        assert max(period) == pytest.approx(brute)
+
+
+def test_uneven_workers_share_by_speed():
+    """Caps (0.05, 0.1, 0.1, 0.2): full replication's rate is the sum of each worker's own rate."""
+    speed = np.array([0.05, 0.1, 0.1, 0.2])
+    full = np.full(5, 1e3)
+    inp = CostInputs(full, full, np.full((4, 4), 0.01) / speed[:, None], np.full(4, 1e9))
+    own = sum(pool.pool_costs(Plan((0, 4), ((w,),)), inp).fps for w in range(4))
+    assert pool.pool_costs(pool.full_replication(inp), inp).fps == pytest.approx(own)
+
+
+def test_fixed_names_a_pool_plan_and_bad_groups_get_one_line_naming_the_key():
+    inp = even_inputs()
+    plan = schedule("fixed", inp, cuts=[0, 2, 4], groups=[[0, 1], [2, 3]])
+    assert plan.groups == ((0, 1), (2, 3)) and plan.shape() == "hybrid"
+    with pytest.raises(ValueError, match="names worker 1 twice"):
+        schedule("fixed", inp, cuts=[0, 2, 4], groups=[[0, 1], [1]])
+    with pytest.raises(ValueError, match="stage 1 has no worker"):
+        schedule("fixed", inp, cuts=[0, 2, 4], groups=[[0, 1], []])
+    with pytest.raises(ValueError, match="worker 7 is not one"):
+        schedule("fixed", inp, cuts=[0, 4], groups=[[7]])
+    assert schedule("replicas", inp) == Plan((0, 4), ((0, 1, 2, 3),))
+
+
+def test_dispatcher_sends_to_the_replica_with_the_fewest_outstanding_and_skips_the_left_out():
+    """Least outstanding, ties to the longest idle: a replica whose frames do not come back gets no more; a worker
+    left out gets none; a stage with no worker left raises."""
+    plan = Plan((0, 2, 4), ((0, 1), (2,)))
+    d = Dispatcher(3)
+    routes = [d.route(plan) for _ in range(1)]
+    d.take(routes[0])
+    r2 = d.route(plan)
+    assert routes[0] == [0, 2] and r2 == [1, 2]
+    d.take(r2)
+    d.release([1, 2])  # w1's frame came back, w0's did not
+    assert d.route(plan) == [1, 2]
+    d.excluded = {1}
+    assert d.route(plan) == [0, 2]
+    d.excluded = {2}
+    with pytest.raises(NoReplica, match="stage 1"):
+        d.route(plan)
+    assert not d.usable(plan)
+
+
+def test_reorder_buffer_hands_frames_on_in_order_and_never_waits_forever():
+    """A later frame waits for an earlier one in flight; a dropped one (no longer pending) holds nothing; the wait
+    is bounded by time and by count."""
+    now = [0.0]
+    buf = ReorderBuffer(max_held=3, max_wait_s=5.0, clock=lambda: now[0])
+    buf.add(2, "c")
+    buf.add(1, "b")
+    assert buf.pop_ready(oldest_pending=0) == []
+    assert buf.pop_ready(oldest_pending=None) == [(1, "b"), (2, "c")]
+    buf.add(5, "f")
+    now[0] = 6.0
+    assert buf.pop_ready(oldest_pending=4) == [(5, "f")] and buf.forced == 1
+    for f in range(10, 15):
+        buf.add(f, f)
+    assert [f for f, _ in buf.pop_ready(oldest_pending=9)] == [10, 11]
+
+
+def test_results_hops_follow_the_route():
+    assert plan_hops([0, 2, 4], [3, 1]) == ["m->w3", "w3->w1", "w1->m"]
+    assert plan_hops([0, 4], [2]) == ["m->w2", "w2->m"]
+    assert plan_hops([0, 2, 4]) == ["m->w0", "w0->w1", "w1->m"]
+
+
+def test_a_pool_plan_refuses_a_worker_twice_or_an_empty_stage():
+    with pytest.raises(ValueError, match="twice"):
+        Plan((0, 2, 4), ((0,), (0, 1)))
+    with pytest.raises(ValueError, match="stage 1 has no worker"):
+        Plan((0, 2, 4), ((0,), ()))
