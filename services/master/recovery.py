@@ -8,6 +8,7 @@ probes the workers left out, and one that serves again is taken back by the next
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import List, Sequence
 
@@ -92,9 +93,22 @@ class Recovery:
         if leave_out:
             log.warning("resynchronised at generation %d without %s: their frames go to the other replicas", gen,
                         ", ".join(m.links.name(w) for w in leave_out))
+            threading.Thread(target=self._watch_return, args=(gen, list(leave_out)), name="return-watch-g%d" % gen,
+                             daemon=True).start()
         else:
             log.info("resynchronised at generation %d: every hop starts with a keyframe%s", gen,
                      " (%s back)" % ", ".join("w%d" % w for w in back) if back else "")
+
+    def _watch_return(self, gen: int, out: List[int]) -> None:
+        """Probe the workers generation `gen` left out every RETURN_PROBE_S; the first that serves again is a fault
+        of that generation, whose resync takes it back (a later resync ends this watch)."""
+        m = self.m
+        while m.failure is None and not m.closing and m.tracker.generation == gen:
+            time.sleep(RETURN_PROBE_S)
+            back = [w for w in out if not m.links.down(timeout=0.5, only=[w])]
+            if back and m.tracker.generation == gen:
+                m.fault("%s serves again: taking it back" % m.links.name(back[0]), gen)
+                return
 
     def name_dead_worker(self) -> None:
         """Make the failure line name the worker that is down, if one is."""
@@ -111,21 +125,9 @@ def wait_watching(m, predicate) -> None:
     in flight is probed, and a worker that does not answer (or no progress for long) becomes a fault."""
     stall_s = max(m.cfg.limits.worker_down_s, 1.0)
     next_probe = time.time() + stall_s
-    next_return = time.time() + RETURN_PROBE_S
     while m.failure is None and not predicate():
         m.cond.wait(0.2)
         now = time.time()
-        if m.dispatcher.excluded and now >= next_return and m.tracker.pending_fault is None:
-            next_return = now + RETURN_PROBE_S
-            gen, out = m.tracker.generation, sorted(m.dispatcher.excluded)
-            m.cond.release()
-            try:
-                back = [w for w in out if not m.links.down(timeout=0.5, only=[w])]
-            finally:
-                m.cond.acquire()
-            if back:
-                m.fault("%s serves again: taking it back" % m.links.name(back[0]), gen)
-                continue
         if m.tracker.in_flight() and now - m.last_event > stall_s and now >= next_probe:
             next_probe = now + stall_s
             gen = m.tracker.generation

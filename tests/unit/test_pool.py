@@ -28,7 +28,7 @@ def test_full_replication_of_equal_workers_is_near_n_times_one_worker():
     assert rep.fps == pytest.approx(4 * one.fps)
     assert optimal(inp, pool=True) == pool.full_replication(inp)
     assert objective(optimal(inp, pool=True), inp) < objective(optimal(inp, pool=False), inp)
-    assert optimal(inp).is_pool is False  # without the option optimal stays a chain
+    assert optimal(inp, pool=False).is_pool is False  # with pool: false optimal stays a chain
 
 
 def test_a_chain_plan_costs_the_same_in_the_pool_model_and_the_chain_model():

@@ -153,7 +153,7 @@ class Estimates:
 
 
 def replan(inputs: CostInputs, est: Estimates, current, in_flight: int, delta: bool,
-           gain: float = 0.1, pool: bool = False) -> Tuple[Optional[object], float, float, CostInputs]:
+           gain: float = 0.1, pool: bool = True) -> Tuple[Optional[object], float, float, CostInputs]:
     """(new Plan or None, current period, best period, measured inputs) under the measured cost model; `current` is
     a Plan (or a chain's cuts); with `pool` the best plan may be one of stages x replicas."""
     from cnnvideo.plan.costmodel import Plan

@@ -213,7 +213,7 @@ class AdaptiveScheduler(Scheduler):
             return current
         gain = float(self.options.get("gain", 0.1))
         new, cur, best, measured = adapt.replan(self.inputs, self.estimates, current, self.in_flight,
-                                                self.delta, gain, bool(self.options.get("pool", False)))
+                                                self.delta, gain, bool(self.options.get("pool", True)))
         entry: Dict[str, object] = {"frame": frame, "current_period_s": round(cur, 5), "best_period_s": round(best, 5)}
         entry.update(self.estimates.snapshot())
         if new is not None:

@@ -279,10 +279,10 @@ def _result(cuts, inputs: CostInputs, delta: bool, in_flight: int, lat: float) -
     return OptimalResult(Plan(cuts), float(steady_period(costs, in_flight, inputs.turnaround)), float(costs.max()), lat)
 
 
-def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, pool: bool = False, **options) -> Plan:
-    """The fastest plan by the cost model: the exact best chain (see optimal_result) or, with `pool`
-    (`scheduler_options: {pool: true}`), the best plan of stages x replicas (cnnvideo.plan.pool) when that is
-    faster."""
+def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, pool: bool = True, **options) -> Plan:
+    """The fastest plan by the cost model: the exact best chain (see optimal_result) or, with `pool` (the default;
+    `scheduler_options: {pool: false}` keeps chains), the best plan of stages x replicas (cnnvideo.plan.pool) when
+    that is faster."""
     chain = optimal_result(inputs, in_flight, delta).plan
     if not pool or inputs.n_workers < 2:
         return chain
@@ -294,7 +294,7 @@ def optimal(inputs: CostInputs, in_flight: int = 0, delta: bool = True, pool: bo
 
 # --------------------------------------------------------------------------- adaptive
 def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: float = 0.3, gain: float = 0.1,
-             min_samples: int = 2, pool: bool = False, **options) -> Plan:
+             min_samples: int = 2, pool: bool = True, **options) -> Plan:
     """Online-adaptive: the steady-state optimum of the inputs it is given. The master (AdaptiveScheduler)
     re-plans every group with measured bandwidth and compute (cnnvideo.plan.adapt: EWMA `alpha`, switch when the
     new plan is faster by more than `gain`, estimates used after `min_samples` messages); with `pool` its plans
