@@ -74,8 +74,9 @@ def test_adaptive_replan_waits_for_the_new_plans_stages(tmp_path, synthetic_vide
         arrays["seconds"][int(0.6 * k):] *= 20.0  # the rest 20x too slow: compute, not codec or messages, sets the cut
         with open(path, "wb") as fh:
             np.savez(fh, **arrays)
-    data.update(frames=160, scheduler="adaptive", group_size=10, in_flight=4, scheduler_options={"min_samples": 1})
-    proc, report, _ = run_local(tmp_path, data, name="adaptive")
+    data.update(frames=160, scheduler="adaptive", group_size=10, in_flight=4, scheduler_options={"min_samples": 1,
+                                                                                                   "pool": False})
+    proc, report, _ = run_local(tmp_path, data, name="adaptive")  # re-planning a chain's cut
     _ok(proc, report)
     assert report["max_abs_err"] <= 1e-4
     warmed = [w for w in report["plan_warming"] if w["switched_frame"] is not None]

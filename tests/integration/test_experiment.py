@@ -41,7 +41,8 @@ def test_two_point_matrix_local(tmp_path, synthetic_video):
     for r in rows:
         assert int(r["completed"]) == 8 and float(r["fps"]) > 0 and float(r["pred_fps"]) > 0
         cuts = [int(c) for c in r["cuts"].split("-")]
-        if cuts[2] < cuts[3]:  # optimal may leave the third worker empty (w1 then sends the result)
+        if len(cuts) == 4 and cuts[2] < cuts[3]:  # a chain may leave the third worker empty (w1 then reports;
+            # optimal may also pick a pool plan: fewer cuts, one per stage)
             assert float(r["bytes_w1_w2"]) > 0
         assert float(r["ratio_m_w0"]) < 1.0  # delta mode sends less than dense float32 on the input hop
         assert float(r["max_abs_err"]) == 0.0

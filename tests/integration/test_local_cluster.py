@@ -59,6 +59,8 @@ def test_resnet50_three_workers(tmp_path, synthetic_video, cache_dir, scheduler)
     data = base_config(synthetic_video, cache_dir, model="resnet50", frame_size=[64, 96], scheduler=scheduler,
                        frames=8, bandwidth=[3.0], trainer={"frames": 10},
                        cluster={"workers": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]})
+    if scheduler == "optimal":
+        data["scheduler_options"] = {"pool": False}  # the chain of three (pool plans: tests/integration/test_pool.py)
     proc, report, _ = run_local(tmp_path, data, name=scheduler)
     _assert_ok(proc, report)
     assert report["scheduler"] == scheduler and len(report["workers"]) == 3

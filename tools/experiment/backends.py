@@ -51,7 +51,9 @@ def hop_links(n: int, rates: Sequence[float]) -> Dict[str, float]:
 
 
 class LocalBackend:
-    """`cnnvideo local` per run (no tc shaping: bandwidth only feeds the cost model)."""
+    """`cnnvideo local` per run, with the link and CPU emulation `cnnvideo local` applies (local.links: tc in a
+    network namespace where it can, else paced sends; local.cpus: a cgroup per capped role): each report's
+    `link_emulation` and `cpu_caps` say which."""
 
     name = "local"
 
@@ -66,8 +68,8 @@ class LocalBackend:
         pass
 
     def facts(self) -> Dict[str, Any]:
-        return {"shaping": "none (backend local: bandwidth is a cost-model input only)",
-                "cpu_caps": "none (local processes)"}
+        return {"shaping": "as `cnnvideo local` emulates links (local.links; see each report's link_emulation)",
+                "cpu_caps": "as `cnnvideo local` applies them (local.cpus; see each report's cpu_caps)"}
 
     def run(self, r: Dict[str, Any], cfg: Dict[str, Any], run_dir: str) -> Tuple[int, str]:
         cfg = dict(cfg)
