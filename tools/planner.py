@@ -24,8 +24,7 @@ import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo import config as config_mod
-from cnnvideo.plan import costinputs
-from cnnvideo.plan import pool
+from cnnvideo.plan import costinputs, pool
 from cnnvideo.plan.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
 from cnnvideo.plan.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
@@ -130,7 +129,7 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links),
-                              turnaround=cfg.cost_model.master_turnaround_s,
+                              turnaround=cfg.cost_model.master_turnaround_s, master_time=costinputs.master_time(cfg),
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
                                                      cfg.cost_model.net_cpu_us_per_message))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)

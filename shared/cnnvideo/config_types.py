@@ -171,6 +171,11 @@ class CostModel:
     # bookkeeping); the cost model delays each frame that waits for the in-flight window by it. Measured in the
     # costmodel480-r3 runs at 1 in flight: 13-44 ms, median 20 ms on both engines (docs/results/README.md).
     master_turnaround_s: float = 0.02
+    # CPU ns the master spends a frame per pixel of the frame size (capture and resize, the input hop's delta encode,
+    # sends, the result): the cost model counts the master as a stage of master_ns_per_pixel x H x W seconds a frame
+    # (cnnvideo.plan.pool). The person detector at 480x720 measured 13.7-14.4 ms a frame without the check
+    # (docs/results/pool-local): 40 ns a pixel.
+    master_ns_per_pixel: float = 40.0
 
 
 @dataclass

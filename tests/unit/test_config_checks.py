@@ -61,3 +61,24 @@ def test_fallback_runs_the_first_model_that_can_run_and_says_so(monkeypatch, cap
     assert (cfg.model, cfg.weights, cfg.fallback) == ("mobilenet_v2", "imagenet", []) and not caplog.records
     with pytest.raises(ConfigError, match=r"'fallback\[0\]\.model'"):
         config.from_dict({"fallback": [{"weights": "random"}]}, check_files=False)
+
+
+def test_fixed_pool_plan_errors_name_the_key():
+    """scheduler fixed with `groups`: a worker named twice, a stage with no worker, a worker outside the cluster or
+    cuts that are not one per stage boundary each stop with one line naming the key; a valid pool plan loads."""
+    def load(groups, cuts=None):
+        opts = {"groups": groups} if cuts is None else {"groups": groups, "cuts": cuts}
+        return config.from_dict({"scheduler": "fixed", "scheduler_options": opts, "bandwidth": [3],
+                                 "cluster": {"workers": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}},
+                                check_files=False)
+
+    assert load([[0, 1, 2]]).scheduler_options["groups"] == [[0, 1, 2]]
+    assert load([[0, 1], [2]], [0, 4, 9]).scheduler_options["cuts"] == [0, 4, 9]
+    with pytest.raises(ConfigError, match="'scheduler_options.groups' names worker 1 twice"):
+        load([[0, 1], [1, 2]], [0, 4, 9])
+    with pytest.raises(ConfigError, match="'scheduler_options.groups' leaves stage 1 with no worker"):
+        load([[0, 1], []], [0, 4, 9])
+    with pytest.raises(ConfigError, match="'scheduler_options.groups' names worker 5, not one of the 3"):
+        load([[0, 5]])
+    with pytest.raises(ConfigError, match="'scheduler_options.cuts' must list 3 increasing"):
+        load([[0, 1], [2]], [0, 9])

@@ -70,19 +70,26 @@ def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     return np.where(capped, period / np.where(capped, quota, 1.0), ratio)
 
 
+def master_time(cfg) -> float:
+    """The master's seconds a frame for the cost model: cost_model.master_ns_per_pixel x the frame's pixels."""
+    h, w = cfg.frame_size
+    return float(cfg.cost_model.master_ns_per_pixel) * 1e-9 * float(h) * float(w)
+
+
 def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, predictors=None,
           input_nz: Optional[np.ndarray] = None, encode_time: Optional[np.ndarray] = None,
           decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
           delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0,
           turnaround: float = 0.0, net_s_per_message: Optional[Sequence[float]] = None,
-          p_unchanged: Optional[float] = None) -> CostInputs:
+          p_unchanged: Optional[float] = None, master_time: float = 0.0) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
     the network path takes from it), or [W, 2] CFS bursts, and (optional) [W] fluid seconds per message it handles
     (see cpu_model); `share` of each hop's rate carries payload (payload_share); `turnaround` is the master's
     seconds from a result to the next send; `p_unchanged` is the share of frames whose input is unchanged (their
-    stages skip the compute; None: in delta mode the predictors' measure on the trainer's video, else 0)."""
+    stages skip the compute; None: in delta mode the predictors' measure on the trainer's video, else 0);
+    `master_time` is the master's own seconds a frame (a stage no plan runs faster than)."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -97,7 +104,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
     inputs = CostInputs(bytes_full=full, bytes_delta=delta, seg_time=np.asarray(seg_time, dtype=np.float64),
                         bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
                         encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround),
-                        message_time=net_s_per_message,
+                        message_time=net_s_per_message, master_time=float(master_time),
                         p_unchanged=float(p_unchanged if p_unchanged is not None else
                                           getattr(predictors, "p_unchanged", 0.0) if delta_mode else 0.0))
     if net_s_per_byte is not None:
