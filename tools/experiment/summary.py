@@ -154,6 +154,14 @@ def latency_percentiles(report: Dict[str, Any], key: str = "latency_s") -> Tuple
                         if f.get("status", "completed") == "completed" and f.get("latency_s") is not None])
 
 
+def link_kB(report: Dict[str, Any]) -> Optional[str]:
+    """kB per message on every link that carried one, e.g. "m->w0 31, m->w1 30, w0->m 0.5": a pool's replicas
+    see a share of the frames each, so per message (per frame that crossed the link) is the figure to compare."""
+    parts = ["%s %.3g" % (h["name"], float(h["bytes_sent"]) / int(h["messages"]) / 1e3)
+             for h in report.get("hops") or [] if h.get("messages") and h.get("bytes_sent") is not None]
+    return ", ".join(parts) or None
+
+
 def hop_kB(report: Dict[str, Any]) -> Optional[str]:
     """kB per completed frame on every hop in chain order, e.g. "m->w0 120, w0->w1 31, w1->m 0.4"."""
     frames = int(report.get("completed") or 0)
@@ -204,6 +212,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         "engines_ran": "|".join(sorted({e for w in report.get("engines") or [] for e in w.get("ran") or []})),
         "error": report.get("error"),
     })
+    pool = report.get("pool") or {}
+    row["pool_shape"] = pool.get("shape")
+    row["link_kB"] = link_kB(report)
     n = n_of(report)
     for name in hop_names(n):
         h = hop(report, name)
@@ -592,6 +603,8 @@ def medians(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
         for k in MEDIAN_KEYS:
             entry[k] = _med(rs, k)
         entry["hop_kB"] = _hop_text(rs)
+        if rs[0].get("pool_shape") in ("replicas", "hybrid") and rs[0].get("link_kB"):
+            entry["hop_kB"] = "per message: " + rs[0]["link_kB"]  # a pool's links each carry a share of the frames
         out.append(entry)
     return out
 
