@@ -37,7 +37,8 @@ def run(n, caps, scheduler, frames, tag):
     with open(path, "w") as fh:
         compose_workers.dump_compose(compose, fh)
     out = os.path.join(tmp, "out")
-    env = dict(os.environ, OUT_DIR=out, FRAMES=str(frames), COMPOSE_PROJECT_NAME="cnnvideo-fig-%s" % uuid.uuid4().hex[:6])
+    project = "cnnvideo-fig-%s" % uuid.uuid4().hex[:6]
+    env = dict(os.environ, OUT_DIR=out, FRAMES=str(frames), COMPOSE_PROJECT_NAME=project)
     cmd = ["docker", "compose", "--project-directory", REPO, "-f", path]
     try:
         proc = subprocess.run(cmd + ["up", "--build", "--exit-code-from", "master"], cwd=REPO, env=env,
