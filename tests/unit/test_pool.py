@@ -141,3 +141,15 @@ def test_a_pool_plan_refuses_a_worker_twice_or_an_empty_stage():
         Plan((0, 2, 4), ((0,), (0, 1)))
     with pytest.raises(ValueError, match="stage 1 has no worker"):
         Plan((0, 2, 4), ((0,), ()))
+
+
+def test_fewer_stages_win_when_predicted_within_five_percent():
+    """best_pool takes full replication over a hybrid predicted less than SIMPLER_WITHIN faster (each stage adds a
+    hop the model under-prices), and the faster plan when it is clearly faster."""
+    inp = random_inputs(3, 8, seed=2, codec=True)
+    cands = pool.best_by_shape(inp, 3)
+    pick = pool.best_pool(inp, 3)
+    fastest = min(c.period for c in cands.values())
+    assert pick.period <= fastest * (1 + pool.SIMPLER_WITHIN)
+    assert all(len(c.plan.cuts) >= len(pick.plan.cuts) for c in cands.values()
+               if c.period <= fastest * (1 + pool.SIMPLER_WITHIN))
