@@ -163,7 +163,8 @@ def test_config_accepts_the_detectors_with_any_weights_and_checks_their_labels()
 
 def test_plan_lists_the_cuts_and_every_schedulers_split(tmp_path, capsys, synthetic_video):
     """`cnnvideo plan --json` on the 320 px sibling (cheapest; the same DetectorNet) lists the detector's cuts with
-    their dense bytes, and every scheduler's split covers all layers once, in order, over two workers."""
+    their dense bytes, and every scheduler's split covers all layers once, in order, over two workers (a chain) or
+    over its stages (a pool plan)."""
     from cnnvideo.plan.schedulers import SCHEDULERS
     from tools import planner
 
@@ -181,7 +182,8 @@ def test_plan_lists_the_cuts_and_every_schedulers_split(tmp_path, capsys, synthe
     assert [r["scheduler"] for r in out["schedulers"]] == [s for s in SCHEDULERS if s != "fixed"]  # fixed: no plan
     for row in out["schedulers"]:
         layers = [name for s in row["split"] for name in s["layers"]]
-        assert len(row["split"]) == 2 and layers[0] == "preprocess" and layers[-1] == "head", row["scheduler"]
+        stages = len(row["groups"]) if "groups" in row else 2
+        assert len(row["split"]) == stages and layers[0] == "preprocess" and layers[-1] == "head", row["scheduler"]
         assert len(layers) == len(set(layers)) == 184, row["scheduler"]
 
 
