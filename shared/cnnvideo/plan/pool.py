@@ -263,6 +263,6 @@ def full_replication(inputs: CostInputs) -> Plan:
     return Plan((0, inputs.n_segments), (tuple(range(inputs.n_workers)),))
 
 
-__all__ = ["Candidate", "PoolCosts", "SHAPES", "SIMPLER_WITHIN", "STRIDE_EXPONENT", "best_by_shape", "best_cuts", "best_pool",
-           "candidate_groups", "full_replication", "link_strides", "pool_costs", "pool_period", "shape_of",
-           "stride_bytes"]
+__all__ = ["Candidate", "PoolCosts", "SHAPES", "SIMPLER_WITHIN", "STRIDE_EXPONENT", "best_by_shape", "best_cuts",
+           "best_pool", "candidate_groups", "full_replication", "link_strides", "pool_costs", "pool_period",
+           "shape_of", "stride_bytes"]
