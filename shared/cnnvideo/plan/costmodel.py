@@ -289,6 +289,35 @@ def _check(plan: Plan, inputs: CostInputs) -> None:
         raise ValueError("plan %s does not fit %d workers x %d segments" % (plan, inputs.n_workers, inputs.n_segments))
 
 
+def best_path(layers: Sequence[np.ndarray], combine=np.add) -> Tuple[float, Optional[Tuple[int, ...]]]:
+    """The cheapest cuts 0 = c_0 <= ... <= c_L = K through `layers`, L [K+1, K+1] matrices where layers[l][i, j] is
+    the cost of layer l running cuts i..j (inf where not allowed), costs folded along the path by `combine`
+    (np.add: the total, np.maximum: the slowest). Returns (cost, cuts), or (inf, None) if no path is finite. The
+    dynamic programme both searches share: the chain's stages (schedulers.plans) and a pool's (plan.pool)."""
+    n = layers[0].shape[0]
+    best = np.full(n, np.inf)
+    best[0] = 0.0
+    back = []
+    for k, cost in enumerate(layers):
+        if k == len(layers) - 1:  # the last layer ends at cut K: only that column matters
+            total = combine(best, cost[:, -1])
+            i = int(np.argmin(total))
+            back.append(np.full(n, i))
+            best = np.full(n, np.inf)
+            best[-1] = total[i]
+        else:
+            total = combine(best[:, None], cost)
+            arg = np.argmin(total, axis=0)
+            back.append(arg)
+            best = total[arg, np.arange(n)]
+    if not np.isfinite(best[-1]):
+        return float("inf"), None
+    cuts = [n - 1]
+    for k in range(len(layers) - 1, -1, -1):
+        cuts.append(int(back[k][cuts[-1]]))
+    return float(best[-1]), tuple(reversed(cuts))
+
+
 def simulate(
     costs: np.ndarray,
     in_flight: int = 0,

@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import CostInputs, Plan
+from cnnvideo.plan.costmodel import CostInputs, Plan, best_path
 
 INF = float("inf")
 
@@ -142,33 +142,13 @@ def best_cuts(groups: Groups, inputs: CostInputs, delta: bool = True, tables: Op
               ) -> Tuple[Optional[Tuple[int, ...]], float]:
     """(cuts, bottleneck) minimising the slowest stage for these groups (each stage non-empty), by a min-max
     dynamic programme over the cuts; (None, inf) if the stages cannot all be non-empty."""
-    n = inputs.n_segments + 1
     if len(groups) > inputs.n_segments:
         return None, INF
     tables = tables or _Tables(inputs, delta)
     strides = link_strides(groups)
-    best = np.full(n, INF)
-    best[0] = 0.0
-    back = []
-    for s, g in enumerate(groups):
-        if s == len(groups) - 1:  # the last stage ends at cut K: only that column matters
-            total = np.maximum(best, tables.stage_period(g, strides[s], True)[:, -1])
-            arg = np.full(n, int(np.argmin(total)))
-            back.append(arg)
-            best = np.full(n, INF)
-            best[-1] = total[arg[0]]
-            break
-        period = tables.stage_period(g, strides[s], False)  # [i, j]
-        total = np.maximum(best[:, None], period)
-        arg = np.argmin(total, axis=0)
-        back.append(arg)
-        best = total[arg, np.arange(n)]
-    if not np.isfinite(best[-1]):
-        return None, INF
-    cuts = [n - 1]
-    for s in range(len(groups) - 1, -1, -1):
-        cuts.append(int(back[s][cuts[-1]]))
-    return tuple(reversed(cuts)), float(best[-1])
+    layers = [tables.stage_period(g, strides[s], s == len(groups) - 1) for s, g in enumerate(groups)]
+    bottleneck, cuts = best_path(layers, np.maximum)
+    return cuts, bottleneck
 
 
 def candidate_groups(n_workers: int, max_enumerate: int = 4, max_stages: int = 3) -> Iterator[Groups]:

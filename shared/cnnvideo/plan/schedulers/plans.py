@@ -13,6 +13,7 @@ import numpy as np
 from cnnvideo.plan.costmodel import (
     CostInputs,
     Plan,
+    best_path,
     per_frame_time,
     stage_costs,
     steady_period,
@@ -175,30 +176,9 @@ def _stage_matrices(inputs: CostInputs, delta: bool) -> Tuple[np.ndarray, np.nda
 
 def _min_latency(transfer: np.ndarray, comp: np.ndarray, tau: float) -> Tuple[float, Optional[Tuple[int, ...]]]:
     """Min total latency over plans whose every stage costs <= tau, and its cuts (None if infeasible)."""
-    n_workers, n = transfer.shape
-    best = np.full(n, INF)
-    best[0] = 0.0
-    back = []
-    for w in range(n_workers):
-        ok_t = transfer[w] <= tau
-        cost = np.where(comp[w] <= tau, comp[w], INF) + np.where(ok_t, transfer[w], INF)[:, None]
-        if w == n_workers - 1:
-            total = best + cost[:, -1]
-            i = int(np.argmin(total))
-            back.append(np.full(n, i))
-            best = np.full(n, INF)
-            best[-1] = total[i]
-        else:
-            total = best[:, None] + cost
-            arg = np.argmin(total, axis=0)
-            back.append(arg)
-            best = total[arg, np.arange(n)]
-    if not np.isfinite(best[-1]):
-        return INF, None
-    cuts = [n - 1]
-    for w in range(n_workers - 1, -1, -1):
-        cuts.append(int(back[w][cuts[-1]]))
-    return float(best[-1]), tuple(reversed(cuts))
+    layers = [np.where(comp[w] <= tau, comp[w], INF) + np.where(transfer[w] <= tau, transfer[w], INF)[:, None]
+              for w in range(transfer.shape[0])]
+    return best_path(layers, np.add)
 
 
 def _min_bottleneck(transfer: np.ndarray, comp: np.ndarray) -> float:
