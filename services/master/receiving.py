@@ -88,22 +88,14 @@ class StreamReader:
         self.deliver()
         return True
 
-    def deliver(self) -> None:
-        """Hand on, in frame order, the completed frames no earlier frame in flight holds back (call without
-        holding `cond`; one caller at a time, so the order holds across the result streams)."""
+    def deliver(self, final: bool = False) -> None:
+        """Hand on, in frame order, the completed frames no earlier frame in flight holds back, or with `final`
+        (the end of the run) all of them (call without holding `cond`; one caller at a time, so the order holds
+        across the result streams)."""
         m = self.m
         with m.delivering:
             with m.cond:
-                ready = m.ordering.pop_ready(m.tracker.oldest_pending())
-            for f, item in ready:
-                self._deliver(f, *item)
-
-    def drain(self) -> None:
-        """The end of the run: hand on whatever is still held."""
-        m = self.m
-        with m.delivering:
-            with m.cond:
-                ready = m.ordering.drain()
+                ready = m.ordering.drain() if final else m.ordering.pop_ready(m.tracker.oldest_pending())
             for f, item in ready:
                 self._deliver(f, *item)
 

@@ -140,7 +140,7 @@ class MasterRole:
             self.sending.drain(self.timeout)  # the last send's accounting (a result can come back before it)
         else:
             self.recovery.name_dead_worker()
-        self.reader.drain()  # results still held for frame order
+        self.reader.deliver(final=True)  # results still held for frame order
         with self.cond:
             self.closing = True
         self.links.end_run(self.run_id)
