@@ -52,7 +52,10 @@ demo: setup video
 # (timing-sensitive: caps, shaped rates, timed profiles) after, alone. `make test` runs the integration and
 # docker tiers' parallel parts side by side (the first is CPU-bound, the second mostly waits on the engine), then
 # both serial parts; the output of each part is printed when it ends.
-PYTEST := $(PY) -m pytest -q -ra --durations=25 -p no:cacheprovider
+# bash's `time` after each run: wall and CPU seconds of pytest and the processes it waited for (not containers')
+SHELL := /bin/bash
+export TIMEFORMAT := tier: %R s wall, %U s user and %S s sys CPU
+PYTEST := time $(PY) -m pytest -q -ra --durations=25 -p no:cacheprovider
 XDIST := --dist loadscope --no-loadscope-reorder
 FAST_JOBS ?= 2
 INTEGRATION_JOBS ?= 3
