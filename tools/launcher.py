@@ -15,7 +15,7 @@ from cnnvideo.config import ConfigError
 from cnnvideo.master.reporting import detector_lines
 from cnnvideo.results import report as rpt
 
-from . import linkemu
+from . import linkemu, local_cameras
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def user_config(args) -> config.Config:
     --frames applied and validated (renamed keys and the model fallback resolved by config.load)."""
     overrides = {"frames": args.frames} if args.frames is not None else None
     try:
-        return config.load(args.config or config.DEMO_PATH, overrides)
+        return config.load(args.config or config.DEMO_PATH, overrides)  # several cameras: local_cameras
     except ConfigError as exc:
         if not args.config and "'video'" in str(exc):
             raise ConfigError("%s (run `make video` to fetch the sample video)" % exc) from None
@@ -146,12 +146,15 @@ def effective_config(args) -> Tuple[config.Config, str]:
         print("[local] links: %s" % note, file=sys.stderr, flush=True)
     from cnnvideo.video.sources import SourceError, kind_of, probe
 
-    try:
-        probe(cfg.video)  # an unreachable URL or a missing device stops here, before any role starts
-    except SourceError as exc:
-        raise ConfigError("config key 'video': %s" % exc) from None
-    if kind_of(cfg.video) == "file":  # a URL, device or pipeline is passed on as it is
-        cfg.video = os.path.abspath(cfg.video)
+    if local_cameras.several(cfg):  # each camera's source: one that cannot be opened is down, not fatal
+        local_cameras.check_sources(cfg)
+    else:
+        try:
+            probe(cfg.video)  # an unreachable URL or a missing device stops here, before any role starts
+        except SourceError as exc:
+            raise ConfigError("config key 'video': %s" % exc) from None
+        if kind_of(cfg.video) == "file":  # a URL, device or pipeline is passed on as it is
+            cfg.video = os.path.abspath(cfg.video)
     if cfg.trainer.video and kind_of(cfg.trainer.video) == "file":
         cfg.trainer.video = os.path.abspath(cfg.trainer.video)
     if cfg.weights not in ("imagenet", "random"):
@@ -320,8 +323,8 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
     try:
         ns.create(cfg)
         print("[local] links: tc in network namespace %s" % ns.name, file=sys.stderr, flush=True)
-        if cfg.live_view.port:
-            forward = linkemu.PortForward(ns, cfg.live_view.port, cfg.live_view.host)
+        forward = [linkemu.PortForward(ns, cfg.live_view.port + i, cfg.live_view.host)
+                   for i in range(max(len(cfg.cameras), 1))] if cfg.live_view.port else []
         argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
         # what the roles dial outside the run (a camera, the MQTT broker) goes through this (the host's) network
         env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name, hostnet.HOST_NETNS_ENV: "/proc/%d/ns/net" % os.getpid()})
@@ -334,9 +337,41 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(30)
-        if forward is not None:
-            forward.close()
+        for f in forward or []:
+            f.close()
         ns.delete()
+
+
+def _run_cameras(cfg: config.Config, base: List[str], env: Dict[str, str], caps, children: List[Child],
+                 signals: List[int]) -> int:
+    """Several cameras: one master per camera on the running trainer and workers (local_cameras), then the
+    combined report."""
+    runs = []
+    shared = list(children)
+    for name, path, one in local_cameras.write_configs(cfg):
+        master = Child("master-%s" % name, base + ["master", "-c", path, "--out", one.out], env,
+                       os.path.join(one.out, "master.log"), on_spawn=caps.add)
+        children.append(master)
+        runs.append((name, one, master))
+        print("[local] started master-%s pid %d" % (name, master.pid), file=sys.stderr, flush=True)
+    if signals:
+        for _, _, master in runs:
+            master.terminate()
+    codes = local_cameras.wait_masters([m for _, _, m in runs], shared, cfg.reliability, _supervise)
+    extra = {"link_emulation": cfg.local.links, "cpu_caps": caps.summary()}
+    restarts = {c.name: c.restarts for c in children if c.restarts}
+    if restarts:
+        extra["supervisor_restarts"] = restarts
+    combined = local_cameras.combined_report(cfg, runs, codes, extra)
+    for name, cam in combined["cameras"].items():
+        if cam["status"] == "down":
+            print("[local] camera %s is down: %s" % (name, cam["error"]), file=sys.stderr, flush=True)
+    path = os.path.join(cfg.out, "report.json")
+    rpt.write_json(combined, path)
+    print(local_cameras.summary(combined))
+    print("report: %s  per camera: %s" % (path, ", ".join(os.path.join(one.out, "report.json")
+                                                          for _, one, _ in runs)))
+    return local_cameras.exit_code(combined)
 
 
 def run(args) -> int:
@@ -355,16 +390,18 @@ def run(args) -> int:
     env = _child_env()
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []
-    caps = linkemu.CpuCaps(linkemu.role_shares(cfg), cfg.local.cpus)
+    caps = linkemu.CpuCaps(local_cameras.master_shares(linkemu.role_shares(cfg), cfg), cfg.local.cpus)
     master: Optional[Child] = None
     signals = []
 
     def on_signal(signum, _frame):
         """First signal: the master drains its frames in flight and writes its report; a second one stops all."""
         signals.append(signum)
-        if master is not None and master.alive() and len(signals) == 1:
+        masters = [c for c in children if c.name.startswith("master") and c.alive()]  # one per camera
+        if masters and len(signals) == 1:
             print("[local] signal %d: the master drains and reports" % signum, file=sys.stderr, flush=True)
-            master.terminate()
+            for c in masters:
+                c.terminate()
             return
         raise KeyboardInterrupt
 
@@ -387,6 +424,8 @@ def run(args) -> int:
         report_path = os.path.join(out, "report.json")
         if os.path.exists(report_path):
             os.remove(report_path)
+        if local_cameras.several(cfg):
+            return _run_cameras(cfg, base, env, caps, children, signals)
         master = Child("master", base + ["master", "-c", cfg_path, "--out", out], env, os.path.join(out, "master.log"),
                        on_spawn=caps.add)
         children.append(master)

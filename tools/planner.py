@@ -218,7 +218,9 @@ def _split(plan: Plan, ctx: PlanContext, names: List[str]) -> List[Dict[str, Any
 def _load(args) -> config_mod.Config:
     """Config from -c, or the demo config (config.DEMO_PATH; video check relaxed: synthetic frames if it is missing)."""
     if getattr(args, "config", None):
-        return config_mod.load(args.config)
+        cfg = config_mod.load(args.config)
+        config_mod.require_one_camera(cfg)
+        return cfg
     return config_mod.load_demo(check_files=False)
 
 

@@ -50,6 +50,12 @@ class Dispatcher:
         for w in route:
             self.outstanding[w] = max(self.outstanding[w] - 1, 0)
 
+    def leave_out(self, workers: Sequence[int]) -> None:
+        """Replicas `workers` get no frame from now on (their frames in flight were queued again)."""
+        for w in workers:
+            self.excluded.add(w)
+            self.outstanding[w] = 0
+
     def reset(self) -> None:
         """A resync: every frame in flight is queued again, none is outstanding."""
         self.outstanding = [0] * len(self.outstanding)

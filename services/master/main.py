@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 def run(args) -> int:
     overrides = {"frames": args.frames} if args.frames is not None else None
     cfg = config.load(args.config, overrides=overrides)
+    config.require_one_camera(cfg)
     tls.setup(cfg, "master")  # mutual TLS for every channel/server of this process, if configured
     role = MasterRole(cfg, args.out or cfg.out, run_id=args.run_id)
     try:

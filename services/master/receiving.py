@@ -29,6 +29,7 @@ class StreamReader:
         m = self.m
         receiver = HopReceiver(m.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
         name = "worker w%d at %s" % (w, m.addresses[w])
+        who = dict(worker=w, epoch=m.stream_epochs[w])  # opened just before this thread started
         y = None  # the stream's previous result: an unchanged one (an empty update) is reused as it is
         try:
             for res in call:
@@ -42,16 +43,17 @@ class StreamReader:
                     if not reused:
                         y = np.array(out, copy=True)
                 except ValueError as exc:
-                    m.fault("worker w%d sent an undecodable result for frame %d: %s" % (w, res.frame_id, exc), gen)
+                    m.fault("worker w%d sent an undecodable result for frame %d: %s" % (w, res.frame_id, exc), gen,
+                            **who)
                     return
                 if not self._record(w, res, y, gen, now, reused):
                     return
                 m.publish()
             if not m.closing:
-                m.fault("%s ended its result stream" % name, gen)
+                m.fault("%s ended its result stream" % name, gen, **who)
         except grpc.RpcError as exc:
             if not m.closing:
-                m.fault("%s is down (result stream lost: %s)" % (name, net.code_name(exc)), gen)
+                m.fault("%s is down (result stream lost: %s)" % (name, net.code_name(exc)), gen, **who)
 
     def _record(self, w: int, res, y: np.ndarray, gen: int, now: float, reused: bool = False) -> bool:
         """Record one result (received at `now`, decoded just before this call), then hand on every frame that may
@@ -129,22 +131,23 @@ class StreamReader:
         m = self.m
         actor = "w%d" % w
         name = "worker w%d at %s" % (w, m.addresses[w])
+        who = dict(worker=w, epoch=m.stream_epochs[w])
         try:
             for rep in call:
                 if rep.run_id != m.run_id or rep.generation != gen:
                     continue
                 if rep.error:
-                    m.fault("worker w%d reports: %s" % (w, rep.error), gen)
+                    m.fault("worker w%d reports: %s" % (w, rep.error), gen, **who)
                     continue
                 with m.cond:
                     if gen != m.tracker.generation:
                         return
                     self._stage_report(w, actor, rep)
             if not m.closing:
-                m.fault("%s ended its stage stream" % name, gen)
+                m.fault("%s ended its stage stream" % name, gen, **who)
         except grpc.RpcError as exc:
             if not m.closing:
-                m.fault("%s is down (stage stream lost: %s)" % (name, net.code_name(exc)), gen)
+                m.fault("%s is down (stage stream lost: %s)" % (name, net.code_name(exc)), gen, **who)
 
     def _stage_report(self, w: int, actor: str, rep) -> None:
         """Spans, engine, hop bytes and observations of one StageReport (holding the role's lock)."""

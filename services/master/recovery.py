@@ -3,8 +3,12 @@ hops keyframe) and re-send the frames that were in flight; and the watch that tu
 
 Under a pool plan a worker that is down need not stop the run: when every stage of the plan keeps a replica, the
 resync leaves it out (the dispatcher routes no frame to it) and the frames it had go to the others. The watch
-probes the workers left out, and one that serves again is taken back by the next resync (a fault of its own:
-"worker wN is back"), after which its links start with keyframes."""
+probes the workers left out, and one that serves again is taken back, after which its links start with keyframes.
+
+When the plan has one stage (full replication: each replica's only links are the master's input hop to it and its
+results back), leaving a replica out and taking it back touch that replica alone: no new generation, the other
+replicas keep their links and references, and only the frames on a route through it are sent again. A plan of
+several stages resyncs every link (a replica's upstream and downstream peers hold references to it)."""
 from __future__ import annotations
 
 import logging
@@ -15,6 +19,7 @@ from typing import List, Sequence
 import grpc
 
 from cnnvideo.master.links import MasterError
+from cnnvideo.master.setup import SETUP_TIMEOUT_S
 from cnnvideo.rpc import net
 
 log = logging.getLogger(__name__)
@@ -27,11 +32,70 @@ class Recovery:
 
     def __init__(self, m) -> None:
         self.m = m
+        self.lock = threading.Lock()  # one resync, or one replica taken back, at a time
 
     def recover(self, fault: str) -> None:
-        """Start a new generation, wait (with backoff, up to reliability.peer_wait_s) until every worker serves,
-        detect restarted ones, reset every hop and queue the frames in flight for re-sending (or drop those out
-        of retries)."""
+        """Leave out the replicas that are down, if the plan lets them go alone (replica_out); else start a new
+        generation, wait (with backoff, up to reliability.peer_wait_s) until every worker serves, detect
+        restarted ones, reset every hop and queue the frames in flight for re-sending (or drop those out of
+        retries)."""
+        with self.lock:
+            if not self.replica_out(fault):
+                self._recover(fault)
+
+    def replica_out(self, fault: str) -> bool:
+        """Under a one-stage pool plan, leave the workers that are down out by themselves: their frames in flight
+        are queued again, their links start over, the other replicas go on untouched. False when this does not
+        apply (another plan, nobody down, or no replica would be left)."""
+        m = self.m
+        plan = m.sending.sent_plan
+        if plan is None or not plan.is_pool or len(plan.stage_groups()) != 1:
+            return False
+        down = m.links.down(only=m.live_workers())
+        if not down or not self.can_leave_out(down):
+            return False
+        with m.cond:
+            again, dropped = m.tracker.release_workers(down, fault)
+            for f in again + dropped:
+                m.dispatcher.release(m.tracker.records[f].route or ())
+            for f in dropped:
+                log.error("frame %d dropped: %s", f, m.tracker.records[f].reason)
+                m.feed.release(f)
+            m.dispatcher.leave_out(down)
+            m.left_out_events.append({"generation": m.tracker.generation, "left_out": list(down), "back": [],
+                                      "scope": "replica", "at_s": round(time.time() - m.t_run, 3)})
+            m.last_event = time.time()
+            gen = m.tracker.generation
+        for w in down:
+            m.sending.reset_link(w)
+        log.warning("%s left out (%s): its %d frames go to the other replicas; no other link resyncs",
+                    ", ".join(m.links.name(w) for w in down), fault, len(again))
+        threading.Thread(target=self._watch_return, args=(gen, list(down), True),
+                         name="return-watch-%s" % "-".join("w%d" % w for w in down), daemon=True).start()
+        return True
+
+    def take_back(self, w: int, gen: int) -> None:
+        """Worker w serves again after replica_out: a fresh run on it alone (it builds the plan's stage first),
+        its streams, a fresh input sender (its first frame is a keyframe); then the dispatcher gives it frames.
+        A failure here leaves it out (the watch tries again)."""
+        m = self.m
+        with self.lock:
+            if m.tracker.generation != gen or w not in m.dispatcher.excluded or m.failure is not None:
+                return
+            m.links.refresh(w)
+            m.count_restarts(m.links.fetch_infos(only=[w]))
+            m.setup.check_infos()
+            m.links.start_run(m.setup_msg(gen, m.sending.sent_plan), timeout=SETUP_TIMEOUT_S, only=[w])
+            m.sending.reset_link(w)
+            m.open_streams(gen, only=[w])
+            with m.cond:
+                m.dispatcher.excluded.discard(w)
+                m.left_out_events.append({"generation": gen, "left_out": [], "back": [w], "scope": "replica",
+                                          "at_s": round(time.time() - m.t_run, 3)})
+                m.cond.notify_all()
+        log.warning("%s serves again: taken back (its link starts with a keyframe)", m.links.name(w))
+
+    def _recover(self, fault: str) -> None:
         m = self.m
         rel = m.cfg.reliability
         with m.cond:
@@ -82,7 +146,7 @@ class Recovery:
         m.count_restarts(m.links.fetch_infos(only=live))
         m.setup.check_infos()
         m.links.start_run(m.setup_msg(gen), only=live)
-        m.links.open_streams(m.run_id, gen, m.reader.results, m.reader.stages, only=live)
+        m.open_streams(gen, only=live)
         with m.cond:
             back = sorted(m.dispatcher.excluded - set(leave_out))
             m.dispatcher.excluded = set(leave_out)
@@ -99,16 +163,29 @@ class Recovery:
             log.info("resynchronised at generation %d: every hop starts with a keyframe%s", gen,
                      " (%s back)" % ", ".join("w%d" % w for w in back) if back else "")
 
-    def _watch_return(self, gen: int, out: List[int]) -> None:
-        """Probe the workers generation `gen` left out every RETURN_PROBE_S; the first that serves again is a fault
-        of that generation, whose resync takes it back (a later resync ends this watch)."""
+    def _watch_return(self, gen: int, out: List[int], alone: bool = False) -> None:
+        """Probe the workers generation `gen` left out every RETURN_PROBE_S. One that serves again is taken back:
+        by itself (`alone`, after replica_out), else by the resync of a fault of that generation. A later resync
+        ends this watch."""
         m = self.m
-        while m.failure is None and not m.closing and m.tracker.generation == gen:
+        out = list(out)
+        while out and m.failure is None and not m.closing and m.tracker.generation == gen:
             time.sleep(RETURN_PROBE_S)
             back = [w for w in out if not m.links.down(timeout=0.5, only=[w])]
-            if back and m.tracker.generation == gen:
+            if not back or m.tracker.generation != gen:
+                continue
+            if not alone:
                 m.fault("%s serves again: taking it back" % m.links.name(back[0]), gen)
                 return
+            for w in back:
+                try:
+                    self.take_back(w, gen)
+                except (MasterError, grpc.RpcError) as exc:
+                    log.warning("%s answers but cannot be taken back yet: %s", m.links.name(w),
+                                exc if isinstance(exc, MasterError) else net.code_name(exc))
+                    continue
+                if w not in m.dispatcher.excluded:
+                    out.remove(w)
 
     def name_dead_worker(self) -> None:
         """Make the failure line name the worker that is down, if one is."""

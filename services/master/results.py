@@ -1,8 +1,9 @@
 """results.jsonl: one JSON line per finished frame, appended as results arrive (what the CNN saw, when, where).
 
-A line is {"frame", "capture_time", "result_time" (Unix seconds), "top5": [[index, name, score], ...], "cuts",
-"bytes": {hop: bytes}, "reused": bool} ("reused": the result came as an empty update, so the previous result of
-its stream stands; nothing was decoded for it), for a detector "boxes": [{"label", "score", "box": [x1, y1,
+A line is {"frame", "camera" (its name: events.camera, or its key under `cameras:`), "capture_time",
+"result_time" (Unix seconds), "top5": [[index, name, score], ...], "cuts", "bytes": {hop: bytes}, "reused": bool}
+("reused": the result came as an empty update, so the previous result of its stream stands; nothing was decoded
+for it), for a detector "boxes": [{"label", "score", "box": [x1, y1,
 x2, y2]}] in frame pixels (after "top5"), and under a pool plan "route": the worker of each stage (after "cuts").
 Hop byte counts come from three places (the master's own send, the workers' stage reports, the result itself) in
 any order, so a line is written once the result and every hop of its route are known, in the order results are
@@ -37,8 +38,9 @@ def plan_hops(cuts: List[int], route: Optional[Sequence[int]] = None) -> List[st
 class ResultsLog:
     """Appends one line per frame to `path` (created afresh), flushed line by line."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, camera: str = "") -> None:
         self.path = path
+        self.camera = camera  # each line's `camera` (the camera's name in events and MQTT topics)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.fh = open(path, "w")
         # the master opens the log as its run starts: its process CPU seconds then (report.json master.cpu_s counts
@@ -102,7 +104,8 @@ class ResultsLog:
                 self._write(self.pending.pop(f))
 
     def _write(self, e: Dict[str, Any]) -> None:
-        order = ("frame", "capture_time", "result_time", "top5", "boxes", "cuts", "route", "bytes", "reused")
+        order = ("frame", "camera", "capture_time", "result_time", "top5", "boxes", "cuts", "route", "bytes", "reused")
+        e["camera"] = self.camera
         self.fh.write(json.dumps({k: e.get(k) for k in order if k not in ("boxes", "route") or k in e}) + "\n")
         self.fh.flush()
         self.written += 1

@@ -68,6 +68,7 @@ class MasterRole:
         self.dispatcher = Dispatcher(self.W)  # a pool plan's routes (frames outstanding per worker, workers left out)
         self.ordering = ReorderBuffer(max_wait_s=max(cfg.limits.worker_down_s, 1.0))  # results in frame order
         self.left_out_events: List[Dict[str, object]] = []  # resyncs that left workers out or took them back
+        self.stream_epochs = [0] * self.W  # per worker: bumped by each opening of its streams (older ones are stale)
         self.delivering = threading.Lock()  # one thread hands results on at a time (never taken holding `cond`)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
         self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
@@ -123,12 +124,12 @@ class MasterRole:
             self.links.start_run(self.setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
             if self._first_plan() is not None:
                 self.warmer.mark_ready(self._first_plan())  # StartRun's warm_cuts built it
-            self.links.open_streams(self.run_id, 0, self.reader.results, self.reader.stages)
+            self.open_streams(0)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
                 raise
             self.fault(str(exc), 0)  # the run loop resyncs first, waiting for the worker
-        self.results = ResultsLog(os.path.join(self.out, "results.jsonl"))
+        self.results = ResultsLog(os.path.join(self.out, "results.jsonl"), self.cfg.events.camera)
         # setup's objects (models, graphs: ~200K) move out of the collector's reach: a full collection over them
         # cost 89 ms when one landed inside the run
         gc.collect()
@@ -194,11 +195,18 @@ class MasterRole:
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=d.input_threshold,
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
                            settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=warm_cuts,
-                           warm_stage_of=stage_of, skip_unchanged=d.skip_unchanged)
+                           warm_stage_of=stage_of, skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
 
     def _first_plan(self) -> Optional[Plan]:
         """The scheduler's first plan (the workers build its stages before the run), None if there is none."""
         return self.scheduler.initial_plan() if self.scheduler is not None else None
+
+    def open_streams(self, gen: int, only: Optional[List[int]] = None) -> None:
+        """The result and stage streams of generation `gen` on every worker of `only` (default all)."""
+        with self.cond:
+            for w in (range(self.W) if only is None else only):
+                self.stream_epochs[w] += 1
+        self.links.open_streams(self.run_id, gen, self.reader.results, self.reader.stages, only=only)
 
     def live_workers(self) -> List[int]:
         """The workers frames may go to: all but those a pool plan runs without after a fault."""
@@ -223,13 +231,19 @@ class MasterRole:
                 log.debug("failure: %s", message)
             self.cond.notify_all()
 
-    def fault(self, message: str, gen: Optional[int] = None) -> None:
+    def fault(self, message: str, gen: Optional[int] = None, worker: Optional[int] = None,
+              epoch: Optional[int] = None) -> None:
         """Something broke in generation `gen` (None = the current one): resync and re-send the frames in flight
         if roles are restarted (reliability.restart), else stop like fail(). Faults of older generations are
-        stale (the resync that followed them already re-sent their frames)."""
+        stale (the resync that followed them already re-sent their frames), and so are those of a `worker` a pool
+        plan has left out, or of its streams before they were last opened (`epoch`)."""
         with self.cond:
             if gen is not None and gen != self.tracker.generation:
                 log.debug("stale fault of generation %d: %s", gen, message)
+                return
+            if worker is not None and (worker in self.dispatcher.excluded or
+                                       (epoch is not None and epoch != self.stream_epochs[worker])):
+                log.debug("stale fault of w%d (left out, or streams since reopened): %s", worker, message)
                 return
             if not self.cfg.reliability.restart:
                 if self.failure is None:

@@ -74,6 +74,7 @@ class FrameSender:
         self.done = threading.Condition()
         self.threads: List[threading.Thread] = []
         self.clocks = [LinkClock() for _ in range(m.W)]  # per first-stage worker's link
+        self.link_epochs = [0] * m.W  # per receiving worker: bumped when its link alone starts over
 
     @property
     def sent_cuts(self) -> Optional[List[int]]:
@@ -85,6 +86,13 @@ class FrameSender:
         self.seqs.clear()
         self.hop_plan.resync()
         self.m.dispatcher.reset()
+
+    def reset_link(self, w: int) -> None:
+        """The link to worker w alone starts over (a replica left out or taken back): a fresh sender (its next
+        message is a keyframe) and sequence; frames already encoded for the old link are not sent."""
+        self.inputs.pop(w, None)
+        self.seqs.pop(w, None)
+        self.link_epochs[w] += 1
 
     def take(self):
         """The next new frame from the source as (frame, False), or None when there are no more (the run then
@@ -172,7 +180,7 @@ class FrameSender:
         self._start()
         with self.done:
             self.unsent += 1
-        self.outbox.put((task, x.size * 4, unchanged))
+        self.outbox.put((task, x.size * 4, unchanged, self.link_epochs[first]))
         if m.view is not None:
             m.view.plan = list(cuts)
         m.publish()
@@ -209,15 +217,15 @@ class FrameSender:
                     self.unsent -= 1
                     self.done.notify_all()
 
-    def _transmit(self, task, dense: int, unchanged: bool) -> None:
+    def _transmit(self, task, dense: int, unchanged: bool, link_epoch: int) -> None:
         """Send one encoded frame to its first stage's worker and account for it; a fault names that worker, in the
         task's generation."""
         m = self.m
         f, gen, n = task.frame_id, task.generation, len(task.payload.data)
         w = task.route[0] if task.route else 0
         with m.cond:
-            if gen != m.tracker.generation or m.failure is not None:
-                return  # a resync came between: it re-sends the frame
+            if gen != m.tracker.generation or m.failure is not None or link_epoch != self.link_epochs[w]:
+                return  # a resync came between (of every link, or of this one): it re-sends the frame
         t1 = time.time()
         task.sent_at = t1
         try:
@@ -226,7 +234,7 @@ class FrameSender:
             m.links.stubs[w].Process(task, timeout=m.timeout)
         except grpc.RpcError as exc:
             m.fault("worker w%d at %s is down (cannot send frame %d: %s)" % (w, m.addresses[w], f,
-                                                                          net.code_name(exc)), gen)
+                                                                          net.code_name(exc)), gen, worker=w)
             return
         t2 = time.time()
         t1 = self.clocks[w].busy_start(t1, t2)

@@ -26,6 +26,7 @@ class FrameTracker:
         self.generation = 0
         self.pending_fault: Optional[str] = None
         self.completed = self.dropped = self.retried = self.ignored = self.resyncs = 0
+        self.replica_resyncs = 0  # faults a pool plan handled by leaving replicas out, without a new generation
         self.finish_times: collections.deque = collections.deque(maxlen=256)  # recent, seconds since t0
         self.t0 = 0.0  # when the run started (finish times and states are relative to it)
 
@@ -131,6 +132,29 @@ class FrameTracker:
         self.flying.clear()
         self.retry_q = collections.deque(sorted(set(again) | set(self.retry_q)))
         return self.generation, again, dropped
+
+    def release_workers(self, workers: Sequence[int], fault: str) -> Tuple[List[int], List[int]]:
+        """Replicas `workers` are left out after `fault`, with no new generation: only the frames in flight on a
+        route through one of them are queued again (or dropped once sent 1 + retries times); the others go on.
+        Returns (re-sent frames, dropped frames)."""
+        self.pending_fault = None
+        self.replica_resyncs += 1
+        gone = set(workers)
+        again, dropped = [], []
+        for f in sorted(self.flying):
+            rec = self.records[f]
+            if not gone & set(rec.route or ()):
+                continue
+            if rec.attempts > self.retries:
+                rec.status = "dropped"
+                rec.reason = "no result after %d sends; last fault: %s" % (rec.attempts, fault)
+                self.dropped += 1
+                dropped.append(f)
+            else:
+                again.append(f)
+        self.flying.difference_update(again + dropped)
+        self.retry_q = collections.deque(sorted(set(again) | set(self.retry_q)))
+        return again, dropped
 
     def main_plan(self, n_workers: int) -> List[int]:
         """The plan most frames used."""

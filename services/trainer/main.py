@@ -9,6 +9,9 @@ from cnnvideo.wire import tls
 
 def run(args) -> int:
     cfg = config.load(args.config)
+    if len(cfg.cameras) > 1 and not cfg.trainer.video:  # (`cnnvideo local` sets the first camera's)
+        raise config.ConfigError("config key 'trainer.video': with several cameras the trainer needs a video of its "
+                                 "own to fit on (one of the cameras')")
     tls.setup(cfg, "trainer")  # mutual TLS for every channel/server of this process, if configured
     check_weights(cfg)  # bad weights: one clear line before the server starts (fitting runs after it)
     role = TrainerRole(cfg)

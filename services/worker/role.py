@@ -91,7 +91,7 @@ class WorkerRole:
         self.cfs: Tuple[float, float] = (0.0, 0.0)  # CFS (quota, period) seconds of this container's CPU cap
         self.stages = None  # engines.StageFactory: this worker's stages on its engine
         self.engine_available = True
-        self.run: Optional[Run] = None
+        self.runs: Dict[str, Run] = {}  # camera -> its run (a single-camera master's camera is "")
         self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -130,9 +130,9 @@ class WorkerRole:
     def stop(self) -> None:
         self.stopping.set()
         with self.lock:
-            if self.run is not None:
-                self.run.close()
-                self.run = None
+            runs, self.runs = list(self.runs.values()), {}
+        for run in runs:
+            run.close()
         if self.server is not None:
             self.server.stop(grace=1.0)
         self.peers.close()
@@ -193,8 +193,8 @@ class WorkerRole:
             except grpc.RpcError as exc:
                 problem = "cannot forward frame %d to worker w%d at %s: %s" % (
                     task.frame_id, dest, self.cfg.cluster.workers[dest], net.code_name(exc))
-                run = self.run
-                current = run is not None and run.run_id == task.run_id and run.generation == task.generation
+                run = self.find(task.run_id)
+                current = run is not None and run.generation == task.generation
                 if exc.code() not in retryable or not current or self.stopping.is_set() or not backoff.wait():
                     raise EmitError(problem) from None
                 log.warning("%s; trying again", problem)
@@ -213,12 +213,15 @@ class WorkerRole:
             except ValueError as exc:
                 raise ValueError("warm_cuts: %s" % exc) from None
         with self.lock:
-            if self.run is not None:
-                self.run.close()
-            self.peers.renew_all()  # fresh channels: no reconnect backoff left over from a restarted neighbour
+            old = self.runs.pop(setup.camera, None)
+            if old is not None:
+                old.close()
+            if not self.runs:  # (another camera's run may have calls on the channels)
+                self.peers.renew_all()  # fresh channels: no reconnect backoff left over from a restarted neighbour
             emit = self._emit if self.cfg.n_workers > 1 else None
-            self.run = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward, emit,
-                           self.cfg.max_message_bytes, quant=self.stages.qparams, describe=self.describe)
+            self.runs[setup.camera] = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward,
+                                          emit, self.cfg.max_message_bytes, quant=self.stages.qparams,
+                                          describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
         if setup.warm_cuts:
@@ -284,15 +287,23 @@ class WorkerRole:
         log.info("worker %d: stage %d..%d built in the background on %s-%s (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 
+    def find(self, run_id: str) -> Optional[Run]:
+        """The run `run_id` if this worker holds it (one run per camera), else None."""
+        for run in list(self.runs.values()):
+            if run.run_id == run_id:
+                return run
+        return None
+
     def current(self, run_id: str) -> Run:
-        run = self.run
-        if run is None or run.run_id != run_id:
-            raise LookupError("no run %r on worker %d (current: %s)" % (run_id, self.worker_id,
-                                                                      run.run_id if run else "none"))
+        run = self.find(run_id)
+        if run is None:
+            raise LookupError("no run %r on worker %d (current: %s)" % (
+                run_id, self.worker_id, ", ".join(r.run_id for r in list(self.runs.values())) or "none"))
         return run
 
     def end_run(self, run_id: str) -> None:
         with self.lock:
-            if self.run is not None and self.run.run_id == run_id:
-                self.run.close()
-                self.run = None
+            for camera, run in list(self.runs.items()):
+                if run.run_id == run_id:
+                    run.close()
+                    del self.runs[camera]

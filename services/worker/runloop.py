@@ -66,6 +66,7 @@ class RunSettings:
     warm_cuts: Tuple[int, ...] = ()  # the plan of the first frames: the role builds its stage before it answers
     warm_stage_of: Tuple[int, ...] = ()  # the stage of each worker in that plan (empty: a chain)
     skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
+    camera: str = ""  # the camera the run serves: a worker holds one run per camera
 
 
 @dataclass

@@ -14,7 +14,7 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
                        fp16=bool(msg.fp16))
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
                        warm_cuts=tuple(int(c) for c in msg.warm_cuts), skip_unchanged=bool(msg.skip_unchanged),
-                       warm_stage_of=tuple(int(s) for s in msg.warm_stage_of))
+                       warm_stage_of=tuple(int(s) for s in msg.warm_stage_of), camera=str(msg.camera))
 
 
 def task_from_pb(msg: pb.FrameTask) -> Task:

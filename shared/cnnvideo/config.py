@@ -1,14 +1,16 @@
 """Typed cluster/run configuration loaded from YAML; every bad key or value is a ConfigError naming it.
 
 The public entry every role and tool imports (`from cnnvideo import config`; `config.load(...)`): it reads and writes
-config files (from_dict, load, load_demo, to_dict, dump) and lists the keys (key_table, type_name for
+config files (from_dict, load, load_demo, to_dict, dump; load refuses a key given twice in one YAML mapping, which
+a YAML loader would keep silently: UniqueKeyLoader) and lists the keys (key_table, type_name for
 docs/configuration.md; tests/unit/test_config_doc.py keeps the two in step). Building a dataclass from YAML refuses
 unknown keys and wrong types; every other job is a module of its own, re-exported here so `config.<name>` reaches
 all of them:
 
 - config_types: the dataclasses (Config and its sections) and the allowed values of choice keys;
 - config_upgrade: renamed keys (RENAMED: the old name still loads, with a warning naming the new one);
-- config_checks: option validation (validate), the model `fallback` rule, the live view's token.
+- config_checks: option validation (validate, with the `cameras:` rules), the model `fallback` rule, the live view's
+  token, require_one_camera.
 
 The imports go config -> config_checks -> config_upgrade / config_types, never back (tests/unit/test_layout.py
 counts imports inside functions too): from_dict calls the checks, the checks need the dataclasses, so the
@@ -26,19 +28,24 @@ import yaml
 
 from cnnvideo.config_checks import (
     VIEW_TOKEN_ENV,
+    camera_configs,
     is_loopback,
     model_unavailable,
+    require_one_camera,
     resolve_fallback,
     validate,
     view_token,
 )
 from cnnvideo.config_types import (
+    CAMERA_NAME,
+    CAMERA_NAME_RULE,
     CPUS_ROLES,
     ENGINE_CHOICES,
     ENGINES,
     MODES,
     ON_ERROR,
     PRECISIONS,
+    Camera,
     Cluster,
     Config,
     CostModel,
@@ -52,6 +59,7 @@ from cnnvideo.config_types import (
     Local,
     ModelChoice,
     Reliability,
+    ResolvedCamera,
     Source,
     Tls,
     TrainerOptions,
@@ -62,17 +70,19 @@ from cnnvideo.errors import ConfigError
 # Names callers reach as `config.<name>`: defined here, or re-exported from the module that owns them.
 __all__ = [
     # config_types
-    "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR", "PRECISIONS", "Cluster", "Config", "CostModel",
-    "Delta", "Detect", "EngineOptions", "Events", "Int8Options", "Limits", "LiveView", "Local", "ModelChoice",
-    "Reliability", "Source", "Tls", "TrainerOptions",
+    "CAMERA_NAME", "CAMERA_NAME_RULE", "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR", "PRECISIONS",
+    "Camera", "Cluster", "Config", "CostModel", "Delta", "Detect", "EngineOptions", "Events", "Int8Options", "Limits",
+    "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls", "TrainerOptions",
     # config_upgrade
     "CPUS_OLD", "RENAMED", "upgrade",
     # config_checks
-    "VIEW_TOKEN_ENV", "is_loopback", "model_unavailable", "resolve_fallback", "validate", "view_token",
+    "VIEW_TOKEN_ENV", "camera_configs", "is_loopback", "model_unavailable", "require_one_camera", "resolve_fallback",
+    "validate", "view_token",
     # cnnvideo.errors
     "ConfigError",
     # this module
-    "DEMO_PATH", "dump", "from_dict", "key_table", "load", "load_demo", "to_dict", "type_name",
+    "DEMO_PATH", "DuplicateKeyError", "UniqueKeyLoader", "dump", "from_dict", "key_table", "load", "load_demo",
+    "to_dict", "type_name",
 ]
 
 # The demo: `cnnvideo local` and `cnnvideo plan` without -c load this file; configs/local.yml is a symlink to it.
@@ -140,19 +150,99 @@ def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def _camera_entries(data: Dict[str, Any]) -> None:
+    """The raw `cameras:` section before it is built: given but empty (`cameras: {}`, or `cameras:` with nothing,
+    which YAML reads as null) is an error; an entry with nothing under it (`door:`) becomes {} so that the checks
+    name its missing `video`."""
+    if "cameras" not in data:
+        return
+    cameras = data["cameras"]
+    if cameras is None or cameras == {}:
+        raise ConfigError("config key 'cameras': empty; list at least one camera (cameras: {door: {video: ...}}), or "
+                          "leave it out and set video")
+    if isinstance(cameras, dict):
+        data["cameras"] = {name: {} if entry is None else entry for name, entry in cameras.items()}
+
+
+def _build_camera_sources(cfg: Config) -> None:
+    """Each camera's `source` keys checked as the top-level `source:` section's (an unknown key or a wrong type
+    named as `cameras.<name>.source.<key>`) and converted to Source's types; `mode` is the run's, not a camera's."""
+    for name, cam in cfg.cameras.items():
+        prefix = "cameras.%s.source." % name
+        if "mode" in cam.source:
+            raise ConfigError("config key '%smode' cannot be set per camera: source.mode is how the planner sees the "
+                              "whole run; set it at the top level" % prefix)
+        built = _build(Source, cam.source, prefix)
+        cam.source = {k: getattr(built, k) for k in cam.source}
+
+
 def from_dict(data: Optional[Dict[str, Any]], check_files: bool = True) -> Config:
     """Build and validate a Config from a plain mapping (e.g. parsed YAML): renamed keys upgraded (with a warning),
-    the model `fallback` resolved, every value checked."""
-    return validate(resolve_fallback(_build(Config, upgrade(data or {}))), check_files=check_files)
+    the model `fallback` resolved, every value checked, a single entry of `cameras:` applied to the top level."""
+    data = upgrade(data or {})  # a copy: the caller's mapping is left as it is
+    _camera_entries(data)
+    cfg = _build(Config, data)
+    _build_camera_sources(cfg)
+    return validate(resolve_fallback(cfg), check_files=check_files)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A key given twice in one YAML mapping; the message names its dotted path and both lines."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping, anywhere in the document (PyYAML keeps the
+    last one silently, so `cameras: {door: ..., door: ...}` would lose a camera without a word).
+
+    The check runs while the document is composed, not in construct_mapping: there each mapping node is still as
+    written (a `<<` merge may legitimately repeat a merged key, and construct_mapping sees the merged keys
+    flattened in) and the path down to it is known. Only config.load uses it; other YAML readers are unchanged."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._path: List[str] = []  # ".key" and "[i]" steps down to the node being composed
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if isinstance(parent, yaml.MappingNode) and isinstance(index, yaml.ScalarNode):
+            self._path.append("." + str(index.value))  # a mapping's value, under its key
+        elif isinstance(parent, yaml.SequenceNode) and isinstance(index, int):
+            self._path.append("[%d]" % index)
+        else:
+            return super().compose_node(parent, index)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._path.pop()
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        seen: Dict[Any, Any] = {}  # key as loaded -> its first key node
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            try:
+                first = seen.setdefault(self.construct_object(key_node), key_node)  # `door` and "door": one key
+            except TypeError:  # an unhashable key: the constructor refuses it later
+                continue
+            if first is not key_node:
+                path = "".join(self._path + ["." + str(key_node.value)])
+                lines = sorted({first.start_mark.line + 1, key_node.start_mark.line + 1})
+                raise DuplicateKeyError("key '%s' given twice (%s); a YAML loader would keep only the last" % (
+                    path[1:] if path.startswith(".") else path,
+                    "line %d" % lines[0] if len(lines) == 1 else "lines %d and %d" % tuple(lines)))
+        return node
 
 
 def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: bool = True) -> Config:
-    """Read a YAML config file; relative video/weights paths resolve against the current directory."""
+    """Read a YAML config file (a key given twice in one mapping is an error: UniqueKeyLoader); relative
+    video/weights paths resolve against the current directory."""
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
+            data = yaml.load(fh, Loader=UniqueKeyLoader) or {}  # a SafeLoader: no arbitrary objects
     except OSError as exc:
         raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror)) from None
+    except DuplicateKeyError as exc:
+        raise ConfigError("config file %s: %s" % (path, exc)) from None
     except yaml.YAMLError as exc:
         raise ConfigError("config file %s is not valid YAML: %s" % (path, str(exc).splitlines()[0])) from None
     if not isinstance(data, dict):
@@ -185,7 +275,8 @@ def type_name(tp: Any) -> str:
 
 def key_table(cls: Any = Config, prefix: str = "") -> List[Tuple[str, str, Any]]:
     """(dotted key, type name, default as YAML would load it) of every config key: sections expanded, list entries
-    that are sections as `key[].field` after the list itself. docs/configuration.md lists the same."""
+    that are sections as `key[].field` and mapping values that are sections as `key.<name>.field` (`cameras`), each
+    after the list or mapping itself. docs/configuration.md lists the same."""
     hints = typing.get_type_hints(cls)
     rows: List[Tuple[str, str, Any]] = []
     for f in dataclasses.fields(cls):
@@ -198,13 +289,36 @@ def key_table(cls: Any = Config, prefix: str = "") -> List[Tuple[str, str, Any]]
         args = getattr(tp, "__args__", ()) or ()
         if getattr(tp, "__origin__", None) in (list, List) and dataclasses.is_dataclass(args[0]):
             rows += key_table(args[0], key + "[].")
+        if getattr(tp, "__origin__", None) in (dict, Dict) and dataclasses.is_dataclass(args[1]):
+            rows += key_table(args[1], key + ".<name>.")
     return rows
 
 
+def _camera_dict(cfg: Config, cam: Camera) -> Dict[str, Any]:
+    """One `cameras:` entry as YAML: the keys the camera sets (null ones left out). With a single camera the top
+    level is the camera (applied when loaded), so its entry is written from the top-level values: a change made to
+    the running config (the launcher makes `video` an absolute path) reaches the dump, which loads back the same."""
+    one = len(cfg.cameras) == 1
+    out: Dict[str, Any] = {"video": cfg.video if one else cam.video}
+    if cam.frame_size is not None:
+        out["frame_size"] = list(cfg.frame_size if one else cam.frame_size)
+    if cam.source:
+        out["source"] = {k: getattr(cfg.source, k) for k in cam.source} if one else dict(cam.source)
+    if cam.zones is not None:
+        out["zones"] = dict(cfg.events.zones if one else cam.zones)
+    if cam.check_share is not None:
+        out["check_share"] = cfg.check_share if one else cam.check_share
+    out["weight"] = cam.weight
+    return out
+
+
 def to_dict(cfg: Config) -> Dict[str, Any]:
-    """Plain mapping of a Config (for YAML dumps and reports)."""
+    """Plain mapping of a Config (for YAML dumps and reports); `cameras` only when the config has that section."""
     out = dataclasses.asdict(cfg)
     out["frame_size"] = list(cfg.frame_size)
+    out["cameras"] = {name: _camera_dict(cfg, cam) for name, cam in cfg.cameras.items()}
+    if not out["cameras"]:
+        del out["cameras"]  # `cameras: {}` would be refused as an empty section
     return out
 
 

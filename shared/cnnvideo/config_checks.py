@@ -1,6 +1,7 @@
 """Option validation: the one module that checks a config's values beyond their types (ranges, choices, rules
-across keys, files that must exist, the `cpus` role names, the live view's token, the `events:` section) and
-applies the model `fallback` rule. Every failure is one ConfigError line naming the key.
+across keys, files that must exist, the `cpus` role names, the live view's token, the `events:` and `cameras:`
+sections) and applies the model `fallback` rule and a single camera's settings (apply_one_camera). Every failure is
+one ConfigError line naming the key. require_one_camera refuses a config of several cameras where one runs.
 
 Unknown keys and wrong types are refused earlier, while config builds the dataclasses from YAML (config._build);
 an old and a new key name set at once while config_upgrade renames. Layout: this module imports the dataclasses
@@ -11,22 +12,27 @@ imported inside the functions that need them.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from cnnvideo.config_types import (
+    CAMERA_NAME,
+    CAMERA_NAME_RULE,
     CPUS_ROLES,
     ENGINE_CHOICES,
     MODES,
     ON_ERROR,
     PRECISIONS,
+    Camera,
     Config,
     CostModel,
     Events,
     ModelChoice,
+    Source,
 )
 from cnnvideo.config_upgrade import cpus_role_name
 from cnnvideo.errors import ConfigError
@@ -65,9 +71,12 @@ def _check_fixed_groups(cfg) -> None:
 
 
 def validate(cfg: Config, check_files: bool = True) -> Config:
-    """Check values that types alone cannot; raise ConfigError naming the key."""
+    """Check values that types alone cannot; raise ConfigError naming the key. `cameras:` first (each camera's own
+    keys named as `cameras.<name>.<key>`); a single camera is then applied to the top level, checked as the rest."""
     from cnnvideo.model import zoo as models  # local import: models pulls in torch
     from cnnvideo.plan import schedulers
+
+    _validate_cameras(cfg, check_files)
 
     if not cfg.cluster.workers:
         raise ConfigError("config key 'cluster.workers' must list at least one worker address")
@@ -102,8 +111,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'weights' must be imagenet, random or an existing file, got %r" % cfg.weights)
     from cnnvideo.video.sources import kind_of
 
-    if check_files and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
-        raise ConfigError("config key 'video': file not found: %s" % cfg.video)
+    if check_files and len(cfg.cameras) < 2 and kind_of(cfg.video) == "file" and not os.path.isfile(cfg.video):
+        raise ConfigError("config key 'video': file not found: %s" % cfg.video)  # several cameras: theirs, above
     if (cfg.trainer.video is not None and check_files and kind_of(cfg.trainer.video) == "file"
             and not os.path.isfile(cfg.trainer.video)):
         raise ConfigError("config key 'trainer.video': file not found: %s" % cfg.trainer.video)
@@ -134,19 +143,17 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
         raise ConfigError("config key 'frames' must be >= 0 (0 = until a signal), got %r" % cfg.frames)
     if not 0 < cfg.check_share <= 1:
         raise ConfigError("config key 'check_share' must be in (0, 1], got %r" % cfg.check_share)
-    _choice(cfg.source.drop, ("newest", "oldest", "none"), "source.drop")
-    _choice(cfg.source.mode, ("offline", "live"), "source.mode")
+    _check_source(cfg.source, "source.")
     _choice(cfg.local.links, ("auto", "tc", "paced", "none"), "local.links")
     _choice(cfg.local.cpus, ("auto", "cgroup", "best-effort", "none"), "local.cpus")
-    _positive(cfg.source.queue, "source.queue")
-    if cfg.source.fps < 0 or cfg.source.reopen_s <= 0:
-        key = "source.fps" if cfg.source.fps < 0 else "source.reopen_s"
-        raise ConfigError("config key '%s' must be %s" % (key, ">= 0" if key == "source.fps" else "> 0"))
     if not 0 <= cfg.live_view.port < 65536:
         raise ConfigError("config key 'live_view.port' must be 0 (off) or a TCP port, got %r" % cfg.live_view.port)
-    if cfg.source.mode == "offline" and (kind_of(cfg.video) != "file" or cfg.source.realtime):
-        raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
-                          "(source.realtime: false), got %r" % cfg.video)
+    offline = cfg.camera_list() if cfg.source.mode == "offline" else []  # the top level's video, or each camera's
+    for cam in offline:
+        if kind_of(cam.video) != "file" or cam.source.realtime:
+            raise ConfigError("config key 'source.mode': offline needs a video file read as fast as asked "
+                              "(source.realtime: false), got %r%s"
+                              % (cam.video, " (camera %s)" % cam.name if len(cfg.cameras) > 1 else ""))
     if cfg.precision not in PRECISIONS:
         raise ConfigError("config key 'precision' must be one of %s, got %r" % ("|".join(PRECISIONS), cfg.precision))
     if cfg.engine_options.on_error not in ON_ERROR:
@@ -200,6 +207,135 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     _validate_live_view(cfg)
     _validate_events(cfg, check_files)
     return cfg
+
+
+def _check_source(src: Source, prefix: str) -> None:
+    """The values of a `source:` section (the top level's, or a camera's keys over the defaults)."""
+    _choice(src.drop, ("newest", "oldest", "none"), prefix + "drop")
+    _choice(src.mode, ("offline", "live"), prefix + "mode")
+    _positive(src.queue, prefix + "queue")
+    if src.fps < 0 or src.reopen_s <= 0:
+        key = prefix + ("fps" if src.fps < 0 else "reopen_s")
+        raise ConfigError("config key '%s' must be %s" % (key, ">= 0" if key.endswith("fps") else "> 0"))
+
+
+def _default(name: str):
+    """The default of a top-level key."""
+    return {f.name: f for f in dataclasses.fields(Config)}[name].default
+
+
+def _validate_cameras(cfg: Config, check_files: bool) -> None:
+    """The `cameras:` section: safe names, each camera's own keys (a `video`, a weight > 0, its overrides checked as
+    the top-level keys they override, its zones inside its frame), no clash with a top-level `video` or
+    `events.camera`; then a single camera is applied to the top level (apply_one_camera). No section: nothing."""
+    if not cfg.cameras:
+        return
+    from cnnvideo.video.sources import kind_of
+
+    lowered: Dict[str, str] = {}
+    for name, cam in cfg.cameras.items():
+        key = "cameras.%s" % name
+        if not CAMERA_NAME.match(name):
+            raise ConfigError("config key '%s': not a safe camera name (%s; it goes into MQTT topics, file names "
+                              "and URLs)" % (key, CAMERA_NAME_RULE))
+        if name.lower() in lowered:
+            raise ConfigError("config key '%s': the same name as 'cameras.%s' but for case (their files would "
+                              "clash)" % (key, lowered[name.lower()]))
+        lowered[name.lower()] = name
+        _check_camera(cam, key, check_files, kind_of)
+    names = list(cfg.cameras)
+    only = cfg.cameras[names[0]] if len(names) == 1 else None
+    if cfg.video != _default("video") and (only is None or cfg.video != only.video):
+        raise ConfigError("config keys 'video' and 'cameras' are both set: with cameras each camera names its own "
+                          "video; leave out the top-level video (or list it as a camera)")
+    if cfg.events.camera != Events().camera and (only is None or cfg.events.camera != names[0]):
+        raise ConfigError("config keys 'events.camera' and 'cameras' are both set: with cameras each camera's name "
+                          "is its name in events and MQTT topics; leave out events.camera")
+    for name, cam in cfg.cameras.items():
+        if only is None and cam.frame_size is not None and tuple(cam.frame_size) != tuple(cfg.frame_size):
+            raise ConfigError("config key 'cameras.%s.frame_size': %s differs from frame_size %s; with several cameras "
+                              "every camera runs at the cluster's frame_size (the workers build their stages for "
+                              "one size, and each camera's frames are resized to it): leave it out"
+                              % (name, list(cam.frame_size), list(cfg.frame_size)))
+    for cam in cfg.camera_list():  # zones inherited from events.zones must fit a camera's own frame size too
+        own = cfg.cameras[cam.name]
+        if any(v <= 0 for v in cam.frame_size):
+            continue  # a bad top-level frame_size: its own check names it
+        if cam.zones and (own.zones is not None or own.frame_size is not None):
+            _check_zones(cam.zones, cam.frame_size, "cameras.%s.zones" % cam.name if own.zones is not None
+                         else "events.zones", "" if own.zones is not None else " (camera %s)" % cam.name)
+    if only is not None:
+        apply_one_camera(cfg)
+
+
+def _check_camera(cam: Camera, key: str, check_files: bool, kind_of) -> None:
+    """One camera's own keys, each error naming `cameras.<name>.<key>`."""
+    if not cam.video:
+        raise ConfigError("config key '%s.video': required (the camera's source: a file, stream URL, device or "
+                          "GStreamer pipeline)" % key)
+    if check_files and kind_of(cam.video) == "file" and not os.path.isfile(cam.video):
+        raise ConfigError("config key '%s.video': file not found: %s" % (key, cam.video))
+    if not cam.weight > 0:
+        raise ConfigError("config key '%s.weight' must be > 0 (the camera's share of the pool, relative to the "
+                          "other cameras' weights), got %r" % (key, cam.weight))
+    if cam.frame_size is not None and any(v <= 0 for v in cam.frame_size):
+        raise ConfigError("config key '%s.frame_size' must be two positive integers, got %r"
+                          % (key, list(cam.frame_size)))
+    if cam.check_share is not None and not 0 < cam.check_share <= 1:
+        raise ConfigError("config key '%s.check_share' must be in (0, 1], got %r" % (key, cam.check_share))
+    _check_source(Source(**cam.source), key + ".source.")  # its keys over the defaults: an error is one of its own
+
+
+def _check_zones(zones: Dict, frame_size: Tuple[int, int], key: str, where: str) -> None:
+    """Zones (events.zones' shape) inside a camera's frame; the events library's parser names the zone."""
+    from cnnvideo.events import EventsConfigError
+    from cnnvideo.events.zones import parse_zones
+
+    try:
+        parse_zones(zones, frame_size, key)
+    except EventsConfigError as exc:
+        zkey, _, why = str(exc).partition(": ")
+        raise ConfigError("config key '%s': %s%s" % (zkey, why, where)) from None
+
+
+def apply_one_camera(cfg: Config) -> Config:
+    """A config of exactly one camera runs as today's single-camera cluster: its video, frame_size, source,
+    check_share and zones (events.zones) become the top-level values, and its name becomes events.camera (the
+    camera in MQTT topics). Idempotent: applying it to a config already applied changes nothing."""
+    if len(cfg.cameras) != 1:
+        return cfg
+    cam = cfg.camera_list()[0]
+    cfg.video, cfg.frame_size, cfg.source, cfg.check_share = cam.video, cam.frame_size, cam.source, cam.check_share
+    cfg.events.zones, cfg.events.camera = cam.zones, cam.name
+    return cfg
+
+
+def camera_configs(cfg: Config) -> List[Config]:
+    """One single-camera Config per camera of `cfg` (file order), what that camera's master runs: its video,
+    source, check_share and zones, `events.camera` its name, `out` the folder <out>/<name>, and `in_flight` scaled
+    by its weight over the cameras' mean weight (a camera's window of frames in flight is its share of a busy
+    pool). Without several cameras: [cfg]."""
+    if len(cfg.cameras) <= 1:
+        return [cfg]
+    cams = cfg.camera_list()
+    mean = sum(c.weight for c in cams) / len(cams)
+    out = []
+    for cam in cams:
+        one = copy.deepcopy(cfg)
+        one.cameras = {}
+        one.video, one.source, one.check_share = cam.video, cam.source, cam.check_share
+        one.events.zones, one.events.camera = cam.zones, cam.name
+        one.in_flight = max(1, int(round(cfg.in_flight * cam.weight / mean)))
+        one.out = os.path.join(cfg.out, cam.name)
+        out.append(one)
+    return out
+
+
+def require_one_camera(cfg: Config) -> None:
+    """Refuse a config of several cameras where one camera runs (this version's master, the launcher): one line."""
+    if len(cfg.cameras) > 1:
+        raise ConfigError("config key 'cameras': %d cameras listed (%s); this version runs one camera per cluster"
+                          % (len(cfg.cameras), ", ".join(cfg.cameras)))
 
 
 def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:
@@ -305,7 +441,8 @@ def _validate_events(cfg: Config, check_files: bool = True) -> None:
     A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
     (check_files false) neither runs events nor needs their packages."""
     ev = cfg.events
-    set_keys = events_keys_set(ev)
+    # with `cameras:`, events.camera is a camera's name (apply_one_camera), not a wish for events
+    set_keys = tuple(k for k in events_keys_set(ev) if not (k == "camera" and cfg.cameras))
     if ev.enabled is None:  # unset: events run when any other events key is set
         ev.enabled = bool(set_keys)
         if set_keys and check_files:

@@ -7,6 +7,7 @@ cnnvideo.config, the public entry, which re-exports them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ ON_ERROR = ("fallback", "stop")
 # `cpus` role names: master, trainer, worker<i> (0 <= i < number of workers) and `workers` (every worker not named
 # on its own). Old spellings (config_upgrade.CPUS_OLD) still load, with a warning naming the canonical one.
 CPUS_ROLES = ("master", "trainer", "workers")
+# A camera's name (the keys of `cameras:`) goes into MQTT topics, file names and URLs: 1-32 ASCII letters, digits,
+# '_' or '-', starting with a letter or a digit (config_checks also refuses two names that differ only in case).
+CAMERA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+CAMERA_NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
 
 
 @dataclass
@@ -217,6 +222,35 @@ class Events:
 
 
 @dataclass
+class Camera:
+    """One entry of `cameras:` (keyed by the camera's name): its source, and what it sets differently from the top
+    level. A key left out (null, or absent from `source`) takes the top-level value (Config.camera_list)."""
+
+    video: str = ""  # required: a file, stream URL, device or GStreamer pipeline (as the top-level `video`)
+    frame_size: Optional[Tuple[int, int]] = None  # height, width; null = the top-level frame_size
+    # keys of the top-level `source:` (Source: realtime, drop, queue, loop, fps, reopen_s; not `mode`, which is the
+    # run's), each over the top-level value; checked and converted to Source's types when loaded
+    source: Dict[str, Any] = field(default_factory=dict)
+    zones: Optional[Dict[str, Any]] = None  # as events.zones, in this camera's frame pixels; null = events.zones
+    check_share: Optional[float] = None  # null = the top-level check_share
+    weight: float = 1.0  # > 0: this camera's share of the pool, relative to the other cameras' weights
+
+
+@dataclass
+class ResolvedCamera:
+    """A camera with every setting it runs with (Config.camera_list): its own where it sets one, else the top
+    level's."""
+
+    name: str
+    video: str
+    frame_size: Tuple[int, int]  # height, width
+    source: Source
+    zones: Dict[str, Any]
+    check_share: float
+    weight: float
+
+
+@dataclass
 class Config:
     """One run of the cluster. Field names are the YAML keys."""
 
@@ -260,6 +294,25 @@ class Config:
     profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
     cost_model: CostModel = field(default_factory=CostModel)
     events: Events = field(default_factory=Events)
+    # name -> Camera, in file order; empty = one camera, `video` (Config.camera_list). With exactly one camera the
+    # loader applies its settings to the top level (config_checks), so a one-camera cluster runs it unchanged.
+    cameras: Dict[str, Camera] = field(default_factory=dict)
+
+    def camera_list(self) -> List[ResolvedCamera]:
+        """Every camera with its effective settings, in file order: a camera's own frame_size, check_share, zones
+        (else events.zones) and `source` keys, each over the top-level value. Without `cameras:` one camera: the
+        top-level `video`, named by `events.camera` (default "cam", the name MQTT topics already use)."""
+        if not self.cameras:
+            return [ResolvedCamera(self.events.camera, self.video, (self.frame_size[0], self.frame_size[1]),
+                                   dataclasses.replace(self.source), dict(self.events.zones), self.check_share, 1.0)]
+        out = []
+        for name, cam in self.cameras.items():
+            size = self.frame_size if cam.frame_size is None else cam.frame_size
+            out.append(ResolvedCamera(
+                name, cam.video, (size[0], size[1]), dataclasses.replace(self.source, **cam.source),
+                dict(self.events.zones if cam.zones is None else cam.zones),
+                self.check_share if cam.check_share is None else cam.check_share, cam.weight))
+        return out
 
     @property
     def n_workers(self) -> int:

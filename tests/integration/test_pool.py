@@ -50,7 +50,9 @@ def test_replicas_and_a_hybrid_run_every_frame_exactly_in_frame_order(tmp_path, 
 
 def test_a_replica_killed_mid_run_is_left_out_then_taken_back(tmp_path, synthetic_video):
     """Full replication on three workers; w1 is SIGKILLed mid-run. The run goes on without it (no frame lost, all
-    exact), and once the supervisor has restarted it the master takes it back and sends it frames again."""
+    exact), and once the supervisor has restarted it the master takes it back and sends it frames again. Leaving it
+    out and taking it back touch w1's links alone: no new generation, and the other replicas' input links never
+    start over (one keyframe each, the first), while w1's starts over once (two keyframes)."""
     cache = str(tmp_path / "cache")
     # a camera's pace (20 fps, nothing dropped) keeps the run going while the supervisor restarts the worker
     data = base_config(synthetic_video, cache, frames=FRAMES, in_flight=3, scheduler="replicas", trainer={"frames": 8},
@@ -69,6 +71,10 @@ def test_a_replica_killed_mid_run_is_left_out_then_taken_back(tmp_path, syntheti
     events = report["pool"]["left_out"]
     assert any(1 in e["left_out"] for e in events), events
     assert any(1 in e["back"] for e in events), events
+    rel = report["reliability"]
+    assert rel["resyncs"] == 0 and rel["generation"] == 0 and rel["replica_resyncs"] >= 1, rel
+    keyframes = {h["name"]: h["keyframes"] for h in report["hops"]}
+    assert keyframes["m->w0"] == 1 and keyframes["m->w2"] == 1 and keyframes["m->w1"] >= 2, keyframes
     lines = _lines(str(tmp_path / "kill"))
     assert [e["frame"] for e in lines] == list(range(FRAMES))
     assert any(e["route"][0] == 1 for e in lines[-100:]), "w1 got no frame after it came back"

@@ -62,3 +62,20 @@ def test_state_and_main_plan():
     flying, done = tr.state()
     assert [round(t, 3) for t, _ in flying] == [0.6, 0.7] and done == [1.0]
     assert tr.main_plan(2) == [0, 1, 3]
+
+
+def test_a_replica_left_out_re_sends_only_the_frames_on_its_route():
+    """A replica leaves a one-stage pool alone: only the frames routed through it are queued again (or dropped
+    out of retries), in the same generation; the other replicas' frames stay in flight and may still complete."""
+    tr = FrameTracker(6, retries=1, cap=0)
+    for f, w in enumerate([0, 1, 2, 1, 0]):
+        tr.next_frame()
+        tr.sent(f, [0, 9], 0.0, False, route=[w], groups=[[0, 1, 2]])
+    tr.records[3].attempts = 2  # frame 3 was sent twice already: out of retries
+    assert tr.fault("w1 is down")
+    again, dropped = tr.release_workers([1], "w1 is down")
+    assert (again, dropped) == ([1], [3]) and tr.generation == 0 and tr.pending_fault is None
+    assert sorted(tr.flying) == [0, 2, 4] and list(tr.retry_q) == [1] and tr.replica_resyncs == 1
+    assert tr.records[3].status == "dropped" and "w1 is down" in tr.records[3].reason
+    assert tr.complete(2, 0, 2, 1.0)  # the generation is unchanged: other replicas' results still count
+    assert tr.next_frame() == (1, True) and tr.oldest_pending() == 0

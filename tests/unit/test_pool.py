@@ -153,3 +153,16 @@ def test_fewer_stages_win_when_predicted_within_five_percent():
     assert pick.period <= fastest * (1 + pool.SIMPLER_WITHIN)
     assert all(len(c.plan.cuts) >= len(pick.plan.cuts) for c in cands.values()
                if c.period <= fastest * (1 + pool.SIMPLER_WITHIN))
+
+
+def test_dispatcher_leave_out_forgets_the_replicas_outstanding_frames():
+    """A replica left out by itself gets no frame, and its outstanding count does not weigh on its return."""
+    d = Dispatcher(3)
+    plan = Plan((0, 9), ((0, 1, 2),))
+    for _ in range(3):
+        d.take(d.route(plan))
+    d.leave_out([1])
+    assert d.outstanding[1] == 0 and 1 in d.excluded
+    assert all(d.route(plan) != [1] for _ in range(4))
+    d.excluded.discard(1)
+    assert d.route(plan) == [1]  # back with nothing outstanding: the next frame goes to it
