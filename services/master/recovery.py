@@ -68,8 +68,8 @@ class Recovery:
             gen = m.tracker.generation
         for w in down:
             m.sending.reset_link(w)
-        log.warning("%s left out (%s): its %d frames go to the other replicas; no other link resyncs",
-                    ", ".join(m.links.name(w) for w in down), fault, len(again))
+        log.warning("resync of %s alone (%s): left out, its %d frames go to the other replicas; no other link "
+                    "resyncs", ", ".join(m.links.name(w) for w in down), fault, len(again))
         threading.Thread(target=self._watch_return, args=(gen, list(down), True),
                          name="return-watch-%s" % "-".join("w%d" % w for w in down), daemon=True).start()
         return True
@@ -93,7 +93,8 @@ class Recovery:
                 m.left_out_events.append({"generation": gen, "left_out": [], "back": [w], "scope": "replica",
                                           "at_s": round(time.time() - m.t_run, 3)})
                 m.cond.notify_all()
-        log.warning("%s serves again: taken back (its link starts with a keyframe)", m.links.name(w))
+        log.warning("resync of %s alone: it serves again and is taken back (its link starts with a keyframe)",
+                    m.links.name(w))
 
     def _recover(self, fault: str) -> None:
         m = self.m
