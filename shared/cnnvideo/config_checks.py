@@ -312,9 +312,9 @@ def apply_one_camera(cfg: Config) -> Config:
 
 def camera_configs(cfg: Config) -> List[Config]:
     """One single-camera Config per camera of `cfg` (file order), what that camera's master runs: its video,
-    source, check_share and zones, `events.camera` its name, `out` the folder <out>/<name>, and `in_flight` scaled
+    source, check_share and zones, `events.camera` its name, `out` the folder <out>/<name>, `in_flight` scaled
     by its weight over the cameras' mean weight (a camera's window of frames in flight is its share of a busy
-    pool). Without several cameras: [cfg]."""
+    pool), and an MQTT `client_id` given in the config suffixed with its name. Without several cameras: [cfg]."""
     if len(cfg.cameras) <= 1:
         return [cfg]
     cams = cfg.camera_list()
@@ -325,6 +325,8 @@ def camera_configs(cfg: Config) -> List[Config]:
         one.cameras = {}
         one.video, one.source, one.check_share = cam.video, cam.source, cam.check_share
         one.events.zones, one.events.camera = cam.zones, cam.name
+        if one.events.mqtt and one.events.mqtt.get("client_id"):  # a broker drops a client whose id reconnects
+            one.events.mqtt["client_id"] = "%s-%s" % (one.events.mqtt["client_id"], cam.name)
         one.in_flight = max(1, int(round(cfg.in_flight * cam.weight / mean)))
         one.out = os.path.join(cfg.out, cam.name)
         out.append(one)

@@ -3,15 +3,25 @@ workers, real processes over real gRPC."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
+import pytest
 import yaml
 
 from tests.integration.helpers import REPO, base_config, env, write_config
 
 FRAMES = 30
-DOWN = "http://127.0.0.1:9/none.mjpg"  # nothing listens on the discard port: the stream cannot be opened
+DOWN = "http://127.0.0.1:9/none.mjpg"
+MOSQUITTO = "/usr/sbin/mosquitto"  # nothing listens on the discard port: the stream cannot be opened
+
+
+def _retained_counts(sub):
+    """The cameras with a retained count topic (<prefix>/<camera>/<label>/count) among what `sub` got."""
+    with sub.lock:
+        return {t.split("/")[2] for t, _, r in sub.messages if t.endswith("/count") and r}
 
 
 def _lines(path):
@@ -19,14 +29,19 @@ def _lines(path):
         return [json.loads(line) for line in fh]
 
 
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (Debian package)")
 def test_two_cameras_share_the_pool_exactly_and_a_camera_down_at_start_stops_nothing(tmp_path, synthetic_video):
     """Two scenes (two synthetic clips) as cameras `door` and `yard` (weight 2) on two replicas, and a third camera
     whose stream cannot be opened. The run goes on without the third (its section says down, the exit code is 0);
     each live camera completes every frame, exact against the unsplit model (its own frames, never the other
     camera's), with its own results.jsonl (each line naming the camera) and report; both workers serve both
     cameras; the combined report gives each camera's fps and share; yard's window of frames in flight is twice
-    door's."""
+    door's. A real mosquitto gets each camera's `new` and `end` events on its own topic, naming the camera, and
+    retained counts per camera."""
+    pytest.importorskip("paho.mqtt.client")
     from cnnvideo.video.frames import synthetic_frames, write_video
+
+    from .test_events_mqtt import Broker, Subscriber
 
     other = write_video(str(tmp_path / "yard.avi"), synthetic_frames(40, (96, 128), seed=7))
     data = base_config(synthetic_video, str(tmp_path / "cache"), frames=FRAMES, in_flight=3, scheduler="replicas",
@@ -34,11 +49,33 @@ def test_two_cameras_share_the_pool_exactly_and_a_camera_down_at_start_stops_not
     del data["video"]
     data["cameras"] = {"door": {"video": synthetic_video}, "yard": {"video": other, "weight": 2},
                        "gate": {"video": DOWN}}
+    os.makedirs(str(tmp_path / "broker"))
+    broker = Broker(tmp_path / "broker").start()
+    sub = Subscriber(broker.port, "t/cnn/#")
+    data["events"] = {"enabled": True, "label_change": {"update_interval_s": 0.5},
+                      "mqtt": {"host": "127.0.0.1", "port": broker.port, "topic_prefix": "t/cnn",
+                               "client_id": "site"}}
     cfg = write_config(str(tmp_path / "cams.yml"), data)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "cnnvideo", "local", "-c", cfg, "--out", str(out)], cwd=REPO,
-                          env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=600)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cnnvideo", "local", "-c", cfg, "--out", str(out)], cwd=REPO,
+                              env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=600)
+        for name in ("door", "yard"):
+            evs = sub.events("t/cnn/%s/events" % name)
+            kinds = {e["type"] for e in evs}
+            assert {"new", "end"} <= kinds and {e["camera"] for e in evs} == {name}, (name, evs[:4])
+        late = Subscriber(broker.port, "t/cnn/#")  # what the broker retained: each camera's counts
+        try:
+            deadline = time.time() + 10
+            while time.time() < deadline and len(_retained_counts(late)) < 2:
+                time.sleep(0.2)
+            assert _retained_counts(late) == {"door", "yard"}, late.messages[:10]
+        finally:
+            late.close()
+    finally:
+        sub.close()
+        broker.stop()
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "[local] camera gate is down" in proc.stderr
     combined = json.loads((out / "report.json").read_text())
