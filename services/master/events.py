@@ -58,7 +58,7 @@ class MasterEvents:
             try:
                 from cnnvideo.events.metrics import Metrics
 
-                self.metrics = Metrics()
+                self.metrics = Metrics(cfg.events.camera)
             except ImportError as exc:
                 log.warning("no /metrics: prometheus_client is not installed (%s)", exc)
         if not cfg.events.enabled:

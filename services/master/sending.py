@@ -75,6 +75,8 @@ class FrameSender:
         self.threads: List[threading.Thread] = []
         self.clocks = [LinkClock() for _ in range(m.W)]  # per first-stage worker's link
         self.link_epochs = [0] * m.W  # per receiving worker: bumped when its link alone starts over
+        self.outages_seen = 0  # the source's outages so far: after each, every input link sends a keyframe
+        self.key_due: set = set()  # receiving workers whose next input is a keyframe (the camera came back)
 
     @property
     def sent_cuts(self) -> Optional[List[int]]:
@@ -93,6 +95,15 @@ class FrameSender:
         self.inputs.pop(w, None)
         self.seqs.pop(w, None)
         self.link_epochs[w] += 1
+
+    def _after_outage(self) -> None:
+        """The camera came back after an outage (a stream that stopped and was reopened): its next frame to every
+        first-stage worker is a keyframe, not a delta against a frame from before the gap."""
+        outages = self.m.feed.source.outages
+        if outages != self.outages_seen:
+            self.outages_seen = outages
+            self.key_due = set(range(self.m.W))
+            log.info("the source came back after an outage (%d so far): every input link sends a keyframe", outages)
 
     def take(self):
         """The next new frame from the source as (frame, False), or None when there are no more (the run then
@@ -155,7 +166,10 @@ class FrameSender:
         hop = self.inputs.get(first)
         if hop is None:
             hop = self.inputs[first] = OutputHop(self.hops)
-        data, whole = hop.encode(0, x, planned=keyframe[0])
+        if not resend:
+            self._after_outage()
+        data, whole = hop.encode(0, x, planned=keyframe[0] or first in self.key_due)
+        self.key_due.discard(first)
         unchanged = not whole and hop.last_nnz() == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
         seq = self.seqs.get(first, 0)

@@ -220,8 +220,8 @@ def test_prometheus_scrapes_the_master_with_the_bearer_token(tmp_path, scenes_vi
                      "cnnvideo_capture_to_result_seconds_bucket", "cnnvideo_stage_compute_seconds_total",
                      "cnnvideo_detections_total", "cnnvideo_events_total"):
             assert re.search(r"^%s(\{[^}]*\})? [0-9.e+]+$" % name, body, re.M), name
-        compute = re.findall(r'^cnnvideo_stage_compute_seconds_total\{engine="([^"]+)",worker="(w\d)"\} ([0-9.e+-]+)$',
-                             body, re.M)
+        compute = re.findall(r'^cnnvideo_stage_compute_seconds_total\{camera="cam",engine="([^"]+)",worker="(w\d)"\} '
+                             r'([0-9.e+-]+)$', body, re.M)
         assert "w0" in {w for _, w, v in compute if float(v) > 0}, compute
         assert all(e.startswith("torch") for e, _, _ in compute), compute
         print("prometheus: processed fps %s" % list(fps.values()))

@@ -155,7 +155,7 @@ def test_events_counts_and_availability(broker):
     after close(), `offline`; the metrics show what the publisher did."""
     sub = Subscriber(broker.port, "site/cnn/#")
     pub = connected_publisher(broker.port)
-    metrics = Metrics()
+    metrics = Metrics("cam1")
     pipe = EventPipeline(IouTracker(TrackerSettings(min_frames=2)), publisher=pub, metrics=metrics, camera="cam1")
     for f in range(6):
         pipe.process(f, T0 + f * 0.1, person(10 + 5 * f))
@@ -182,8 +182,8 @@ def test_events_counts_and_availability(broker):
     wait_for(lambda: ("offline", False) in sub.on("site/cnn/available"), 5, "availability offline")
     s = pub.stats()
     assert (s.published, s.queued, s.dropped, s.connected) == (6, 0, 0, False)
-    assert metrics.registry.get_sample_value("cnnvideo_events_published_total") == 6
-    assert metrics.registry.get_sample_value("cnnvideo_detections_total", {"label": "person"}) == 6
+    assert metrics.registry.get_sample_value("cnnvideo_events_published_total", {"camera": "cam1"}) == 6
+    assert metrics.registry.get_sample_value("cnnvideo_detections_total", {"camera": "cam1", "label": "person"}) == 6
     assert pipe.recent()[-1]["type"] == "end" and len(pipe.recent()) == 6
     sub.close()
 

@@ -53,11 +53,11 @@ def test_classifier_frames_make_label_change_events(tmp_path):
     m.tracker.dropped = 1
     body, ctype = ev.render()
     reg = ev.metrics.registry
-    assert reg.get_sample_value("cnnvideo_frames_captured_total") == 10
-    assert reg.get_sample_value("cnnvideo_frames_skipped_total") == 4
-    assert reg.get_sample_value("cnnvideo_frames_dropped_total") == 1
-    assert reg.get_sample_value("cnnvideo_frames_processed_total") == 3
-    assert reg.get_sample_value("cnnvideo_detections_total", {"label": "cat"}) == 2
+    assert reg.get_sample_value("cnnvideo_frames_captured_total", {"camera": "cam"}) == 10
+    assert reg.get_sample_value("cnnvideo_frames_skipped_total", {"camera": "cam"}) == 4
+    assert reg.get_sample_value("cnnvideo_frames_dropped_total", {"camera": "cam"}) == 1
+    assert reg.get_sample_value("cnnvideo_frames_processed_total", {"camera": "cam"}) == 3
+    assert reg.get_sample_value("cnnvideo_detections_total", {"label": "cat", "camera": "cam"}) == 2
     assert b"cnnvideo_capture_to_result_seconds_bucket" in body and ctype.startswith("text/plain")
     block = ev.close()
     assert block == {"kind": "classifier", "tracks": 2, "by_type": {"end": 2, "new": 2}, "snapshots_written": 2,
@@ -87,7 +87,7 @@ def test_disabled_events_still_meter(tmp_path):
     ev.start()
     assert ev.pipeline is None and ev.hook(0, T0, None, None) == [] and ev.close() is None
     ev.hop_sent("m->w0", 100)
-    assert ev.metrics.registry.get_sample_value("cnnvideo_hop_bytes_total", {"hop": "m->w0"}) == 100
+    assert ev.metrics.registry.get_sample_value("cnnvideo_hop_bytes_total", {"hop": "m->w0", "camera": "cam"}) == 100
     assert ev.recent() == {"enabled": False, "events": [], "counts": {}}
 
 

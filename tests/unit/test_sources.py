@@ -73,7 +73,8 @@ def test_slow_consumer_skips_by_policy_and_counts(synthetic_video, drop):
 
 
 def test_stream_reads_over_http_and_reconnects():
-    """A real MJPEG-over-HTTP stream is read; when it drops, it is reopened and the reconnect counted."""
+    """A real MJPEG-over-HTTP stream is read; when it drops, it is reopened and the reconnect counted, and the gap
+    from its last frame to the first after it is one outage (with the frames its fps would have given)."""
     def frames(n):
         return pattern(15, (96, 128), seed=n)
 
@@ -87,6 +88,8 @@ def test_stream_reads_over_http_and_reconnects():
                 got.append(c)
         src.close()
     assert len(got) == 30 and src.stats()["reconnects"] == 1 and got[0].rgb.shape == (48, 64, 3)
+    st = src.stats()
+    assert st["outages"] == 1 and 0 < st["outage_s"] < 10 and st["missed_frames"] >= 0, st
 
 
 def test_size_change_is_an_error_naming_both_sizes():

@@ -1,15 +1,21 @@
 """Prometheus metrics for a run, on a registry of their own so several runs (or tests) in one process never
 collide in prometheus_client's global registry; `render()` is the text the master's HTTP server returns
-for `/metrics` (with `content_type()` as its Content-Type).
+for `/metrics` (with `content_type()` as its Content-Type). Every series carries the label `camera` (issue 35:
+one master per camera, so a Prometheus scraping several tells them apart without relabelling).
 """
 from __future__ import annotations
 
 import collections
+import copy
 import threading
 import time
-from typing import Deque, Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Deque, Dict, Iterable, Iterator, Optional, Tuple
 
 from .types import Detection, Event
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -35,14 +41,46 @@ class RateWindow:
         return sum(a for _, a in list(self._samples)[1:]) / span
 
 
-class Metrics:
-    """The run's counters, gauges and histograms (names prefixed `cnnvideo_` by default)."""
+class CameraLabel:
+    """A collector yielding every metric of the registry `inner` with the constant label `camera` added to each of
+    its samples: the camera is a property of the whole master (like a scrape target's `instance`), not of any one
+    measurement, so it is added once here rather than declared on every metric and passed at every call site."""
 
-    def __init__(self, namespace: str = "cnnvideo", rate_window_s: float = 5.0):
+    def __init__(self, inner: CollectorRegistry, camera: str):
+        self.inner = inner
+        self.camera = camera
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.inner.collect():
+            out = copy.copy(metric)
+            out.samples = [s._replace(labels=self._labelled(metric.name, s.labels)) for s in metric.samples]
+            yield out
+
+    def _labelled(self, name: str, labels: Dict[str, str]) -> Dict[str, str]:
+        if "camera" in labels:
+            raise ValueError("metric %s has a label of its own named camera; CameraLabel adds that one" % name)
+        return dict(labels, camera=self.camera)
+
+
+class Metrics:
+    """The run's counters, gauges and histograms (names prefixed `cnnvideo_` by default), every series labelled
+    `camera="<camera>"` (the master passes `events.camera`).
+
+    The metrics are declared without the camera on a private registry; the public `registry` (what `render()`
+    exposes and what `registry.get_sample_value` reads) holds one CameraLabel collector over it, which adds the
+    label to every sample when collected. So the call sites stay as they are (`.inc()`, `.labels(hop=...)`), a
+    metric added later carries the camera without anyone remembering it, and the registry reads exactly what a
+    scrape sees: `get_sample_value("cnnvideo_hop_bytes_total", {"hop": "m->w0", "camera": "door"})`.
+    """
+
+    def __init__(self, camera: str, namespace: str = "cnnvideo", rate_window_s: float = 5.0):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.registry = CollectorRegistry(auto_describe=True)
-        ns, r = namespace, self.registry
+        if not isinstance(camera, str) or not camera:
+            raise ValueError("Metrics: camera must be a non-empty string, got %r" % (camera,))
+        self.camera = camera
+        self._unlabelled = CollectorRegistry(auto_describe=True)
+        ns, r = namespace, self._unlabelled
         self.frames_captured = Counter("frames_captured", "Frames read from the camera", namespace=ns, registry=r)
         self.frames_processed = Counter("frames_processed", "Frames with a CNN result", namespace=ns, registry=r)
         self.frames_skipped = Counter("frames_skipped", "Frames not sent by the frame policy", namespace=ns,
@@ -68,6 +106,8 @@ class Metrics:
         self.events_queued = Gauge("events_queued", "Events waiting for the MQTT broker", namespace=ns, registry=r)
         self.mqtt_connected = Gauge("mqtt_connected", "1 while connected to the MQTT broker", namespace=ns,
                                     registry=r)
+        self.registry = CollectorRegistry(auto_describe=True)  # after the metrics: it learns their names now
+        self.registry.register(CameraLabel(self._unlabelled, camera))
         self._lock = threading.Lock()
         self._rate_window_s = rate_window_s
         self._fps = RateWindow(rate_window_s)
@@ -123,7 +163,7 @@ class Metrics:
         self.mqtt_connected.set(1 if connected else 0)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of this registry."""
+        """The Prometheus text exposition of this registry (every series with this camera's label)."""
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)

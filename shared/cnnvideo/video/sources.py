@@ -4,8 +4,9 @@ A reader thread captures frames as they arrive into a small bounded queue. When 
 source, `drop` decides which captured frames are skipped (`newest`: the frames just captured wait for room and are
 skipped if there is none; `oldest`: the oldest queued frame makes room; `none`: the reader waits). Every captured
 frame is delivered or counted as skipped, never lost. A stream that drops is reopened with backoff (counted in
-`reconnects`); a source that cannot be opened, a frame size that changes mid-stream or a stream that stays down
-raise SourceError with one line naming the source.
+`reconnects`; each time it stopped and came back is an outage: `outages`, `outage_s` and the frames its fps would
+have given meanwhile, `missed_frames`); a source that cannot be opened, a frame size that changes mid-stream or a
+stream that stays down raise SourceError with one line naming the source.
 
 When `cnnvideo local` with tc links runs the roles in a network namespace of their own, a live source is opened
 in the host's network (cnnvideo.hostnet, which owns that rule): a camera on the host's 127.0.0.1 or on the LAN
@@ -158,6 +159,8 @@ class Source:
         self.queue: Deque[Captured] = collections.deque()
         self.cap_size = max(int(self.options.queue), 1)
         self.captured = self.skipped = self.delivered = self.reconnects = 0
+        self.outages = 0  # times a stream, device or pipeline stopped sending and came back
+        self.outage_s = 0.0  # seconds from the last frame before each outage to the first after it
         self.native: Optional[Tuple[int, int]] = None  # (h, w) of the first frame: a change mid-run is an error
         self.fps = 0.0
         self.error: Optional[str] = None
@@ -206,13 +209,20 @@ class Source:
         n_file = 0  # frames read from a file since t0 (pacing of a realtime file)
         last_good = time.time()
         delay = 0.2
+        down = False  # a read failed since the last good frame (a stream's outage)
         while not self.closed:
             if self.limit > 0 and not self.live and self.captured >= self.limit:
                 return
             ok, bgr = self._cap.read()
             if ok and bgr is not None and bgr.ndim == 3 and bgr.size:
                 delay = 0.2
-                last_good = time.time()
+                now = time.time()
+                if down:
+                    with self.cond:
+                        self.outages += 1
+                        self.outage_s += now - last_good
+                    down = False
+                last_good = now
                 if self.kind == "file" and self.options.realtime:
                     due = t0 + n_file * period
                     n_file += 1
@@ -234,6 +244,7 @@ class Source:
             if self.captured == 0:
                 raise SourceError("source %s sends no decodable video frames" % _shown(self.video))
             # a stream/device/pipeline that stopped: reopen with backoff until reopen_s without a frame
+            down = True
             waited = time.time() - last_good
             if waited > self.options.reopen_s:
                 raise SourceError("source %s stopped sending frames and did not come back within %.0f s "
@@ -317,7 +328,9 @@ class Source:
             return {"kind": self.kind, "video": _shown(self.video), "live": self.live,
                     "realtime": bool(self.options.realtime), "drop": self.drop, "queue": self.cap_size,
                     "fps": round(self.fps, 3), "captured": self.captured, "delivered": self.delivered,
-                    "skipped": self.skipped, "reconnects": self.reconnects,
+                    "skipped": self.skipped, "reconnects": self.reconnects, "outages": self.outages,
+                    "outage_s": round(self.outage_s, 3),
+                    "missed_frames": int(round(self.outage_s * self.fps)) if self.fps > 0 else None,
                     "native_size": list(self.native) if self.native else None}
 
 

@@ -27,7 +27,7 @@ def person(x, score=0.9):
 def test_one_call_per_frame_runs_every_step(tmp_path):
     """A person walking through a zone: events carry the camera, `entered`/`left` appear, the `end` names the
     snapshot URL whose JPEG exists, metrics count detections and events, recent() returns plain JSON dicts."""
-    metrics = Metrics()
+    metrics = Metrics("front")
     pipe = EventPipeline(IouTracker(TrackerSettings(min_frames=2)),
                          zones=ZoneMonitor(parse_zones({"door": [[100, 150], [200, 150], [200, 230], [100, 230]]},
                                                        (240, 320))),
@@ -45,8 +45,8 @@ def test_one_call_per_frame_runs_every_step(tmp_path):
     recent = pipe.recent()
     assert {e["camera"] for e in recent} == {"front"} and recent[-1]["type"] == "end"
     assert json.loads(json.dumps(recent)) == recent
-    assert metrics.registry.get_sample_value("cnnvideo_detections_total", {"label": "person"}) == 20
-    assert metrics.registry.get_sample_value("cnnvideo_events_total", {"type": "entered"}) == 1
+    assert metrics.registry.get_sample_value("cnnvideo_detections_total", {"label": "person", "camera": "front"}) == 20
+    assert metrics.registry.get_sample_value("cnnvideo_events_total", {"type": "entered", "camera": "front"}) == 1
     assert pipe.counts() == {}
 
 
