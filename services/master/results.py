@@ -105,8 +105,10 @@ class ResultsLog:
 
     def _write(self, e: Dict[str, Any]) -> None:
         order = ("frame", "camera", "capture_time", "result_time", "top5", "boxes", "cuts", "route", "bytes", "reused")
-        e["camera"] = self.camera
-        self.fh.write(json.dumps({k: e.get(k) for k in order if k not in ("boxes", "route") or k in e}) + "\n")
+        if self.camera:  # (the master always names its camera; a log made without one keeps its old lines)
+            e["camera"] = self.camera
+        self.fh.write(json.dumps({k: e.get(k) for k in order if k not in ("boxes", "route", "camera") or k in e})
+                      + "\n")
         self.fh.flush()
         self.written += 1
 

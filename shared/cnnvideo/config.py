@@ -233,12 +233,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return node
 
 
+def _safe_unique_load(stream: Any) -> Any:
+    """The one YAML document of `stream`, read by UniqueKeyLoader (a SafeLoader: plain data only, no objects)."""
+    loader = UniqueKeyLoader(stream)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load(path: str, overrides: Optional[Dict[str, Any]] = None, check_files: bool = True) -> Config:
     """Read a YAML config file (a key given twice in one mapping is an error: UniqueKeyLoader); relative
     video/weights paths resolve against the current directory."""
     try:
         with open(path) as fh:
-            data = yaml.load(fh, Loader=UniqueKeyLoader) or {}  # a SafeLoader: no arbitrary objects
+            data = _safe_unique_load(fh) or {}
     except OSError as exc:
         raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror)) from None
     except DuplicateKeyError as exc:

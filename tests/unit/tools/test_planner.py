@@ -107,9 +107,12 @@ ORT = pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is 
 
 def _plan_json(tmp_path, video, capsys, **extra):
     path = _config(tmp_path, video)
-    if extra:
-        with open(path, "a") as fh:
-            fh.write(yaml.safe_dump(extra))
+    if extra:  # over the config's own keys (a config file may not give a key twice)
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+        data.update(extra)
+        with open(path, "w") as fh:
+            fh.write(yaml.safe_dump(data))
     assert cli.main(["plan", "-c", path, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
