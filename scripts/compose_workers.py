@@ -9,6 +9,11 @@ and the Swarm stack; and the default cluster config configs/compose.yml from .en
                                                     #   configs/compose-w4-pi.yml (edit its addresses)
     python3 scripts/compose_workers.py --from-env   # -> configs/compose.yml: frames, bandwidth, cpus from .env
     python3 scripts/compose_workers.py --check      # exit 1 naming the key if configs/compose.yml and .env differ
+    .venv/bin/python scripts/compose_workers.py 2 --config configs/cameras.yml --media ./media
+        # a cluster config listing several cameras -> docker-compose.w2-cameras.yml, configs/compose-w2-cameras.yml
+        # (trainer, workers) and configs/compose-w2-cameras-<camera>.yml (each camera's master), then:
+    docker compose -f docker-compose.w2-cameras.yml up --build --attach-dependencies --exit-code-from report report
+    docker compose -f docker-compose.w2-cameras.yml down
 
 The links are a pool's (docs/deploy/compose.md): the master and every worker may send to any worker, every worker
 returns results to the master. Link i is the link INTO worker i: every path that ends at worker i is shaped at its
@@ -19,6 +24,8 @@ the venv and in the images).
 """
 import argparse
 import copy
+import dataclasses
+import json
 import os
 import sys
 
@@ -26,6 +33,7 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPOLOGIES = ("pool", "chain")
+MEDIA = "/app/media"  # where --media mounts a host folder of video files (trainer and masters, read-only)
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -67,27 +75,32 @@ def fixed_settings(rate):
     return "rate=%g,delay=0,jitter=0,loss=0" % rate
 
 
-def pool_paths(n):
+def pool_paths(n, masters=("master",)):
     """(sender, receiver, link) of every path a pool of n workers uses, grouped by receiver: the master and every
     other worker send to worker i over link i (the input hop may go to any replica of the first stage, a replica of
-    stage s sends to any replica of stage s+1); every worker sends results to the master over link n."""
+    stage s sends to any replica of stage s+1); every worker sends results to the master over link n. Several
+    `masters` (one per camera): each sends to every worker over its link and gets results over link n."""
     workers = ["worker%d" % i for i in range(n)]
-    paths = [(src, dst, i) for i, dst in enumerate(workers) for src in ["master"] + workers if src != dst]
-    return paths + [(w, "master", n) for w in workers]
+    paths = [(src, dst, i) for i, dst in enumerate(workers) for src in list(masters) + workers if src != dst]
+    return paths + [(w, m, n) for m in masters for w in workers]
 
 
-def link_args(n, settings, topology="pool"):
+def link_args(n, settings, topology="pool", masters=("master",)):
     """The netem helper's arguments (--link SPEC ...). `settings[k]`: the text after the names of link k (k < n:
     into worker k; k = n: into the master). A pool shapes each directed path at its receiver's link (one link per
     device, whoever sends: tools/linkemu.py's model); a chain shapes hop k both ways (master<>worker0, ...,
-    worker<n-1><>master)."""
+    worker<n-1><>master). `masters`: the masters' service names (master-<camera> each when several cameras run),
+    each linked to the workers as the one master is; the helper finds containers by service name."""
     if len(settings) != n + 1:
         raise ValueError("%d link settings for %d workers (need %d)" % (len(settings), n, n + 1))
     if topology == "pool":
-        specs = ["%s>%s,%s" % (src, dst, settings[k]) for src, dst, k in pool_paths(n)]
+        specs = ["%s>%s,%s" % (src, dst, settings[k]) for src, dst, k in pool_paths(n, masters)]
     elif topology == "chain":
-        chain = ["master"] + ["worker%d" % i for i in range(n)] + ["master"]
-        specs = ["%s<>%s,%s" % (a, b, s) for a, b, s in zip(chain[:-1], chain[1:], settings)]
+        specs = []
+        for master in masters:  # the hops between workers once, each master's two hops its own
+            chain = [master] + ["worker%d" % i for i in range(n)] + [master]
+            specs += [spec for spec in ("%s<>%s,%s" % (a, b, s) for a, b, s in zip(chain[:-1], chain[1:], settings))
+                      if spec not in specs]
     else:
         raise ValueError("topology must be one of %s, got %r" % (", ".join(TOPOLOGIES), topology))
     command = []
@@ -116,18 +129,23 @@ def _per(value, count, what):
     return [value] * count
 
 
-def build(n, rate, cpus, config_name=None, topology="pool", templated=False):
+def build(n, rate, cpus, config_name=None, topology="pool", templated=False, cluster=None, media=None):
     """(compose mapping, cluster config mapping) for n workers. `rate`: MB/s of every link, or a list of the n+1
     links (into worker0, ..., into worker n-1, into the master); `cpus`: every worker's cap, or a list of n;
     `config_name`: the file in /app/configs the roles read (default compose-w<n>.yml); `topology`: pool (every path
     a pool uses, shaped at its receiver's rate) or chain; `templated`: `rate` holds whole link settings texts
-    (env_templated's), not numbers."""
+    (env_templated's), not numbers; `cluster`: the cluster config mapping to start from (default
+    configs/compose.yml's; it is not changed); `media`: a host folder mounted read-only at /app/media in the trainer
+    and the master (video files). One master: a config listing several cameras is build_cameras'."""
     rates = _per(rate, n + 1, "link rates")
     caps = _per(cpus, n, "worker CPU caps")
     with open(os.path.join(REPO, "docker-compose.yml")) as fh:
         compose = yaml.safe_load(fh)  # resolves the x-role anchors and merge keys
-    with open(os.path.join(REPO, "configs", "compose.yml")) as fh:
-        cfg = yaml.safe_load(fh)
+    if cluster is None:
+        with open(os.path.join(REPO, "configs", "compose.yml")) as fh:
+            cfg = yaml.safe_load(fh)
+    else:
+        cfg = copy.deepcopy(cluster)
     services = compose["services"]
     template = services.pop("worker1")
     services.pop("worker0")
@@ -146,11 +164,124 @@ def build(n, rate, cpus, config_name=None, topology="pool", templated=False):
     services["master"]["depends_on"] = {
         name: {"condition": "service_healthy"} for name in ["trainer", "netem"] + ["worker%d" % i for i in range(n)]
     }
+    for name in ("trainer", "master") if media else ():
+        services[name]["volumes"] = services[name].get("volumes", []) + ["%s:%s:ro" % (media, MEDIA)]
     cfg["cluster"]["workers"] = ["worker%d:50060" % i for i in range(n)]
     if not templated and all(isinstance(v, (int, float)) for v in rates + caps):
         cfg["bandwidth"] = [float(r) for r in rates[:n]]
         cfg["cpus"] = dict({"master": 1.0, "trainer": 1.0}, **{"worker%d" % i: caps[i] for i in range(n)})
     return compose, cfg
+
+
+# the one-shot service of a several-camera cluster that writes <out>/report.json once every master-<camera> exited 0:
+# run as the output folder's owner (as the image's entry point runs the master), never as root
+REPORT_SERVICE = "report"
+REPORT_SHELL = ('uid=$$(stat -c %u /app/out); gid=$$(stat -c %g /app/out); '
+                'if [ "$$uid" = 0 ]; then uid=$$(id -u cnnvideo); gid=$$(id -g cnnvideo); fi; '
+                'exec setpriv --reuid="$$uid" --regid="$$gid" --clear-groups --inh-caps=-all -- '
+                'python3 -m cnnvideo.tools.camera_report "$$@"')
+
+
+def _plain(value):
+    """Tuples to lists, so that yaml.safe_dump writes the value."""
+    return json.loads(json.dumps(value))
+
+
+def camera_mappings(cluster):
+    """[(camera name, the config mapping its master runs)] of a cluster config mapping that lists several cameras,
+    from config.camera_configs: the cluster's mapping as written without `cameras`, with the camera's `video`, its
+    `source` (when its own keys change it), `check_share`, `in_flight` (scaled by its weight), `out` (<out>/<name>),
+    `events.camera` (its name), its zones and MQTT client_id. The model `fallback` is left to each role to resolve in
+    its image. ValueError (one line) when the config is refused; the check needs the project's Python (torch)."""
+    data = copy.deepcopy(cluster)
+    data.pop("fallback", None)  # resolved here it would follow this host's model cache, not the image's
+    try:
+        try:
+            from cnnvideo import config
+        except ImportError:
+            sys.path.insert(0, os.path.join(REPO, "shared"))
+            from cnnvideo import config
+        try:
+            cfg = config.from_dict(data, check_files=False)
+        except config.ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        ones = config.camera_configs(cfg)
+    except ImportError as exc:
+        raise ValueError("splitting a config of several cameras needs the project's Python "
+                         "(.venv/bin/python scripts/compose_workers.py ...): %s" % exc) from None
+    out = []
+    for one in ones:
+        mapping = copy.deepcopy(cluster)
+        mapping.pop("cameras", None)
+        mapping["video"] = one.video
+        source = dataclasses.asdict(one.source)
+        if source != dataclasses.asdict(cfg.source):
+            mapping["source"] = _plain(source)
+        mapping.update(check_share=one.check_share, in_flight=one.in_flight, out=one.out)
+        events = dict(mapping.get("events") or {}, camera=one.events.camera)
+        if one.events.zones:
+            events["zones"] = _plain(one.events.zones)
+        else:
+            events.pop("zones", None)
+        if one.events.mqtt and one.events.mqtt.get("client_id"):
+            events["mqtt"] = dict(events.get("mqtt") or {}, client_id=one.events.mqtt["client_id"])
+        mapping["events"] = events
+        out.append((one.events.camera, mapping))
+    return out
+
+
+def camera_file(config_name, camera):
+    """The config file of a camera's master, beside the cluster config: compose-w4.yml -> compose-w4-door.yml."""
+    base = config_name[:-4] if config_name.endswith(".yml") else config_name
+    return "%s-%s.yml" % (base, camera)
+
+
+def build_cameras(n, rate, cpus, cluster, config_name=None, topology="pool", media=None):
+    """(compose mapping, cluster config mapping, {camera: (config file name, its master's config mapping)}) for n
+    workers and the several cameras the cluster config mapping `cluster` lists (docs/cameras.md): build()'s trainer,
+    workers and helper, and instead of the master one `master-<camera>` service per camera, each with the master's
+    `cpus:` cap, its own config file (camera_file: written beside the cluster config) and output folder
+    /app/out/<camera>, each shaped by the helper as the one master is (the helper finds containers by service name:
+    every master sends into worker i at link i's rate and gets results at the return link's). The trainer and
+    workers read the cluster config, whose `trainer.video` is the first camera's video unless set. A one-shot
+    `report` service starts once every master exited 0 and writes <out>/report.json from the cameras' reports
+    (tools/camera_report.py): `up --attach-dependencies --exit-code-from report report`. `media`: a host folder
+    mounted read-only at /app/media in the trainer and the masters (the cameras' files; the trainer checks every
+    camera's file, a master its own)."""
+    cameras = (cluster or {}).get("cameras") or {}
+    if len(cameras) < 2:
+        raise ValueError("the cluster config lists %d camera(s); one camera runs on the one master (build)"
+                         % len(cameras))
+    config_name = config_name or "compose-w%d.yml" % n
+    compose, cfg = build(n, rate, cpus, config_name=config_name, topology=topology, cluster=cluster, media=media)
+    trainer = dict(cfg.get("trainer") or {})
+    if not trainer.get("video"):  # the trainer fits on one video (`cnnvideo local` takes the first camera's too)
+        trainer["video"] = (cameras[next(iter(cameras))] or {}).get("video")
+    cfg["trainer"] = trainer
+    services = compose["services"]
+    template = services.pop("master")
+    masters, files = [], {}
+    for name, mapping in camera_mappings(cfg):
+        files[name] = (camera_file(config_name, name), mapping)
+        svc = copy.deepcopy(template)
+        command = [c.replace("/app/configs/" + config_name, "/app/configs/" + files[name][0]) for c in svc["command"]]
+        command[command.index("--out") + 1] = "/app/out/" + name
+        svc["command"] = command
+        masters.append("master-%s" % name)
+        services[masters[-1]] = svc
+    rates = _per(rate, n + 1, "link rates")
+    services["netem"]["command"] = link_args(n, [fixed_settings(r) for r in rates], topology, masters)
+    services[REPORT_SERVICE] = {
+        "image": template["image"],
+        "user": "0",  # only to read the output folder's owner: REPORT_SHELL drops to it
+        "init": True,
+        "restart": "no",
+        "entrypoint": ["sh", "-c", REPORT_SHELL, "camera_report"],
+        "command": ["-c", "/app/configs/" + config_name, "--out", "/app/out"],
+        "volumes": [v for v in template["volumes"] if v.endswith((":/app/configs:ro", ":/app/out"))],
+        "depends_on": {m: {"condition": "service_completed_successfully"} for m in masters},
+    }
+    return compose, cfg, files
 
 
 def build_pi(n, rate=3.0, config_name=None):
@@ -303,6 +434,14 @@ def main(argv=None):
     parser.add_argument("--chain", action="store_true", help="chain links (worker i <> worker i+1) instead of a pool's")
     parser.add_argument("--pi", action="store_true",
                         help="also write the Pi compose file, the Swarm stack and the Pi cluster config for N workers")
+    parser.add_argument("--config", metavar="FILE",
+                        help="cluster config to start from (default configs/compose.yml); FILE's name goes into the "
+                             "generated names (cameras.yml -> docker-compose.wN-cameras.yml, configs/compose-wN-"
+                             "cameras.yml). One that lists several cameras gets a master-<camera> service and a "
+                             "config file per camera and a report service (needs the project's Python)")
+    parser.add_argument("--media", metavar="DIR",
+                        help="host folder (absolute, or relative to the repository) mounted read-only at /app/media "
+                             "in the trainer and the master(s): the cameras' video files")
     parser.add_argument("--from-env", action="store_true", help="write configs/compose.yml from .env")
     parser.add_argument("--check", action="store_true", help="exit 1 if configs/compose.yml and .env differ")
     args = parser.parse_args(argv)
@@ -321,16 +460,38 @@ def main(argv=None):
     if n < 1:
         parser.error("workers must be >= 1")
     topology = "chain" if args.chain else "pool"
+    source = args.config or os.path.join(REPO, "configs", "compose.yml")
+    stem = os.path.splitext(os.path.basename(source))[0]
+    suffix = "" if stem == "compose" else "-" + stem
+    compose_name, config_name = "docker-compose.w%d%s.yml" % (n, suffix), "compose-w%d%s.yml" % (n, suffix)
     try:
-        compose, cfg = build(n, args.rate, args.cpus, topology=topology)
+        with open(source) as fh:
+            cluster = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        parser.error("--config: %s" % exc)
+    several = len(cluster.get("cameras") or {}) > 1
+    files = {}
+    try:
+        if several:
+            compose, cfg, files = build_cameras(n, args.rate, args.cpus, cluster, config_name, topology, args.media)
+            if args.pi and "compose-w%d-pi.yml" % n in [f for f, _ in files.values()]:
+                raise ValueError("a camera named 'pi' would overwrite the Pi cluster config: rename it")
+        else:
+            compose, cfg = build(n, args.rate, args.cpus, config_name=config_name, topology=topology,
+                                 cluster=cluster, media=args.media)
         pi = build_pi(n, args.rate if not isinstance(args.rate, list) else args.rate[:n]) if args.pi else None
     except ValueError as exc:
         parser.error(str(exc))
-    made = "# generated by scripts/compose_workers.py %d%s%s; do not edit by hand\n" % (
-        n, " --chain" if args.chain else "", " --pi" if args.pi else "")
-    wrote = [_write(os.path.join(REPO, "docker-compose.w%d.yml" % n), made, compose, True),
-             _write(os.path.join(REPO, "configs", "compose-w%d.yml" % n), made.replace("; do not edit by hand", ""),
-                    cfg, False)]
+    flags = [" --chain" if args.chain else "", " --pi" if args.pi else "",
+             " --config %s" % os.path.relpath(source, REPO) if args.config else "",
+             " --media %s" % args.media if args.media else ""]
+    made = "# generated by scripts/compose_workers.py %d%s; do not edit by hand\n" % (n, "".join(flags))
+    plain = made.replace("; do not edit by hand", "")
+    wrote = [_write(os.path.join(REPO, compose_name), made, compose, True),
+             _write(os.path.join(REPO, "configs", config_name), plain, cfg, False)]
+    for name, (file_name, mapping) in files.items():
+        wrote.append(_write(os.path.join(REPO, "configs", file_name), plain.replace(
+            "\n", ": the master of camera %s\n" % name), mapping, False))
     if pi:
         pi_compose, stack, pi_cfg = pi
         wrote += [_write(os.path.join(REPO, "docker-compose.w%d.pi.yml" % n), made, pi_compose, True),
@@ -339,7 +500,11 @@ def main(argv=None):
                          made.replace("; do not edit by hand", "; the addresses continue compose-pi.yml's: edit them"),
                          pi_cfg, False)]
     print("wrote %s" % ", ".join(wrote))
-    print("run:  docker compose -f docker-compose.w%d.yml up --build --exit-code-from master" % n)
+    if several:  # each master's exit would end an `--exit-code-from master` run: follow the report service instead
+        print("run:  docker compose -f %s up --build --attach-dependencies --exit-code-from report report; "
+              "docker compose -f %s down" % (compose_name, compose_name))
+    else:
+        print("run:  docker compose -f %s up --build --exit-code-from master" % compose_name)
     if pi:
         print("Pis:  PI_CONFIG=compose-w%d-pi.yml docker compose -f docker-compose.w%d.pi.yml up -d --build ROLE"
               % (n, n))

@@ -169,19 +169,19 @@ def summary(combined: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def exit_code(combined: Dict[str, Any]) -> int:
+def exit_code(combined: Dict[str, Any], prog: str = "cnnvideo local") -> int:
     """0 when every camera that ran completed every frame (a camera down from the start is reported, not an error,
-    while another camera runs); 1 otherwise, with one line."""
+    while another camera runs); 1 otherwise, with one line that `prog` says."""
     cams = combined["cameras"]
     ran = {n: c for n, c in cams.items() if c["status"] != "down"}
     if not ran:
-        print("cnnvideo local: error: every camera is down (%s)" % "; ".join(
-            "%s: %s" % (n, c.get("error")) for n, c in cams.items()), file=sys.stderr)
+        print("%s: error: every camera is down (%s)" % (prog, "; ".join(
+            "%s: %s" % (n, c.get("error")) for n, c in cams.items())), file=sys.stderr)
         return 1
     bad = [n for n, c in ran.items() if c["status"] != "completed" or c.get("completed") != c.get("frames")
            or c.get("lost")]
     if bad:
-        print("cnnvideo local: not every frame completed on camera %s" % ", ".join(bad), file=sys.stderr)
+        print("%s: not every frame completed on camera %s" % (prog, ", ".join(bad)), file=sys.stderr)
         return 1
     return 0
 

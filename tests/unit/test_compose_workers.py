@@ -1,5 +1,6 @@
 """scripts/compose_workers.py: an N-worker compose file and config that validate and shape every path of a pool (each
 at the receiving worker's link); the Pi compose file, Swarm stack and Pi config for N workers; N from .env."""
+import json
 import os
 import shutil
 import subprocess
@@ -190,3 +191,143 @@ def test_an_edited_env_is_caught_and_regenerating_fixes_it(tmp_path):
     after = yaml.safe_load(cfg.read_text())
     assert after["bandwidth"] == [3.0, 1.5] and {k: v for k, v in after.items() if k != "bandwidth"} == \
         {k: v for k, v in before.items() if k != "bandwidth"}
+
+
+def camera_cluster(**cameras):
+    """configs/compose.yml as a cluster config of the given cameras (its top-level video and camera name left out)."""
+    with open(os.path.join(ROOT, "configs", "compose.yml")) as fh:
+        cluster = yaml.safe_load(fh)
+    del cluster["video"], cluster["events"]["camera"]
+    cluster["cameras"] = cameras
+    return cluster
+
+
+def test_several_cameras_get_one_master_each_shaped_and_a_report_service():
+    """Two cameras: master-door and master-yard instead of the master, each with the master's cap, its own config
+    file and output folder, each shaped into every worker at that worker's rate and from every worker at the return
+    link's; a one-shot report service waits for both; --media is mounted in the trainer and the masters only."""
+    cluster = camera_cluster(door={"video": "/usr/share/cnnvideo/vtest.avi"},
+                             yard={"video": "/app/media/yard.avi", "weight": 2})
+    compose, cfg, files = compose_workers.build_cameras(3, [1, 2, 4, 8], 0.5, cluster, media="/srv/clips")
+    services = compose["services"]
+    assert "master" not in services and {"master-door", "master-yard", "report"} <= set(services)
+    for name in ("door", "yard"):
+        svc = services["master-" + name]
+        assert svc["command"][:5] == ["master", "-c", "/app/configs/compose-w3-%s.yml" % name, "--out",
+                                      "/app/out/" + name]
+        assert svc["cpus"] == "${MASTER_CPUS:-1.0}" and svc["user"] == "0"
+        assert set(svc["depends_on"]) == {"trainer", "netem", "worker0", "worker1", "worker2"}
+        assert "/srv/clips:/app/media:ro" in svc["volumes"] and "${OUT_DIR:-./out}:/app/out" in svc["volumes"]
+    assert "/srv/clips:/app/media:ro" in services["trainer"]["volumes"]
+    assert all("/srv/clips:/app/media:ro" not in services["worker%d" % i]["volumes"] for i in range(3))
+    report = services["report"]
+    assert report["depends_on"] == {m: {"condition": "service_completed_successfully"}
+                                    for m in ("master-door", "master-yard")}
+    assert report["command"] == ["-c", "/app/configs/compose-w3.yml", "--out", "/app/out"]
+    assert "cnnvideo.tools.camera_report" in report["entrypoint"][2] and report["image"] == "cnnvideo/node"
+
+    sys.path.insert(0, os.path.join(ROOT, "services"))
+    from netem.links import find_link, parse_links
+
+    links = parse_links([c for c in services["netem"]["command"] if c != "--link"])
+    assert len(links) == 3 * 4 + 2 * 3  # into each worker from 2 masters + 2 workers; results to each master
+    for master in ("master-door", "master-yard"):
+        for i, rate in enumerate([1, 2, 4]):
+            assert find_link(links, master, "worker%d" % i).shape.rate == rate
+            assert find_link(links, "worker%d" % i, master).shape.rate == 8
+    assert not [lk for lk in links if "master" in (lk.src, lk.dst)]
+
+    # the trainer and workers read the cluster config (the trainer fits on the first camera's video)
+    assert cfg["trainer"] == {"frames": 40, "video": "/usr/share/cnnvideo/vtest.avi"}
+    loaded = config.from_dict(cfg, check_files=False)
+    assert list(loaded.cameras) == ["door", "yard"] and loaded.n_workers == 3
+    # each master a single camera: its video, name, folder and window (in_flight 3 x weight / mean weight 1.5)
+    assert sorted(files) == ["door", "yard"]
+    for name, video, window in (("door", "/usr/share/cnnvideo/vtest.avi", 2), ("yard", "/app/media/yard.avi", 4)):
+        file_name, mapping = files[name]
+        assert file_name == "compose-w3-%s.yml" % name and "cameras" not in mapping
+        assert mapping["fallback"] == cluster["fallback"]  # resolved by the master in its image, not here
+        one = config.from_dict(mapping, check_files=False)
+        config.require_one_camera(one)
+        assert (one.video, one.events.camera, one.out, one.in_flight) == (video, name, "/app/out/" + name, window)
+        assert one.cluster.workers == loaded.cluster.workers and one.trainer.video == "/usr/share/cnnvideo/vtest.avi"
+
+
+def test_chain_links_reach_every_master_and_one_camera_keeps_one_master():
+    """--chain with two cameras: each master's two hops, the workers' hops once. A single camera (or none) is the one
+    master's run: build_cameras refuses it."""
+    compose, _, _ = compose_workers.build_cameras(
+        2, 3.0, 0.5, camera_cluster(a={"video": "/v/a.avi"}, b={"video": "/v/b.avi"}), topology="chain")
+    names = [name for name, _ in netem_links(compose["services"])]
+    assert names == ["master-a<>worker0", "worker0<>worker1", "worker1<>master-a", "master-b<>worker0",
+                     "worker1<>master-b"]
+    with pytest.raises(ValueError, match="1 camera"):
+        compose_workers.build_cameras(2, 3.0, 0.5, camera_cluster(a={"video": "/v/a.avi"}))
+    with pytest.raises(ValueError, match="cameras.b.weight"):
+        compose_workers.build_cameras(2, 3.0, 0.5, camera_cluster(a={"video": "/v/a.avi"},
+                                                                  b={"video": "/v/b.avi", "weight": 0}))
+
+
+def test_cameras_cli_writes_a_compose_file_and_configs_that_validate(tmp_path):
+    """--config FILE listing cameras: the compose file, the cluster config and one config per camera, named after
+    FILE, the configs load, the run line follows the report service, `docker compose config` accepts the file."""
+    source = tmp_path / "camtest.yml"
+    source.write_text(yaml.safe_dump(camera_cluster(door={"video": "/usr/share/cnnvideo/vtest.avi"},
+                                                    yard={"video": "/app/media/yard.avi"})))
+    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "2", "--config", str(source), "--media",
+                           "./media"], cwd=ROOT, capture_output=True, text=True)
+    written = ["docker-compose.w2-camtest.yml", "configs/compose-w2-camtest.yml", "configs/compose-w2-camtest-door.yml",
+               "configs/compose-w2-camtest-yard.yml"]
+    try:
+        assert proc.returncode == 0, proc.stderr
+        for rel in written:
+            assert rel in proc.stdout, proc.stdout
+        assert "--exit-code-from report report" in proc.stdout
+        assert config.load(os.path.join(ROOT, written[1]), check_files=False).n_workers == 2
+        for name in ("door", "yard"):
+            one = config.load(os.path.join(ROOT, "configs", "compose-w2-camtest-%s.yml" % name), check_files=False)
+            assert one.events.camera == name and not one.cameras
+        docker = shutil.which("docker")
+        if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+            check = subprocess.run([docker, "compose", "-f", written[0], "config", "-q"], cwd=ROOT,
+                                   capture_output=True, text=True)
+            assert check.returncode == 0, check.stderr
+    finally:
+        for rel in written:
+            if os.path.exists(os.path.join(ROOT, rel)):
+                os.remove(os.path.join(ROOT, rel))
+
+
+def test_camera_report_combines_the_cameras_reports(tmp_path, capsys):
+    """tools/camera_report.py (the report service): out/report.json with both cameras' sections, their shares of the
+    total fps; exit 0 when both completed every frame, 1 naming the camera that did not; a missing report is down."""
+    from cnnvideo.results import report as rpt
+    from cnnvideo.tools import camera_report
+
+    cluster = camera_cluster(door={"video": "/v/door.avi"}, yard={"video": "/v/yard.avi", "weight": 3})
+    cluster.update(model="alexnet", weights="random", fallback=[], trainer={"video": "/v/door.avi"})
+    path = tmp_path / "cluster.yml"
+    path.write_text(yaml.safe_dump(cluster))
+
+    def write(name, completed, fps):
+        (tmp_path / name).mkdir(exist_ok=True)
+        report = rpt.RunReport(frames=4, completed=completed, lost=4 - completed, model="alexnet", mode="delta",
+                               scheduler="das", workers=["worker0:50060", "worker1:50060"], throughput_fps=fps,
+                               latency_s={"p50": 0.1, "p95": 0.2}, hops=[], plan=[], max_abs_err=0.0, wall_s=1.0,
+                               stages={}, extra={"camera": name})
+        rpt.write_json(report, str(tmp_path / name / "report.json"))
+
+    write("door", 4, 1.0)
+    write("yard", 4, 3.0)
+    assert camera_report.main(["-c", str(path), "--out", str(tmp_path)]) == 0
+    combined = json.loads((tmp_path / "report.json").read_text())
+    assert sorted(combined["cameras"]) == ["door", "yard"] and combined["total_fps"] == 4.0
+    assert combined["cameras"]["yard"]["share"] == 0.75 and combined["cameras"]["yard"]["weight"] == 3
+    assert combined["cameras"]["door"]["status"] == "completed" and combined["workers"] == 2
+    assert "total fps 4.0" in capsys.readouterr().out
+    write("yard", 3, 3.0)
+    assert camera_report.main(["-c", str(path), "--out", str(tmp_path)]) == 1
+    assert "yard" in capsys.readouterr().err
+    os.remove(str(tmp_path / "door" / "report.json"))
+    assert camera_report.main(["-c", str(path), "--out", str(tmp_path)]) == 1
+    assert json.loads((tmp_path / "report.json").read_text())["cameras"]["door"]["status"] == "down"
