@@ -142,9 +142,10 @@ def combined_report(cfg: config.Config, runs: List[Tuple[str, config.Config, Any
         report = None
         if os.path.isfile(path):
             report = rpt.read(path)
-            for key, value in extra.items():
-                report[key] = value
-            rpt.write_json(report, path)
+            if extra:
+                for key, value in extra.items():
+                    report[key] = value
+                rpt.write_json(report, path)
         entry = camera_entry(report, codes.get(master.name, 1), master.lines, path)
         entry["weight"] = cfg.cameras[name].weight
         cameras[name] = entry

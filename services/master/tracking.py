@@ -119,18 +119,7 @@ class FrameTracker:
         self.generation += 1
         self.pending_fault = None
         self.resyncs += 1
-        again, dropped = [], []
-        for f in sorted(self.flying):
-            rec = self.records[f]
-            if rec.attempts > self.retries:
-                rec.status = "dropped"
-                rec.reason = "no result after %d sends; last fault: %s" % (rec.attempts, fault)
-                self.dropped += 1
-                dropped.append(f)
-            else:
-                again.append(f)
-        self.flying.clear()
-        self.retry_q = collections.deque(sorted(set(again) | set(self.retry_q)))
+        again, dropped = self._send_again(sorted(self.flying), fault)
         return self.generation, again, dropped
 
     def release_workers(self, workers: Sequence[int], fault: str) -> Tuple[List[int], List[int]]:
@@ -140,11 +129,14 @@ class FrameTracker:
         self.pending_fault = None
         self.replica_resyncs += 1
         gone = set(workers)
+        return self._send_again([f for f in sorted(self.flying) if gone & set(self.records[f].route or ())], fault)
+
+    def _send_again(self, frames: List[int], fault: str) -> Tuple[List[int], List[int]]:
+        """Frames in flight that `fault` cut off leave the flight: queued for re-sending, or dropped once sent
+        1 + retries times. Returns (re-sent frames, dropped frames)."""
         again, dropped = [], []
-        for f in sorted(self.flying):
+        for f in frames:
             rec = self.records[f]
-            if not gone & set(rec.route or ()):
-                continue
             if rec.attempts > self.retries:
                 rec.status = "dropped"
                 rec.reason = "no result after %d sends; last fault: %s" % (rec.attempts, fault)
@@ -152,7 +144,7 @@ class FrameTracker:
                 dropped.append(f)
             else:
                 again.append(f)
-        self.flying.difference_update(again + dropped)
+        self.flying.difference_update(frames)
         self.retry_q = collections.deque(sorted(set(again) | set(self.retry_q)))
         return again, dropped
 

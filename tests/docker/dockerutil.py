@@ -1,6 +1,7 @@
 """Helpers for the Docker-level tests: engine check, docker CLI, image builds, labelled test projects."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,3 +144,19 @@ class ComposeRun:
                         COMPOSE_PROJECT_NAME=self.project)
         self.compose = ["docker", "compose", "-p", self.project, "-f", str(REPO / "docker-compose.yml"),
                         "-f", str(override)]
+
+
+# the netem helper's line per shaped container: "worker0 (eth0): master 172.18.0.6 3 MB/s; worker1 172.18.0.3 3 MB/s"
+# (a master per camera is "master-<camera>")
+SHAPED = re.compile(r"netem INFO: (master(?:-\w+)?|worker\d+) \((\S+)\): (.*)$")
+
+
+def shaped_peers(log: str) -> Dict[str, List[Dict[str, float]]]:
+    """{source: [{peer: MB/s}, ...]} from the helper's log, one mapping per time it (re)applied the source's rules."""
+    seen: Dict[str, List[Dict[str, float]]] = {}
+    for line in log.splitlines():
+        m = SHAPED.search(line)
+        if not m or m.group(3) == "no peers running":
+            continue
+        seen.setdefault(m.group(1), []).append({p.split()[0]: float(p.split()[2]) for p in m.group(3).split("; ")})
+    return seen

@@ -8,7 +8,6 @@ Run as the docs say: `up --attach-dependencies --exit-code-from report report` (
 stop the other, as `--exit-code-from master` would), then `down`."""
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import uuid
 
 import pytest
 import yaml
-from dockerutil import REPO, docker
+from dockerutil import REPO, docker, shaped_peers
 
 sys.path.insert(0, str(REPO / "scripts"))
 import compose_workers  # noqa: E402
@@ -29,21 +28,6 @@ RATE = 3.0  # MB/s into every worker and into the masters
 CAPS = 0.5
 CONFIG = "cameras.yml"
 CAMERAS = {"door": "/usr/share/cnnvideo/vtest.avi", "yard": compose_workers.MEDIA + "/yard.avi"}
-# the helper's line per shaped container: "master-door (eth0): worker0 172.18.0.6 3 MB/s; worker1 172.18.0.3 3 MB/s"
-SHAPED = re.compile(r"netem INFO: (master-\w+|worker\d+) \((\S+)\): (.*)$")
-
-
-def shaped_peers(log: str):
-    """{source: [{peer: MB/s}, ...]} from the helper's log, one mapping per time it (re)applied the source's rules."""
-    seen = {}
-    for line in log.splitlines():
-        m = SHAPED.search(line)
-        if not m or m.group(3) == "no peers running":
-            continue
-        seen.setdefault(m.group(1), []).append({p.split()[0]: float(p.split()[2]) for p in m.group(3).split("; ")})
-    return seen
-
-
 def write_project(tmp_path, clip):
     """The generated two-camera compose file (roles reading tmp_path/configs), its cluster config and one config per
     camera; the yard's clip in tmp_path/media, mounted at /app/media in the trainer and the masters."""

@@ -8,14 +8,13 @@ SCHEDULER is `replicas` (the pool's own); CNNVIDEO_POOL_SCHEDULER=optimal runs t
 scheduler (it also picks replicated plans once the pool code plans them)."""
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
 
 import pytest
 import yaml
-from dockerutil import REPO, docker
+from dockerutil import REPO, docker, shaped_peers
 
 sys.path.insert(0, str(REPO / "scripts"))
 import compose_workers  # noqa: E402
@@ -27,25 +26,6 @@ RATE = 3.0  # MB/s into every worker (and into the master)
 CAPS = 0.2  # the issue's Pi-like figure is 0.1 a worker; 0.2 keeps 4 workers' cold start short, the tier light
 SCHEDULER = os.environ.get("CNNVIDEO_POOL_SCHEDULER", "replicas")
 CONFIG = "pool.yml"
-# the helper's line per shaped container: "worker0 (eth0): master 172.18.0.6 3 MB/s; worker1 172.18.0.3 3 MB/s; ..."
-SHAPED = re.compile(r"netem INFO: (master|worker\d+) \((\S+)\): (.*)$")
-
-
-def shaped_peers(log: str):
-    """{source: [{peer: MB/s}, ...]} from the helper's log, one mapping per time it (re)applied the source's rules."""
-    seen = {}
-    for line in log.splitlines():
-        m = SHAPED.search(line)
-        if not m or m.group(3) == "no peers running":
-            continue
-        peers = {}
-        for part in m.group(3).split("; "):
-            fields = part.split()
-            peers[fields[0]] = float(fields[2])
-        seen.setdefault(m.group(1), []).append(peers)
-    return seen
-
-
 def write_project(tmp_path):
     """The generated 4-worker compose file (roles reading tmp_path/configs/pool.yml) and its cluster config."""
     compose, cfg = compose_workers.build(N, RATE, CAPS, config_name=CONFIG)
