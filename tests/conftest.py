@@ -1,5 +1,6 @@
 """Shared fixtures: single-threaded torch, a synthetic static-camera video, leftover-process cleanup."""
 import os
+import resource
 
 import pytest
 
@@ -65,7 +66,6 @@ def dog_photo():
     return path
 
 
-
 # Per tier, its longest files first (measured with --durations), so that on several pytest-xdist processes
 # (`make test`, --dist loadscope) none of them starts last and runs alone at the end; other files keep their order.
 LONGEST_FIRST = {
@@ -88,3 +88,48 @@ def pytest_collection_modifyitems(config, items):
         ordered = sorted((items[i] for i in slots), key=lambda item: rank.get(item.path.name, len(rank)))
         for i, item in zip(slots, ordered):
             items[i] = item
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for (the roles a test started and reaped)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Record each test's CPU seconds (setup, call, teardown) in its reports, which pytest-xdist sends back."""
+    item.user_properties.append(("cpu_start", _cpu_seconds()))
+    yield
+
+
+def _phase_cpu(item):
+    props = dict(item.user_properties)
+    item.user_properties.append(("cpu_s", _cpu_seconds() - props["cpu_start"]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown" and any(k == "cpu_start" for k, _ in item.user_properties):
+        _phase_cpu(item)
+    yield
+
+
+_CPU = {}  # nodeid -> CPU seconds, filled from each test's teardown report
+
+
+def pytest_runtest_logreport(report):
+    props = dict(report.user_properties)
+    if report.when == "teardown" and "cpu_s" in props:
+        _CPU[report.nodeid] = props["cpu_s"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The 15 tests that used the most CPU: on 2 shared cores these, not the longest, set how long a tier takes
+    (containers' CPU is not counted)."""
+    if not _CPU:
+        return
+    terminalreporter.section("most CPU (s, the test's process and the processes it reaped)")
+    for nodeid, cpu in sorted(_CPU.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line("%8.1f  %s" % (cpu, nodeid))
+    terminalreporter.write_line("%8.1f  in all, %d tests" % (sum(_CPU.values()), len(_CPU)))
