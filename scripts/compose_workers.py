@@ -223,8 +223,9 @@ def camera_mappings(cluster):
             events["zones"] = _plain(one.events.zones)
         else:
             events.pop("zones", None)
-        if one.events.mqtt and one.events.mqtt.get("client_id"):
-            events["mqtt"] = dict(events.get("mqtt") or {}, client_id=one.events.mqtt["client_id"])
+        if one.events.mqtt:  # its own client id and availability topic (config.camera_configs)
+            events["mqtt"] = dict(events.get("mqtt") or {}, **{k: one.events.mqtt[k] for k in
+                                                              ("client_id", "availability") if k in one.events.mqtt})
         mapping["events"] = events
         out.append((one.events.camera, mapping))
     return out

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output folder (master)")
         p.add_argument("--frames", type=int, default=None, help="override config 'frames'")
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+        if role == "master":
+            p.add_argument("--camera", default="", help="the camera this master runs, of several under 'cameras:'")
     p = sub.add_parser("local", help="run trainer, workers and master as local processes")
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--frames", type=int, default=None, help="override config 'frames'")

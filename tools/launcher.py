@@ -324,7 +324,7 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
         ns.create(cfg)
         print("[local] links: tc in network namespace %s" % ns.name, file=sys.stderr, flush=True)
         forward = [linkemu.PortForward(ns, cfg.live_view.port + i, cfg.live_view.host)
-                   for i in range(max(len(cfg.cameras), 1))] if cfg.live_view.port else []
+                   for i in range(local_cameras.live_ports(cfg))] if cfg.live_view.port else []
         argv = ns.prefix() + [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
         # what the roles dial outside the run (a camera, the MQTT broker) goes through this (the host's) network
         env = dict(os.environ, **{linkemu.NETNS_ENV: ns.name, hostnet.HOST_NETNS_ENV: "/proc/%d/ns/net" % os.getpid()})
@@ -357,7 +357,12 @@ def _run_cameras(cfg: config.Config, base: List[str], env: Dict[str, str], caps,
     if signals:
         for _, _, master in runs:
             master.terminate()
-    codes = local_cameras.wait_masters([m for _, _, m in runs], shared, cfg.reliability, _supervise)
+    grid = local_cameras.start_grid(cfg, runs)
+    try:
+        codes = local_cameras.wait_masters([m for _, _, m in runs], shared, cfg.reliability, _supervise)
+    finally:
+        if grid is not None:
+            grid.stop()
     extra = {"link_emulation": cfg.local.links, "cpu_caps": caps.summary()}
     restarts = {c.name: c.restarts for c in children if c.restarts}
     if restarts:

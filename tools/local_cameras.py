@@ -5,7 +5,8 @@ Each camera's master runs a single-camera config (config.camera_configs: its vid
 tracker, events, results.jsonl, report and live view are its own, and a camera that fails stops only its master.
 The workers hold one run per camera (RunSetup.camera), each with its own closed-loop references on every link, so
 frames of different cameras are never compared. A busy pool is shared by the cameras' windows of frames in flight:
-each master keeps `in_flight` x weight / mean weight frames outstanding.
+each master keeps `in_flight` x weight / mean weight frames outstanding. With a live view, the camera grid
+(tools/camera_grid.py) is on `live_view.port` and each camera's page on the ports after it.
 
 The launcher waits for every master, then writes <out>/report.json: each camera's figures (frames, completed,
 skipped, lost, fps, latency, agreement) under `cameras`, the total fps and each camera's share of it."""
@@ -60,13 +61,13 @@ def master_shares(shares: Dict[str, float], cfg: config.Config) -> Dict[str, flo
 
 def write_configs(cfg: config.Config) -> List[Tuple[str, str, config.Config]]:
     """(camera name, config path, config) of each camera's master: <out>/<name>/config.yml; a live view on
-    `live_view.port` + the camera's index."""
+    `live_view.port` + 1 + the camera's index (the camera grid is on `live_view.port`)."""
     out = []
     for i, one in enumerate(config.camera_configs(cfg)):
         name = one.events.camera
         os.makedirs(one.out, exist_ok=True)
         if one.live_view.port:
-            one.live_view.port += i
+            one.live_view.port += 1 + i
         path = os.path.join(one.out, "config.yml")
         config.dump(one, path)
         for stale in ("report.json",):
@@ -74,6 +75,34 @@ def write_configs(cfg: config.Config) -> List[Tuple[str, str, config.Config]]:
                 os.remove(os.path.join(one.out, stale))
         out.append((name, path, one))
     return out
+
+
+def live_ports(cfg: config.Config) -> int:
+    """How many ports from `live_view.port` a run's live pages use: one, or the grid's and one per camera."""
+    return 1 + len(cfg.cameras) if several(cfg) else 1
+
+
+def start_grid(cfg: config.Config, runs: List[Tuple[str, config.Config, Any]]):
+    """The camera grid on `live_view.port` (None when the live view is off), started; each tile says whether its
+    camera's master still runs."""
+    if not cfg.live_view.port:
+        return None
+    from cnnvideo.config_checks import view_token
+
+    from .camera_grid import CameraGrid
+
+    masters = {name: master for name, _, master in runs}
+
+    def status(name: str) -> str:
+        code = masters[name].proc.poll()
+        return "running" if code is None else "exited %d" % code
+
+    grid = CameraGrid(cfg.live_view.port, [(name, one.live_view.port) for name, one, _ in runs],
+                      cfg.live_view.host, token=view_token(cfg), status=status)
+    grid.start()
+    print("[local] camera grid on http://%s:%d/ (each camera's page on the next ports)"
+          % (cfg.live_view.host, cfg.live_view.port), file=sys.stderr, flush=True)
+    return grid
 
 
 def wait_masters(masters: List[Any], others: List[Any], rel, supervise, grace: float = 20.0) -> Dict[str, int]:
@@ -187,5 +216,5 @@ def exit_code(combined: Dict[str, Any], prog: str = "cnnvideo local") -> int:
     return 0
 
 
-__all__ = ["several", "check_sources", "master_shares", "write_configs", "wait_masters", "combined_report",
-           "summary", "exit_code"]
+__all__ = ["several", "live_ports", "start_grid", "check_sources", "master_shares", "write_configs", "wait_masters",
+           "combined_report", "summary", "exit_code"]

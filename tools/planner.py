@@ -219,7 +219,7 @@ def _load(args) -> config_mod.Config:
     """Config from -c, or the demo config (config.DEMO_PATH; video check relaxed: synthetic frames if it is missing)."""
     if getattr(args, "config", None):
         cfg = config_mod.load(args.config)
-        config_mod.require_one_camera(cfg)
+        config_mod.require_one_camera(cfg, "cnnvideo plan takes a config of one camera (they all share its plan)")
         return cfg
     return config_mod.load_demo(check_files=False)
 

@@ -10,7 +10,7 @@ all of them:
 - config_types: the dataclasses (Config and its sections) and the allowed values of choice keys;
 - config_upgrade: renamed keys (RENAMED: the old name still loads, with a warning naming the new one);
 - config_checks: option validation (validate, with the `cameras:` rules), the model `fallback` rule, the live view's
-  token, require_one_camera.
+  token, require_one_camera and pick_camera.
 
 The imports go config -> config_checks -> config_upgrade / config_types, never back (tests/unit/test_layout.py
 counts imports inside functions too): from_dict calls the checks, the checks need the dataclasses, so the
@@ -31,6 +31,7 @@ from cnnvideo.config_checks import (
     camera_configs,
     is_loopback,
     model_unavailable,
+    pick_camera,
     require_one_camera,
     resolve_fallback,
     validate,
@@ -76,7 +77,8 @@ __all__ = [
     # config_upgrade
     "CPUS_OLD", "RENAMED", "upgrade",
     # config_checks
-    "VIEW_TOKEN_ENV", "camera_configs", "is_loopback", "model_unavailable", "require_one_camera", "resolve_fallback",
+    "VIEW_TOKEN_ENV", "camera_configs", "is_loopback", "model_unavailable", "pick_camera", "require_one_camera",
+    "resolve_fallback",
     "validate", "view_token",
     # cnnvideo.errors
     "ConfigError",

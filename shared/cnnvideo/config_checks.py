@@ -1,7 +1,8 @@
 """Option validation: the one module that checks a config's values beyond their types (ranges, choices, rules
 across keys, files that must exist, the `cpus` role names, the live view's token, the `events:` and `cameras:`
 sections) and applies the model `fallback` rule and a single camera's settings (apply_one_camera). Every failure is
-one ConfigError line naming the key. require_one_camera refuses a config of several cameras where one runs.
+one ConfigError line naming the key. require_one_camera refuses a config of several cameras where one runs;
+pick_camera gives the one camera a master runs.
 
 Unknown keys and wrong types are refused earlier, while config builds the dataclasses from YAML (config._build);
 an old and a new key name set at once while config_upgrade renames. Layout: this module imports the dataclasses
@@ -314,7 +315,8 @@ def camera_configs(cfg: Config) -> List[Config]:
     """One single-camera Config per camera of `cfg` (file order), what that camera's master runs: its video,
     source, check_share and zones, `events.camera` its name, `out` the folder <out>/<name>, `in_flight` scaled
     by its weight over the cameras' mean weight (a camera's window of frames in flight is its share of a busy
-    pool), and an MQTT `client_id` given in the config suffixed with its name. Without several cameras: [cfg]."""
+    pool), an MQTT `client_id` given in the config suffixed with its name and MQTT availability per camera
+    (<prefix>/<name>/available). Without several cameras: [cfg]."""
     if len(cfg.cameras) <= 1:
         return [cfg]
     cams = cfg.camera_list()
@@ -327,17 +329,32 @@ def camera_configs(cfg: Config) -> List[Config]:
         one.events.zones, one.events.camera = cam.zones, cam.name
         if one.events.mqtt and one.events.mqtt.get("client_id"):  # a broker drops a client whose id reconnects
             one.events.mqtt["client_id"] = "%s-%s" % (one.events.mqtt["client_id"], cam.name)
+        if one.events.mqtt:  # one master's end must not say the others are offline
+            one.events.mqtt["availability"] = "camera"
         one.in_flight = max(1, int(round(cfg.in_flight * cam.weight / mean)))
         one.out = os.path.join(cfg.out, cam.name)
         out.append(one)
     return out
 
 
-def require_one_camera(cfg: Config) -> None:
-    """Refuse a config of several cameras where one camera runs (this version's master, the launcher): one line."""
+def require_one_camera(cfg: Config, why: str = "this version runs one camera per cluster") -> None:
+    """Refuse a config of several cameras where one camera runs (`cnnvideo plan`): one line, ending with `why`."""
     if len(cfg.cameras) > 1:
-        raise ConfigError("config key 'cameras': %d cameras listed (%s); this version runs one camera per cluster"
-                          % (len(cfg.cameras), ", ".join(cfg.cameras)))
+        raise ConfigError("config key 'cameras': %d cameras listed (%s); %s"
+                          % (len(cfg.cameras), ", ".join(cfg.cameras), why))
+
+
+def pick_camera(cfg: Config, name: str = "") -> Config:
+    """The config of the one camera a master runs: camera `name`'s (camera_configs: the same config on every
+    device, `cnnvideo master --camera NAME` on each camera's device), or the config itself when it has one camera.
+    One line when `name` is not a listed camera, or when several are listed and none is named."""
+    if not name:
+        require_one_camera(cfg, "name the one this master runs with --camera NAME")
+        return cfg
+    if name not in cfg.cameras:
+        raise ConfigError("--camera %s: no such camera under config key 'cameras' (%s)"
+                          % (name, ", ".join(cfg.cameras) or "none listed"))
+    return next(one for one in camera_configs(cfg) if one.events.camera == name)
 
 
 def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:

@@ -36,8 +36,8 @@ def test_two_cameras_share_the_pool_exactly_and_a_camera_down_at_start_stops_not
     each live camera completes every frame, exact against the unsplit model (its own frames, never the other
     camera's), with its own results.jsonl (each line naming the camera) and report; both workers serve both
     cameras; the combined report gives each camera's fps and share; yard's window of frames in flight is twice
-    door's. A real mosquitto gets each camera's `new` and `end` events on its own topic, naming the camera, and
-    retained counts per camera."""
+    door's. A real mosquitto gets each camera's `new` and `end` events on its own topic, naming the camera,
+    retained counts per camera and each camera's own availability topic."""
     pytest.importorskip("paho.mqtt.client")
     from cnnvideo.video.frames import synthetic_frames, write_video
 
@@ -71,6 +71,10 @@ def test_two_cameras_share_the_pool_exactly_and_a_camera_down_at_start_stops_not
             while time.time() < deadline and len(_retained_counts(late)) < 2:
                 time.sleep(0.2)
             assert _retained_counts(late) == {"door", "yard"}, late.messages[:10]
+            # each master's availability is its own (one camera's end does not mark the other offline)
+            with late.lock:
+                available = {t for t, _, r in late.messages if t.endswith("/available") and r}
+            assert available == {"t/cnn/door/available", "t/cnn/yard/available"}, late.messages[:10]
         finally:
             late.close()
     finally:

@@ -230,14 +230,28 @@ def test_a_one_camera_dump_follows_changes_to_the_running_config(tmp_path):
 
 
 def test_require_one_camera():
-    """Two cameras load (for the multi-camera master to come) but require_one_camera refuses them in one line
-    naming them; one listed camera passes."""
+    """require_one_camera refuses several cameras in one line naming them and why; one listed camera passes."""
     cfg = config.from_dict({"cameras": {"door": {"video": "a"}, "yard": {"video": "b"}}}, check_files=False)
     with pytest.raises(ConfigError) as err:
-        config.require_one_camera(cfg)
-    assert str(err.value) == ("config key 'cameras': 2 cameras listed (door, yard); this version runs one camera "
-                              "per cluster")
+        config.require_one_camera(cfg, "plan one")
+    assert str(err.value) == "config key 'cameras': 2 cameras listed (door, yard); plan one"
     config.require_one_camera(config.from_dict({"cameras": {"door": {"video": "a"}}}, check_files=False))
+
+
+def test_pick_camera_gives_a_master_its_camera_from_the_shared_config():
+    """`cnnvideo master --camera NAME` (a master per camera's device, one config everywhere): that camera's config
+    as `cnnvideo local` gives its master; no name with several cameras, or a name not listed: one line."""
+    cfg = config.from_dict({"out": "o", "in_flight": 4, "cameras": {"door": {"video": "a", "weight": 3},
+                                                                      "yard": {"video": "b"}}}, check_files=False)
+    yard = config.pick_camera(cfg, "yard")
+    assert (yard.video, yard.events.camera, yard.out, yard.in_flight, yard.cameras) == ("b", "yard", "o/yard", 2, {})
+    with pytest.raises(ConfigError, match=r"^config key 'cameras': 2 cameras listed \(door, yard\); name the one this "
+                                          r"master runs with --camera NAME$"):
+        config.pick_camera(cfg)
+    with pytest.raises(ConfigError, match=r"^--camera gate: no such camera under config key 'cameras' \(door, yard\)$"):
+        config.pick_camera(cfg, "gate")
+    one = config.from_dict({"video": "a"}, check_files=False)
+    assert config.pick_camera(one) is one
 
 
 def test_the_key_table_lists_the_camera_keys():
@@ -247,9 +261,9 @@ def test_the_key_table_lists_the_camera_keys():
         "video", "frame_size", "source", "zones", "check_share", "weight")]
 
 
-def test_cnnvideo_plan_refuses_two_cameras_with_one_line(tmp_path):
-    """The entry points that run one camera (plan here; local, master and trainer call the same check right after
-    loading) exit non-zero with one line naming `cameras` before doing anything."""
+def test_plan_and_a_master_without_its_camera_refuse_two_cameras_with_one_line(tmp_path):
+    """`cnnvideo plan`, `cnnvideo master` given no --camera and one given a camera not listed exit non-zero with one
+    line naming `cameras` before doing anything."""
     import subprocess
     import sys
 
@@ -263,6 +277,11 @@ def test_cnnvideo_plan_refuses_two_cameras_with_one_line(tmp_path):
     errors = [ln for ln in proc.stderr.splitlines() if "cameras" in ln]
     assert proc.returncode != 0 and len(errors) == 1, proc.stderr[-2000:]
     assert "2 cameras listed (door, yard)" in errors[0]
+    for extra, says in (([], "--camera NAME"), (["--camera", "gate"], "no such camera")):
+        proc = subprocess.run([sys.executable, "-m", "cnnvideo", "master", "-c", path, "--out", str(tmp_path)] + extra,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        errors = [ln for ln in proc.stderr.splitlines() if "cameras" in ln]
+        assert proc.returncode != 0 and len(errors) == 1 and says in errors[0], proc.stderr[-2000:]
 
 
 def test_camera_configs_give_each_camera_its_master_s_config():
@@ -280,3 +299,19 @@ def test_camera_configs_give_each_camera_its_master_s_config():
     assert door.cameras == {} and cfg.in_flight == 6 and len(cfg.cameras) == 2  # the config itself is untouched
     single = config.from_dict({}, check_files=False)
     assert config.camera_configs(single) == [single]
+
+
+def test_camera_configs_give_each_master_its_own_mqtt_client_and_availability():
+    """With MQTT, each camera's master gets the client_id suffixed with its name and `availability: camera`
+    (<prefix>/<name>/available), which the publisher then uses; one camera keeps the shared topic."""
+    pytest.importorskip("paho.mqtt.client")
+    from cnnvideo.events.mqtt import MqttPublisher, MqttSettings
+
+    mqtt = {"host": "127.0.0.1", "topic_prefix": "site", "client_id": "hub"}
+    cfg = config.from_dict({"events": {"enabled": True, "mqtt": dict(mqtt)}, "cameras": {
+        "door": {"video": "a"}, "yard": {"video": "b"}}}, check_files=False)
+    door, yard = config.camera_configs(cfg)
+    assert door.events.mqtt["client_id"] == "hub-door" and door.events.mqtt["availability"] == "camera"
+    assert MqttPublisher(MqttSettings(**yard.events.mqtt), camera="yard").available_topic == "site/yard/available"
+    assert MqttPublisher(MqttSettings(**mqtt), camera="yard").available_topic == "site/available"
+    assert cfg.events.mqtt == mqtt  # the config itself is untouched

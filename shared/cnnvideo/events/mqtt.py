@@ -3,7 +3,8 @@
 Topics, under a validated `topic_prefix`:
   <prefix>/<camera>/events          one JSON `Event` per message (QoS 1, not retained)
   <prefix>/<camera>/<label>/count   live tracks of that label (retained: a late subscriber gets the value)
-  <prefix>/available                `online` / `offline` (retained; `offline` is also the last will)
+  <prefix>/available                `online` / `offline` (retained; `offline` is also the last will);
+  <prefix>/<camera>/available       instead, with `availability: camera` (several cameras: a master each)
   homeassistant/sensor/<id>/config  Home Assistant discovery for each count sensor (retained, optional)
 
 Why a queue of our own: the master calls `publish_event()` from its result path, which must not wait for
@@ -81,6 +82,7 @@ class MqttSettings:
     keepalive: int = 30
     reconnect_min_s: int = 1
     reconnect_max_s: int = 30
+    availability: str = "shared"  # shared: <prefix>/available; camera: <prefix>/<camera>/available
 
     def __post_init__(self):
         self.validate()
@@ -101,6 +103,8 @@ class MqttSettings:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise EventsConfigError("%s.%s: must be an integer >= 1, got %r" % (key, name, v))
+        if self.availability not in ("shared", "camera"):
+            raise EventsConfigError("%s.availability: must be shared or camera, got %r" % (key, self.availability))
         if self.reconnect_max_s < self.reconnect_min_s:
             raise EventsConfigError("%s.reconnect_max_s: must be >= reconnect_min_s" % key)
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -134,7 +138,8 @@ class MqttPublisher:
         self.log = logger or LOG
         prefix = settings.topic_prefix
         self.events_topic = "%s/%s/events" % (prefix, self.camera)
-        self.available_topic = "%s/available" % prefix
+        self.available_topic = ("%s/%s/available" % (prefix, self.camera) if settings.availability == "camera"
+                                else "%s/available" % prefix)
         self._queue: Deque[Tuple[str, bytes, bool]] = collections.deque()
         self._counts: Dict[str, int] = {}
         self._counts_dirty: Dict[str, int] = {}

@@ -186,11 +186,16 @@ class LiveView:
                  token: Optional[str] = None, metrics: Optional[Callable[[], Tuple[bytes, str]]] = None,
                  metrics_open: bool = False, events: Optional[Callable[[int], Dict[str, Any]]] = None,
                  snapshot: Optional[Callable[[int], Optional[bytes]]] = None,
-                 auth: Optional[ViewAuth] = None) -> None:
+                 auth: Optional[ViewAuth] = None, page: Optional[str] = None,
+                 routes: Optional[Callable[[str], Optional[Tuple[str, bytes]]]] = None) -> None:
         """`metrics()` -> (body, content type) for /metrics; `events(limit)` -> the /api/events JSON;
         `snapshot(track_id)` -> JPEG bytes or None; `token`: what every request needs (a bearer header or a
-        session from the login form); `auth`: that ViewAuth made by the caller instead (its own limits)."""
+        session from the login form); `auth`: that ViewAuth made by the caller instead (its own limits);
+        `page`: another page's HTML at / (the camera grid's); `routes(path)` -> (content type, body) of another
+        GET path, or None for 404 (behind the same auth)."""
         self.state = state
+        self.page = page if page is not None else PAGE.replace("</body>", EVENTS_PANEL + "</body>")
+        self.routes = routes
         self.auth = auth if auth is not None else (ViewAuth(token) if token else None)
         self.metrics = metrics
         self.metrics_open = metrics_open
@@ -218,7 +223,7 @@ class LiveView:
                     if not self._authorised(path):
                         return
                     if path in ("/", "/index.html"):
-                        page = PAGE.replace("</body>", EVENTS_PANEL + "</body>")
+                        page = owner.page
                         if owner.auth is not None:
                             page = page.replace("<h2>", LOGOUT_FORM + "<h2>", 1)
                         self._send(200, "text/html; charset=utf-8", page.encode())
@@ -242,7 +247,11 @@ class LiveView:
                         else:
                             self._send(200, "image/jpeg", data)
                     else:
-                        self._send(404, "text/plain", b"not found\n")
+                        found = owner.routes(path) if owner.routes is not None else None
+                        if found is None:
+                            self._send(404, "text/plain", b"not found\n")
+                        else:
+                            self._send(200, found[0], found[1])
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
