@@ -28,7 +28,8 @@ def test_settings_errors_name_the_key():
              (dict(tls_cert="c.pem"), "events.mqtt.tls_cert"), (dict(password="x"), "events.mqtt.password"),
              (dict(reconnect_min_s=5, reconnect_max_s=2), "events.mqtt.reconnect_max_s"),
              (dict(host=""), "events.mqtt.host"), (dict(host="broker..lan"), "events.mqtt.host"),
-             (dict(host="x" * 64 + ".lan"), "events.mqtt.host")]
+             (dict(host="x" * 64 + ".lan"), "events.mqtt.host"),
+             (dict(availability="each"), "events.mqtt.availability")]
     for kw, key in cases:
         with pytest.raises(EventsConfigError) as info:
             MqttSettings(**kw)
