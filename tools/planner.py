@@ -130,6 +130,7 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links),
                               turnaround=cfg.cost_model.master_turnaround_s, master_time=costinputs.master_time(cfg),
+                              input_stride_exponent=costinputs.input_stride_exponent(cfg),
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
                                                      cfg.cost_model.net_cpu_us_per_message))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)

@@ -17,7 +17,7 @@ from cnnvideo.master.links import MasterError, WorkerLinks
 from cnnvideo.master.outputs import OutputStore
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.costinputs import build as cost_inputs
-from cnnvideo.plan.costinputs import cpu_model, master_time, payload_share
+from cnnvideo.plan.costinputs import cpu_model, input_stride_exponent, master_time, payload_share
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
@@ -91,6 +91,7 @@ class Setup:
         inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, m.predictors, m.feed.mean_change(), *codec_time,
                              delta_mode=delta, share=payload_share(cfg.local.links),
                              turnaround=cfg.cost_model.master_turnaround_s, master_time=master_time(cfg),
+                             input_stride_exponent=input_stride_exponent(cfg),
                              p_unchanged=None if delta and cfg.delta.skip_unchanged else 0.0,
                              **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
                                              cfg.cost_model.net_cpu_us_per_message))

@@ -55,6 +55,21 @@ def test_replicas_pay_larger_deltas_and_the_master_and_in_flight_bound_the_perio
     assert costs.period == pytest.approx(costs.latency)
 
 
+def test_a_thresholded_input_hop_grows_as_the_square_root_of_the_stride():
+    """With an input threshold the input hop's bytes grow as stride ** 0.5 (measured 1, 1.39, 1.68, 1.98x at strides
+    1-4), the other cuts still as stride ** (1/3); a lossless config keeps 1/3 on the input hop too."""
+    from cnnvideo import config
+    from cnnvideo.plan.costinputs import input_stride_exponent
+
+    inp = even_inputs(nbytes=1e4)
+    inp.bytes_full = np.full(5, 1e9)
+    inp.input_stride_exponent = input_stride_exponent(config.from_dict({"delta": {"input_threshold": 4}},
+                                                                       check_files=False))
+    grown = pool.stride_bytes(inp, 4)
+    assert grown[0] == pytest.approx(2e4) and grown[1:] == pytest.approx(np.full(4, 1e4 * 4 ** (1 / 3)))
+    assert input_stride_exponent(config.from_dict({"delta": {"input_threshold": 0}}, check_files=False)) == 1 / 3
+
+
 def test_best_by_shape_lists_each_shape_and_the_search_matches_brute_force():
     """For 3 uneven workers the best plan of each shape is found, and for every grouping the DP's cuts are the
     best of all cut choices (brute force over the cuts)."""

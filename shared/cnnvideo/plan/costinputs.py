@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from cnnvideo.plan.costmodel import CostInputs, cfs_capped, with_network_cpu
+from cnnvideo.plan.pool import STRIDE_EXPONENT
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,18 @@ def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     return np.where(capped, period / np.where(capped, quota, 1.0), ratio)
 
 
+# The input hop's delta bytes against the stride a replica sees (docs/results/pool, vtest at 480x720, input threshold
+# 4): 60.6, 84, 102 and 120 kB a frame at strides 1-4, i.e. 1, 1.39, 1.68 and 1.98x: stride ** 0.5 (1, 1.41, 1.73,
+# 2.0); lossless it grows as stride ** (1/3) (cnnvideo.plan.pool.STRIDE_EXPONENT). Below the threshold a pixel's
+# change is not sent, and over a longer stride more of them pass it.
+THRESHOLD_STRIDE_EXPONENT = 0.5
+
+
+def input_stride_exponent(cfg) -> float:
+    """CostInputs.input_stride_exponent of a config: faster growth with an input threshold than lossless."""
+    return THRESHOLD_STRIDE_EXPONENT if cfg.delta.input_threshold > 0 else STRIDE_EXPONENT
+
+
 def master_time(cfg) -> float:
     """The master's seconds a frame for the cost model: cost_model.master_ns_per_pixel x the frame's pixels."""
     h, w = cfg.frame_size
@@ -81,7 +94,8 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
           decode_time: Optional[np.ndarray] = None, net_s_per_byte: Optional[Sequence[float]] = None,
           delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0,
           turnaround: float = 0.0, net_s_per_message: Optional[Sequence[float]] = None,
-          p_unchanged: Optional[float] = None, master_time: float = 0.0) -> CostInputs:
+          p_unchanged: Optional[float] = None, master_time: float = 0.0,
+          input_stride_exponent: float = 1.0 / 3.0) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU
@@ -89,7 +103,8 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
     (see cpu_model); `share` of each hop's rate carries payload (payload_share); `turnaround` is the master's
     seconds from a result to the next send; `p_unchanged` is the share of frames whose input is unchanged (their
     stages skip the compute; None: in delta mode the predictors' measure on the trainer's video, else 0);
-    `master_time` is the master's own seconds a frame (a stage no plan runs faster than)."""
+    `master_time` is the master's own seconds a frame (a stage no plan runs faster than); `input_stride_exponent`
+    how the input hop's bytes grow with a replica's stride (input_stride_exponent(cfg))."""
     dense = np.asarray(dense, dtype=np.float64)
     if predictors is not None and predictors.n_cuts == dense.size:
         full = np.asarray(predictors.full_bytes(), dtype=np.float64)
@@ -105,6 +120,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
                         bandwidth=np.asarray(bandwidth, dtype=np.float64) * float(share), result_bytes=float(dense[-1]),
                         encode_time=encode_time, decode_time=decode_time, burst=burst, turnaround=float(turnaround),
                         message_time=net_s_per_message, master_time=float(master_time),
+                        input_stride_exponent=float(input_stride_exponent),
                         p_unchanged=float(p_unchanged if p_unchanged is not None else
                                           getattr(predictors, "p_unchanged", 0.0) if delta_mode else 0.0))
     if net_s_per_byte is not None:

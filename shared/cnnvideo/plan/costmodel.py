@@ -154,6 +154,9 @@ class CostInputs:
     # the master's own seconds (CPU) per frame: it reads, encodes and sends every frame and decodes every result, so
     # no plan runs faster than this (cnnvideo.plan.pool counts it as a stage; 0 = not known)
     master_time: float = 0.0
+    # how the input hop's delta bytes grow with the stride a replica sees them at (cnnvideo.plan.pool.stride_bytes):
+    # stride ** this; a thresholded input hop grows faster than a lossless one (costinputs.input_stride_exponent)
+    input_stride_exponent: float = 1.0 / 3.0
 
     def __post_init__(self) -> None:
         self.bytes_full = np.asarray(self.bytes_full, dtype=np.float64)

@@ -29,7 +29,7 @@ INF = float("inf")
 
 # Growth of a hop's delta bytes with the stride between the frames a receiver sees: vtest at 480x720, input hop,
 # lossless: 172, 220, 251 and 273 kB a frame at strides 1, 2, 3 and 4, i.e. 1, 1.28, 1.46 and 1.59x; stride ** (1/3)
-# gives 1, 1.26, 1.44 and 1.59x.
+# gives 1, 1.26, 1.44 and 1.59x. The input hop at a threshold grows faster (CostInputs.input_stride_exponent).
 STRIDE_EXPONENT = 1.0 / 3.0
 
 # shapes `cnnvideo plan` lists, and what each means
@@ -42,7 +42,9 @@ def stride_bytes(inputs: CostInputs, stride: float, delta: bool = True) -> np.nd
     """[K+1] bytes per frame of each cut's hop when the receiver sees every `stride`-th frame."""
     if not delta:
         return inputs.bytes_full
-    grown = inputs.bytes_delta * float(max(stride, 1.0)) ** STRIDE_EXPONENT
+    exponent = np.full(inputs.bytes_delta.shape, STRIDE_EXPONENT)
+    exponent[0] = inputs.input_stride_exponent
+    grown = inputs.bytes_delta * float(max(stride, 1.0)) ** exponent
     return np.minimum(grown, np.maximum(inputs.bytes_full, inputs.bytes_delta))
 
 
