@@ -178,9 +178,9 @@ class CostModel:
     master_turnaround_s: float = 0.02
     # CPU ns the master spends a frame per pixel of the frame size (capture and resize, the input hop's delta encode,
     # sends, the result): the cost model counts the master as a stage of master_ns_per_pixel x H x W seconds a frame
-    # (cnnvideo.plan.pool). The person detector at 480x720 measured 13.7-14.4 ms a frame without the check
-    # (docs/results/pool-local): 40 ns a pixel.
-    master_ns_per_pixel: float = 40.0
+    # (cnnvideo.plan.pool). The person detector at 480x720 measured 8.7-9.2 ms a frame without the check, vtest's
+    # 768x576 frames resized with INTER_LINEAR (docs/results/master-cpu): 26 ns a pixel.
+    master_ns_per_pixel: float = 26.0
 
 
 @dataclass

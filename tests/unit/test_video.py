@@ -45,7 +45,8 @@ def test_swap_rb_is_numpy_channel_reversal():
 
 
 def test_frames_are_contiguous_rgb_of_the_decoded_bgr(synthetic_video):
-    """read_frames' frames are the decoded BGR frames resized with INTER_AREA, channels reversed, contiguous."""
+    """read_frames' frames are the decoded BGR frames resized (2x smaller: INTER_AREA), channels reversed,
+    contiguous."""
     cv2 = pytest.importorskip("cv2")
     cap = cv2.VideoCapture(synthetic_video)
     ok, bgr = cap.read()
@@ -54,3 +55,17 @@ def test_frames_are_contiguous_rgb_of_the_decoded_bgr(synthetic_video):
     frame = next(read_frames(synthetic_video, (48, 64), limit=1))
     want = cv2.resize(bgr, (64, 48), interpolation=cv2.INTER_AREA)[:, :, ::-1]
     assert frame.flags.c_contiguous and np.array_equal(frame, want)
+
+
+def test_a_mild_resize_is_linear_and_a_2x_shrink_averages_the_area():
+    """vtest's 768x576 to 720x480 (1.2x) resizes with INTER_LINEAR, 5-6x cheaper than INTER_AREA's general path;
+    a shrink of 2x or more on either axis keeps INTER_AREA (no aliasing); the frame's own size is not resized."""
+    cv2 = pytest.importorskip("cv2")
+    from cnnvideo.video.frames import interpolation, resize
+
+    assert interpolation((576, 768), (480, 720)) == cv2.INTER_LINEAR
+    assert interpolation((480, 720), (576, 768)) == cv2.INTER_LINEAR  # enlarging
+    assert interpolation((480, 720), (240, 720)) == interpolation((960, 1280), (480, 720)) == cv2.INTER_AREA
+    bgr = np.random.default_rng(0).integers(0, 256, (576, 768, 3), dtype=np.uint8)
+    assert np.array_equal(resize(bgr, (480, 720)), cv2.resize(bgr, (720, 480), interpolation=cv2.INTER_LINEAR))
+    assert resize(bgr, (576, 768)) is bgr

@@ -5,6 +5,7 @@ every run sees the same frames), every frame checked on the camera's master agai
   fp32-pool   ORT fp32, lossless deltas, 4 replicas (the issue's "F1 1.0 on fp32")
   int8-pool   ORT int8, input threshold 4, 4 replicas
   int8-edge   ORT int8, input threshold 4, `edge`: one device runs the int8 model whole (what int8-pool must match)
+  int8-pool-lossless, int8-edge-lossless   the same two, lossless deltas
 
 Prints JSON: per run and camera, frames completed / lost, detection F1, precision, recall and the max abs error
 of the outputs against the unsplit model.
@@ -27,6 +28,8 @@ RUNS = {
     "fp32-pool": {"precision": "fp32", "delta": {"input_threshold": 0}, "scheduler": "replicas"},
     "int8-pool": {"precision": "int8", "delta": {"input_threshold": 4}, "scheduler": "replicas"},
     "int8-edge": {"precision": "int8", "delta": {"input_threshold": 4}, "scheduler": "edge"},
+    "int8-pool-lossless": {"precision": "int8", "delta": {"input_threshold": 0}, "scheduler": "replicas"},
+    "int8-edge-lossless": {"precision": "int8", "delta": {"input_threshold": 0}, "scheduler": "edge"},
 }
 
 
@@ -36,7 +39,7 @@ def config(args, over: dict) -> dict:
         "cluster": {"workers": ["127.0.0.1:%d" % (50280 + i) for i in range(args.workers)]},
         "model": "person-ssdlite", "engine": "onnxruntime", "int8": {"calibration_start": 400},
         "frame_size": [480, 720], "mode": "delta", "seed": 0, "frames": args.frames, "in_flight": 6,
-        "check": True, "check_share": 1.0,
+        "check": True, "check_share": 1.0, "bandwidth": [3.0],
         "trainer": {"frames": 30, "video": vtest},
         "source": {"mode": "offline"}, "local": {"links": "none", "cpus": "none"},
         "cameras": {"door": {"video": vtest}, "yard": {"video": other}},
@@ -72,10 +75,11 @@ def main() -> int:
                 cams[cam] = figures(json.load(fh))
         out[name] = cams
         print("%s: %s" % (name, json.dumps(cams)), file=sys.stderr, flush=True)
-    for cam in ("door", "yard"):
-        pool, edge = out["int8-pool"][cam]["f1"], out["int8-edge"][cam]["f1"]
-        out.setdefault("int8_pool_minus_edge_f1", {})[cam] = None if pool is None or edge is None else round(
-            pool - edge, 4)
+    for suffix in ("", "-lossless"):
+        for cam in ("door", "yard"):
+            pool, edge = out["int8-pool" + suffix][cam]["f1"], out["int8-edge" + suffix][cam]["f1"]
+            out.setdefault("int8_pool_minus_edge_f1" + suffix.replace("-", "_"), {})[cam] = (
+                None if pool is None or edge is None else round(pool - edge, 4))
     print(json.dumps(out, indent=1))
     return 0 if ok else 1
 
