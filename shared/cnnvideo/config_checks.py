@@ -74,7 +74,7 @@ def _check_fixed_groups(cfg) -> None:
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot; raise ConfigError naming the key. `cameras:` first (each camera's own
     keys named as `cameras.<name>.<key>`); a single camera is then applied to the top level, checked as the rest."""
-    from cnnvideo.model import zoo as models  # local import: models pulls in torch
+    from cnnvideo.model import catalog as models  # the names only: the zoo would pull in torch
     from cnnvideo.plan import schedulers
 
     _validate_cameras(cfg, check_files)
@@ -379,19 +379,25 @@ def _canonical_cpus(cpus: Dict[str, float], n_workers: int) -> Dict[str, float]:
     return out
 
 
+def _imagenet_available(model: str) -> bool:
+    from cnnvideo.model import zoo  # local import: the zoo pulls in torch (only for `weights: imagenet`)
+
+    return zoo.imagenet_available(model)
+
+
 def model_unavailable(model: str, weights: str) -> str:
     """Why `model` with `weights` cannot run here, offline ('' = it can): the one rule `fallback` follows.
     Unknown models, `imagenet` weights not in the torch hub cache (scripts/fetch_weights.sh), missing weight files."""
     from cnnvideo.artifacts import onnx_model_path
-    from cnnvideo.model import zoo  # local import: the zoo pulls in torch
+    from cnnvideo.model.catalog import is_known_model
 
     onnx_path = onnx_model_path(model)
     if onnx_path:
         return "" if os.path.isfile(onnx_path) else "%s is not in the model cache (scripts/fetch_detector.sh)" % (
             onnx_path)
-    if not zoo.is_known_model(model):
+    if not is_known_model(model):
         return "model %s is unknown to this build" % model
-    if weights == "imagenet" and not zoo.imagenet_available(model):
+    if weights == "imagenet" and not _imagenet_available(model):
         return "its ImageNet weights are not in the torch hub cache (scripts/fetch_weights.sh fetches mobilenet_v2's)"
     if weights not in ("imagenet", "random") and not os.path.isfile(weights):
         return "weights file %s not found" % weights

@@ -28,7 +28,7 @@ def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check; an ONNX file is
     read and checked (onnx_graph.load_model: readable, valid, every op available in ONNX Runtime)."""
-    from cnnvideo.model.zoo import WeightsInfo, load_model, sha256_of
+    from cnnvideo.model.catalog import WeightsInfo, sha256_of
 
     path = onnx_model_path(cfg.model)
     if path:  # the weights are in the file; `weights` is not used
@@ -38,4 +38,6 @@ def check_weights(cfg):
         return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(path), sha256_of(path))
     if cfg.weights == "random":
         return WeightsInfo(cfg.model, "random", "random (seed %d)" % cfg.seed)
+    from cnnvideo.model.zoo import load_model  # local import: the zoo pulls in torch
+
     return load_model(cfg.model, cfg.weights, cfg.seed)[1]

@@ -2,31 +2,32 @@
 weights policy (random+seed, imagenet, file) and no in-place ops."""
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from cnnvideo.errors import ConfigError
+from cnnvideo.model.catalog import (  # noqa: F401 (what the zoo builds, without torch)
+    DETECTOR_NAMES,
+    MODEL_NAMES,
+    WeightsInfo,
+    is_known_model,
+    is_torchvision_model,
+    sha256_of,
+    torchvision_models,
+)
 
 log = logging.getLogger(__name__)
 
-MODEL_NAMES: Tuple[str, ...] = ("alexnet", "vgg16", "resnet50", "googlenet", "mobilenet_v2")
-# torchvision detectors (cnnvideo.model.detector.DETECTOR_NAMES; kept equal, that module is not imported here)
-DETECTOR_NAMES: Tuple[str, ...] = ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
-                                   "fasterrcnn_mobilenet_v3_large_320_fpn")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-# Lower-case callables in torchvision.models that are helpers, not model builders (torchvision < 0.14 fallback).
-_NOT_BUILDERS = frozenset(("get_model", "get_weight", "get_model_weights", "get_model_builder", "list_models"))
 # Builders whose random-init defaults must be pinned (no auxiliary heads, no input re-normalisation).
 _RANDOM_KWARGS: Dict[str, Dict[str, Any]] = {
     "googlenet": {"aux_logits": False, "transform_input": False, "init_weights": True},
@@ -59,35 +60,11 @@ def _version(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
-def _tv_models():
-    """The torchvision.models module (imported lazily: torchvision is heavy)."""
-    import torchvision.models
-
-    return torchvision.models
-
-
 def _torchvision_version() -> Tuple[int, ...]:
     """Installed torchvision version as a tuple."""
     import torchvision
 
     return _version(torchvision.__version__)
-
-
-def is_torchvision_model(name: str) -> bool:
-    """True if `name` is a torchvision classification model builder."""
-    if not isinstance(name, str) or not name or name.startswith("_"):
-        return False
-    tvm = _tv_models()
-    lister = getattr(tvm, "list_models", None)
-    if lister is not None:
-        return name in lister(module=tvm)
-    obj = getattr(tvm, name, None)
-    return callable(obj) and name.islower() and name not in _NOT_BUILDERS and not isinstance(obj, type)
-
-
-def is_known_model(name: str) -> bool:
-    """True if the zoo builds `name`: a torchvision classifier or one of the DETECTOR_NAMES."""
-    return name in DETECTOR_NAMES or name in MODEL_NAMES or is_torchvision_model(name)
 
 
 def disable_inplace(model: nn.Module) -> nn.Module:
@@ -108,7 +85,7 @@ def _builder(name: str):
         raise ModelError(
             "unknown model %r; known: %s (or any torchvision classification model)"
             % (name, ", ".join(MODEL_NAMES + DETECTOR_NAMES)))
-    return getattr(_tv_models(), name)
+    return getattr(torchvision_models(), name)
 
 
 def _build_random(name: str, seed: int) -> nn.Module:
@@ -142,36 +119,6 @@ OFFLINE_FETCH: Dict[str, str] = {"mobilenet_v2": "scripts/fetch_weights.sh"}
 _HASH_IN_NAME = re.compile(r"-([a-f0-9]{8,64})\.")  # torchvision's naming: <name>-<sha256 prefix>.pth
 
 
-@dataclass(frozen=True)
-class WeightsInfo:
-    """Which weights a model was built with: 'random (seed 0)', a torchvision weights enum, or a file."""
-
-    model: str
-    weights: str  # the config value: random | imagenet | a path
-    source: str  # e.g. "random (seed 0)", "IMAGENET1K_V1", "file"
-    path: Optional[str] = None  # the file loaded (imagenet: the torch hub cache entry)
-    sha256: Optional[str] = None
-
-    @property
-    def trained(self) -> bool:
-        return self.weights != "random"
-
-    def describe(self) -> str:
-        """One line for logs and reports."""
-        if self.path is None:
-            return "%s, %s" % (self.model, self.source)
-        return "%s, %s from %s (sha256 %s)" % (self.model, self.source, self.path, (self.sha256 or "?")[:16])
-
-
-def sha256_of(path: str) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_file_hash(path: str, what: str = "weights file") -> str:
     """The file's sha256 after checking it against a known full hash or the prefix its name carries."""
     try:
@@ -194,7 +141,7 @@ def imagenet_weights(name: str):
     """torchvision's ImageNet weights enum for `name`: IMAGENET1K_V1 where it exists (the checkpoint the offline
     fetch provides for mobilenet_v2), else DEFAULT (a detector's COCO_V1); None on torchvision < 0.14 (no weights
     registry)."""
-    getter = getattr(_tv_models(), "get_model_weights", None)
+    getter = getattr(torchvision_models(), "get_model_weights", None)
     if getter is None:
         return None
     enum = getter(name)
