@@ -206,6 +206,11 @@ class Page:
         self.wait_for("!window.__cnnvideo_old && document.readyState === 'complete'", timeout)
         return self.evaluate("location.href")
 
+    def log_in(self, token: str, timeout: float = 20.0) -> str:
+        """On the live view's login page: type `token` into its form and submit it; the URL the page goes to."""
+        self.type_into("#token", token)
+        return self.click("#login button[type=submit]", timeout)
+
     def dom(self) -> str:
         return self.evaluate("document.documentElement.outerHTML")
 

@@ -87,8 +87,6 @@ def start_grid(cfg: config.Config, runs: List[Tuple[str, config.Config, Any]]):
     camera's master still runs."""
     if not cfg.live_view.port:
         return None
-    from cnnvideo.config_checks import view_token
-
     from .camera_grid import CameraGrid
 
     masters = {name: master for name, _, master in runs}
@@ -98,7 +96,7 @@ def start_grid(cfg: config.Config, runs: List[Tuple[str, config.Config, Any]]):
         return "running" if code is None else "exited %d" % code
 
     grid = CameraGrid(cfg.live_view.port, [(name, one.live_view.port) for name, one, _ in runs],
-                      cfg.live_view.host, token=view_token(cfg), status=status)
+                      cfg.live_view.host, token=config.view_token(cfg), status=status)
     grid.start()
     print("[local] camera grid on http://%s:%d/ (each camera's page on the next ports)"
           % (cfg.live_view.host, cfg.live_view.port), file=sys.stderr, flush=True)

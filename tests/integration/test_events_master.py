@@ -342,11 +342,9 @@ def test_live_page_logs_in_through_the_form_in_chromium(tmp_path, scenes_video, 
             assert 'name="token"' in login and "processed" not in login and "state.json" not in login, login
             assert page.evaluate("Promise.all(['state.json', 'api/events', 'frame.jpg', '%s'.slice(1)].map("
                                  "u => fetch(u).then(r => r.status)))" % shot, await_promise=True) == [401] * 4
-            page.type_into("#token", "wrong-token-0123456789")
-            assert page.click("#login button[type=submit]") == base + "/login"
+            assert page.log_in("wrong-token-0123456789") == base + "/login"
             assert page.evaluate("document.getElementById('login-error').textContent") == "Wrong token."
-            page.type_into("#token", TOKEN)
-            assert page.click("#login button[type=submit]") == base + "/"
+            assert page.log_in(TOKEN) == base + "/"
             page.wait_for("document.getElementById('frame').getAttribute('data-size') && "
                           "Number(document.body.getAttribute('data-updated')) >= 1 && "
                           "[...document.querySelectorAll('img.ev-thumb')].some(i => i.getAttribute('data-size'))", 30)

@@ -291,8 +291,7 @@ def test_chromium_logs_in_through_the_form_and_lists_events_as_text():
         with browser.Chromium() as chromium:
             page = chromium.page()
             assert page.navigate(base) == base + "login"
-            page.type_into("#token", TOKEN)
-            assert page.click("#login button[type=submit]") == base
+            assert page.log_in(TOKEN) == base
             page.wait_for("document.getElementById('events-card').getAttribute('data-events') === '2'")
             dom = page.dom()
     finally:

@@ -8,8 +8,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import CostInputs, cfs_capped, with_network_cpu
-from cnnvideo.plan.pool import STRIDE_EXPONENT
+from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, cfs_capped, with_network_cpu
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
 
 # The input hop's delta bytes against the stride a replica sees (docs/results/pool, vtest at 480x720, input threshold
 # 4): 60.6, 84, 102 and 120 kB a frame at strides 1-4, i.e. 1, 1.39, 1.68 and 1.98x: stride ** 0.5 (1, 1.41, 1.73,
-# 2.0); lossless it grows as stride ** (1/3) (cnnvideo.plan.pool.STRIDE_EXPONENT). Below the threshold a pixel's
+# 2.0); lossless it grows as stride ** (1/3) (cnnvideo.plan.costmodel.STRIDE_EXPONENT). Below the threshold a pixel's
 # change is not sent, and over a longer stride more of them pass it.
 THRESHOLD_STRIDE_EXPONENT = 0.5
 
@@ -95,7 +94,7 @@ def build(seg_time: np.ndarray, bandwidth: Sequence[float], dense: np.ndarray, p
           delta_mode: bool = True, burst: Optional[np.ndarray] = None, share: float = 1.0,
           turnaround: float = 0.0, net_s_per_message: Optional[Sequence[float]] = None,
           p_unchanged: Optional[float] = None, master_time: float = 0.0,
-          input_stride_exponent: float = 1.0 / 3.0) -> CostInputs:
+          input_stride_exponent: float = STRIDE_EXPONENT) -> CostInputs:
     """CostInputs from [W, K] segment times, bytes/s per hop, dense bytes per cut, (optional) predictors and the
     input change rates to predict with, (optional) [W, K+1] codec seconds per cut and (optional) [W] seconds of
     worker time per byte it receives or sends, charged to its work stage with the hop's predicted bytes (the CPU

@@ -23,14 +23,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import CostInputs, Plan, best_path
+from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, Plan, best_path
 
 INF = float("inf")
-
-# Growth of a hop's delta bytes with the stride between the frames a receiver sees: vtest at 480x720, input hop,
-# lossless: 172, 220, 251 and 273 kB a frame at strides 1, 2, 3 and 4, i.e. 1, 1.28, 1.46 and 1.59x; stride ** (1/3)
-# gives 1, 1.26, 1.44 and 1.59x. The input hop at a threshold grows faster (CostInputs.input_stride_exponent).
-STRIDE_EXPONENT = 1.0 / 3.0
 
 # shapes `cnnvideo plan` lists, and what each means
 SHAPES = ("edge", "chain", "replicas", "hybrid")

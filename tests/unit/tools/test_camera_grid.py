@@ -63,8 +63,7 @@ def test_the_grid_shows_every_camera_behind_one_login():
         with browser.Chromium() as chromium:
             page = chromium.page()
             assert page.navigate(base) == base + "login"
-            page.type_into("#token", TOKEN)
-            assert page.click("#login button[type=submit]") == base
+            assert page.log_in(TOKEN) == base
             page.wait_for("document.querySelectorAll('.cam-frame[data-size]').length === 2")
             dom = page.dom()
     finally:
