@@ -71,13 +71,7 @@ RUN apt-get update \
       opencv-doc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY proto/ proto/
-COPY shared/ shared/
-COPY services/master/ services/master/
-COPY services/worker/ services/worker/
-COPY services/trainer/ services/trainer/
-COPY tools/ tools/
+# What does not change with the source comes first, so a source change rebuilds only the project's own install.
 COPY build/wheels/ /wheels/
 # ONNX Runtime: the wheels of this image's architecture (engine: onnxruntime): onnxruntime, and onnx + ml_dtypes
 # for its int8 quantiser (precision: int8). Without them (armv7, or a context that scripts/docker_setup.sh did not
@@ -89,6 +83,15 @@ RUN set -- /wheels/onnxruntime-*_"$(uname -m)".whl; \
       pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /install \
         "$1" /wheels/onnx-*_"$(uname -m)".whl /wheels/ml_dtypes-*_"$(uname -m)".whl; \
     else echo "no ONNX Runtime wheel for $(uname -m) in build/wheels: the image runs torch only"; fi
+# the sample static-camera video (768x576 pedestrians) from Debian's opencv-doc
+RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /install/usr/share/cnnvideo/vtest.avi
+COPY pyproject.toml README.md ./
+COPY proto/ proto/
+COPY shared/ shared/
+COPY services/master/ services/master/
+COPY services/worker/ services/worker/
+COPY services/trainer/ services/trainer/
+COPY tools/ tools/
 # The proto sits at cnnvideo/rpc/ in the include tree so generated code says
 # `from cnnvideo.rpc import cnnvideo_pb2`, exactly as `python -m cnnvideo.rpc.generate` does.
 RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \
@@ -98,8 +101,6 @@ RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \
  && cp /tmp/gen/cnnvideo/rpc/cnnvideo_pb2.py /tmp/gen/cnnvideo/rpc/cnnvideo_pb2_grpc.py shared/cnnvideo/rpc/ \
  && pip install --no-deps --no-build-isolation --no-index --no-cache-dir --break-system-packages \
       --root /install . /wheels/grpcio_health_checking-*.whl /wheels/paho_mqtt-*.whl
-# the sample static-camera video (768x576 pedestrians) from Debian's opencv-doc
-RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /install/usr/share/cnnvideo/vtest.avi
 
 # ---- runtime: the project installed on top of base; the role targets below only set defaults
 FROM base AS runtime

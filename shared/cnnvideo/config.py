@@ -10,12 +10,13 @@ all of them:
 - config_types: the dataclasses (Config and its sections) and the allowed values of choice keys;
 - config_upgrade: renamed keys (RENAMED: the old name still loads, with a warning naming the new one);
 - config_checks: option validation (validate, with the `cameras:` rules), the model `fallback` rule, the live view's
-  token, require_one_camera and pick_camera.
+  token;
+- config_cameras: the configs several cameras run (camera_configs, pick_camera, require_one_camera).
 
-The imports go config -> config_checks -> config_upgrade / config_types, never back (tests/unit/test_layout.py
-counts imports inside functions too): from_dict calls the checks, the checks need the dataclasses, so the
-dataclasses cannot live here. The demo config (`cnnvideo local` without -c, and configs/local.yml) is the package
-file DEMO_PATH.
+The imports go config -> config_checks -> config_cameras / config_upgrade / config_types, never back
+(tests/unit/test_layout.py counts imports inside functions too): from_dict calls the checks, the checks need the
+dataclasses, so the dataclasses cannot live here. The demo config (`cnnvideo local` without -c, and
+configs/local.yml) is the package file DEMO_PATH.
 """
 from __future__ import annotations
 
@@ -26,13 +27,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from cnnvideo.config_cameras import camera_configs, pick_camera, require_one_camera
 from cnnvideo.config_checks import (
     VIEW_TOKEN_ENV,
-    camera_configs,
     is_loopback,
     model_unavailable,
-    pick_camera,
-    require_one_camera,
     resolve_fallback,
     validate,
     view_token,

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from cnnvideo import config, config_checks
+from cnnvideo import config, config_cameras
 from cnnvideo.config import ConfigError
 
 GATE = {"gate": [[0, 0], [60, 0], [60, 40]]}  # inside a 96x128 frame (x <= 128, y <= 96)
@@ -61,7 +61,7 @@ def test_video_alone_is_one_camera_named_by_events_camera():
         "cam", "rtsp://cam/x", (96, 128), 1.0, cfg.source)
     named = config.from_dict({"video": "rtsp://cam/x", "events": {"camera": "porch"}}, check_files=False)
     assert [c.name for c in named.camera_list()] == ["porch"]
-    config_checks.require_one_camera(cfg)  # one camera: runs
+    config_cameras.require_one_camera(cfg)  # one camera: runs
 
 
 def test_one_listed_camera_is_applied_to_the_top_level():
@@ -73,7 +73,7 @@ def test_one_listed_camera_is_applied_to_the_top_level():
     assert (cfg.video, cfg.frame_size, cfg.check_share) == ("rtsp://cam/door", (96, 128), 0.25)
     assert (cfg.source.fps, cfg.source.queue, cfg.events.camera, cfg.events.enabled) == (12.0, 7, "door", False)
     assert [c.name for c in cfg.camera_list()] == ["door"]
-    config_checks.require_one_camera(cfg)
+    config_cameras.require_one_camera(cfg)
     zoned = config.from_dict({"cameras": {"door": {"video": "rtsp://x", "frame_size": [96, 128], "zones": GATE}}},
                              check_files=False)
     assert zoned.events.zones == GATE and zoned.events.enabled is True  # zones turn events on, as events.zones does
