@@ -151,6 +151,13 @@ class WorkerLinks:
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 
+    def tell_peers(self, run_id: str, gen: int, replicas: Sequence[int], out: bool, only: Sequence[int]) -> None:
+        """Tell every worker of `only` that the pool replicas `replicas` are left out (`out`) or back, so that their
+        links with them start over (the Peer call); MasterError naming the first worker that could not be told."""
+        for w in self._which(only):
+            for r in replicas:
+                self.call(w, "Peer", pb.PeerRequest(run_id=run_id, generation=gen, worker=r, out=out))
+
     def end_run(self, run_id: str) -> None:
         """Tell every worker the run is over (best effort: a dead worker has nothing to end)."""
         for w in range(self.n):

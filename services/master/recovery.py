@@ -5,10 +5,15 @@ Under a pool plan a worker that is down need not stop the run: when every stage 
 resync leaves it out (the dispatcher routes no frame to it) and the frames it had go to the others. The watch
 probes the workers left out, and one that serves again is taken back, after which its links start with keyframes.
 
-When the plan has one stage (full replication: each replica's only links are the master's input hop to it and its
-results back), leaving a replica out and taking it back touch that replica alone: no new generation, the other
-replicas keep their links and references, and only the frames on a route through it are sent again. A plan of
-several stages resyncs every link (a replica's upstream and downstream peers hold references to it)."""
+Leaving a replica out and taking it back touch that replica alone (`replica_out`, `take_back`), whether the plan
+has one stage (full replication) or several (a hybrid): no new generation, only the frames in flight on a route
+through it are sent again (from the input, on routes without it), and the other links keep their references. Its
+own links start over on both sides: the master's input hop to it here, and, through a Peer call to every other
+worker of the run, the links of the replicas of the stage before it (their sender state to it: frames encoded for
+it are not sent, and a forward to it that fails is no fault) and of the stage after it (their receive state from
+it, with its tasks still waiting there). Taken back, it gets a fresh run and the others are told again, so every
+link into and out of it starts with a keyframe. A fault that leaves a stage without a live replica (or one with no
+worker down, e.g. a broken delta) resyncs every link in a new generation, waiting for the worker or re-planning."""
 from __future__ import annotations
 
 import logging
@@ -44,16 +49,17 @@ class Recovery:
                 self._recover(fault)
 
     def replica_out(self, fault: str) -> bool:
-        """Under a one-stage pool plan, leave the workers that are down out by themselves: their frames in flight
-        are queued again, their links start over, the other replicas go on untouched. False when this does not
-        apply (another plan, nobody down, or no replica would be left)."""
+        """Under a pool plan, leave the workers that are down out by themselves: their frames in flight are queued
+        again, their links start over (here, and on the other workers through a Peer call), everything else goes on
+        untouched. False when this does not apply (another plan, nobody down, or a stage would keep no replica).
+        A worker that cannot be told becomes a fault of its own (the next recovery handles it)."""
         m = self.m
         plan = m.sending.sent_plan
-        if plan is None or not plan.is_pool or len(plan.stage_groups()) != 1:
+        if plan is None or not plan.is_pool:
             return False
         down = m.links.down(only=m.live_workers())
-        if not down or not self.can_leave_out(down):
-            return False
+        if not down or not self.can_leave_out(sorted(set(down) | m.dispatcher.excluded)):
+            return False  # (a stage whose last live replica is down: every link resyncs, waiting or re-planning)
         with m.cond:
             again, dropped = m.tracker.release_workers(down, fault)
             for f in again + dropped:
@@ -68,6 +74,10 @@ class Recovery:
             gen = m.tracker.generation
         for w in down:
             m.sending.reset_link(w)
+        try:
+            m.links.tell_peers(m.run_id, gen, down, True, m.live_workers())
+        except MasterError as exc:
+            m.fault("%s (telling it that %s is left out)" % (exc, ", ".join("w%d" % w for w in down)), gen)
         log.warning("resync of %s alone (%s): left out, its %d frames go to the other replicas; no other link "
                     "resyncs", ", ".join(m.links.name(w) for w in down), fault, len(again))
         threading.Thread(target=self._watch_return, args=(gen, list(down), True),
@@ -76,8 +86,9 @@ class Recovery:
 
     def take_back(self, w: int, gen: int) -> None:
         """Worker w serves again after replica_out: a fresh run on it alone (it builds the plan's stage first),
-        its streams, a fresh input sender (its first frame is a keyframe); then the dispatcher gives it frames.
-        A failure here leaves it out (the watch tries again)."""
+        its streams, a fresh input sender (its first frame is a keyframe), and the other workers told that it is
+        back (their links with it start over: keyframes both ways); then the dispatcher gives it frames. A failure
+        here leaves it out (the watch tries again)."""
         m = self.m
         with self.lock:
             if m.tracker.generation != gen or w not in m.dispatcher.excluded or m.failure is not None:
@@ -87,6 +98,7 @@ class Recovery:
             m.setup.check_infos()
             m.links.start_run(m.setup_msg(gen, m.sending.sent_plan), timeout=SETUP_TIMEOUT_S, only=[w])
             m.sending.reset_link(w)
+            m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w])
             m.open_streams(gen, only=[w])
             with m.cond:
                 m.dispatcher.excluded.discard(w)
@@ -126,15 +138,18 @@ class Recovery:
 
     def can_leave_out(self, down: List[int]) -> bool:
         """Whether the run can go on without the workers `down`: the current plan is a pool plan and every stage
-        keeps a replica (and so does every plan of the frames to re-send)."""
+        keeps a replica (and so does every plan of the frames to re-send, or in flight through `down`)."""
         m = self.m
         plan = m.sending.sent_plan
         if plan is None or not plan.is_pool:
             return False
+        tr = m.tracker
         with m.cond:
-            plans = {tuple(tuple(g) for g in m.tracker.records[f].groups or ()) for f in m.tracker.retry_q}
+            frames = set(tr.retry_q) | set(tr.flying_through(down))
+            plans = {tuple(tuple(g) for g in tr.records[f].groups or ()) for f in frames}
+            chained = any(not tr.records[f].groups and set(tr.route_of(f)) & set(down) for f in frames)
         left = set(range(m.W)) - set(down)
-        return all(left & set(g) for g in plan.stage_groups()) and all(
+        return not chained and all(left & set(g) for g in plan.stage_groups()) and all(
             all(left & set(g) for g in groups) for groups in plans if groups)
 
     def resync(self, gen: int, leave_out: Sequence[int] = ()) -> None:

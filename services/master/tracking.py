@@ -128,8 +128,17 @@ class FrameTracker:
         Returns (re-sent frames, dropped frames)."""
         self.pending_fault = None
         self.replica_resyncs += 1
+        return self._send_again(self.flying_through(workers), fault)
+
+    def flying_through(self, workers: Sequence[int]) -> List[int]:
+        """The frames in flight whose route (a chain's: stage s on worker s) runs a stage on one of `workers`."""
         gone = set(workers)
-        return self._send_again([f for f in sorted(self.flying) if gone & set(self.records[f].route or ())], fault)
+        return [f for f in sorted(self.flying) if gone & set(self.route_of(f))]
+
+    def route_of(self, frame: int) -> List[int]:
+        """The worker of each stage of `frame` as sent (a pool plan's route, else a chain's)."""
+        rec = self.records[frame]
+        return list(rec.route) if rec.route is not None else list(range(max(len(rec.cuts) - 1, 0)))
 
     def _send_again(self, frames: List[int], fault: str) -> Tuple[List[int], List[int]]:
         """Frames in flight that `fault` cut off leave the flight: queued for re-sending, or dropped once sent

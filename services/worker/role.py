@@ -23,7 +23,7 @@ from cnnvideo.rpc import net
 from cnnvideo.wire.protocol import check_plan, check_stage_of
 from cnnvideo.worker import wire
 from cnnvideo.worker.peers import Peers
-from cnnvideo.worker.runloop import EmitError, Run, RunSettings, Task
+from cnnvideo.worker.runloop import EmitError, Run, RunSettings, StaleError, Task
 from cnnvideo.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
@@ -174,8 +174,8 @@ class WorkerRole:
     def _emit(self, task: Task) -> None:
         """Hand a task to the worker its route names for the next stage (the engine's `emit`). While it is
         unreachable (down, restarting, or the hop cut off) try again with backoff on a fresh channel, up to
-        reliability.peer_wait_s, as long as the task's run is still the current one; EmitError if it stays
-        unreachable or refuses."""
+        reliability.peer_wait_s, as long as the task's run is still the current one and the master has not left the
+        receiver out (Run.peer); EmitError if it stays unreachable or refuses."""
         import grpc
 
         retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -194,7 +194,7 @@ class WorkerRole:
                 problem = "cannot forward frame %d to worker w%d at %s: %s" % (
                     task.frame_id, dest, self.cfg.cluster.workers[dest], net.code_name(exc))
                 run = self.find(task.run_id)
-                current = run is not None and run.generation == task.generation
+                current = run is not None and run.generation == task.generation and not run.link_dropped(task)
                 if exc.code() not in retryable or not current or self.stopping.is_set() or not backoff.wait():
                     raise EmitError(problem) from None
                 log.warning("%s; trying again", problem)
@@ -300,6 +300,16 @@ class WorkerRole:
             raise LookupError("no run %r on worker %d (current: %s)" % (
                 run_id, self.worker_id, ", ".join(r.run_id for r in list(self.runs.values())) or "none"))
         return run
+
+    def peer(self, run_id: str, generation: int, worker: int, out: bool) -> None:
+        """The master left replica `worker` of run `run_id` out (`out`) or took it back: the links with it start over
+        (Run.peer), on a fresh channel. LookupError without that run, StaleError at another generation."""
+        run = self.current(run_id)
+        if generation != run.generation:
+            raise StaleError("peer change of generation %d, run %s on worker %d is at generation %d"
+                             % (generation, run_id, self.worker_id, run.generation))
+        run.peer(worker, out)
+        self.peers.renew(worker)
 
     def end_run(self, run_id: str) -> None:
         with self.lock:

@@ -11,6 +11,12 @@ and send to several receivers (the replicas of the next stage). Each link keeps 
 `LinkIn` (decoder reference, cut and epoch check, sequence order, the stage it fed last), per receiver an
 `OutputHop`. Tasks are decoded in each link's sequence order; among links, the lowest frame id goes first.
 
+A replica the master leaves out after a fault (`Run.peer`, the Peer call) takes only its own links down: this worker
+drops its sender state and sequence to it (frames encoded for it are not sent, a forward to it that fails is no
+fault: the master sends those frames again on other routes) and its receive state from it, with the tasks of it
+still waiting; while it is out nothing goes to it and nothing from it is taken. When it is back, the links start
+over on both sides (its next payload either way is a keyframe with sequence number 0).
+
 An unchanged input skips the stage (`RunSettings.skip_unchanged`): when a frame's input payload is an update that
 changes nothing (empty after the sender's threshold) and this worker ran the same stage (start and end cut) on the
 previous frame, the input it holds is the one it computed then, so the output is the one it holds: the compute is
@@ -97,6 +103,7 @@ class Task:
     created_at: float = 0.0
     sent_at: float = 0.0
     route: List[int] = field(default_factory=list)  # worker per stage; empty = a chain (stage s on worker s)
+    link: int = 0  # (not on the wire) how often the link to the receiver had started over when this was encoded
 
     def workers(self) -> List[int]:
         """The worker of each stage of this frame."""
@@ -122,7 +129,7 @@ class LinkIn:
         self.pending: Dict[int, Tuple[Task, float]] = {}
         # the previous frame's stage from this link: (start, end) cuts, its output, the output's quantisation, the
         # OutputHop it went over, and the tag that message got there
-        self.held_out: Optional[Tuple[Tuple[int, int], np.ndarray, Optional[QParams], OutputHop, int]] = None
+        self.held_out: Optional[Tuple[Tuple[int, int], np.ndarray, Optional[QParams], Optional[OutputHop], int]] = None
 
 
 @dataclass
@@ -205,6 +212,8 @@ class Run:
         self.out_seq: Dict[int, int] = {}  # receiving worker -> next sequence number on that link
         self.n_pending = 0
         self.tags: Dict[int, int] = {}  # id(OutputHop) -> tag of the last message encoded on it
+        self.restarts: Dict[int, int] = {}  # peer worker -> times the master made its links start over (Run.peer)
+        self.out: set = set()  # replicas the master left out: nothing goes to them, nothing from them is taken
         self.n_tags = 0
         self.cond = threading.Condition()
         self.results: queue.Queue = queue.Queue(QUEUE_LIMIT)
@@ -243,6 +252,9 @@ class Run:
             raise TaskError("payload is at cut %d but the plan starts stage %d at cut %d"
                             % (task.payload.cut, task.hop, task.cuts[task.hop]))
         with self.cond:
+            if task.sender() in self.out:
+                raise StaleError("worker %d was left out of run %s: its tasks are not taken"
+                                 % (task.sender(), self.run_id))
             link = self.links_in.get(task.sender())
             if link is None:
                 link = self.links_in[task.sender()] = LinkIn(task.hop, self.max_bytes)
@@ -331,16 +343,23 @@ class Run:
             return
         nxt = s + 1
         dest = task.workers()[nxt]
-        hop = self.links_out.get(dest)
-        if hop is None:
-            hop = self.links_out[dest] = OutputHop(self.settings.hops)
+        with self.cond:  # Run.peer may start the link over meanwhile: the task then carries the old `link`
+            if dest in self.out:  # left out: the master sends this frame again on a route without it
+                # (y is still the output of this input link's latest frame: an unchanged next input reuses it)
+                link.held_out = ((start, end), y, q_out, None, 0) if start < end else None
+                log.info("frame %d not sent to worker %d: the master left it out", task.frame_id, dest)
+                return
+            hop = self.links_out.get(dest)
+            if hop is None:
+                hop = self.links_out[dest] = OutputHop(self.settings.hops)
+            restarts = self.restarts.get(dest, 0)
         planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
         data, keyframe = self._encode(hop, end, y, planned, skip, (start, end), q_out, link)
         t3 = time.time()
         stages.append(Timing("encode", t2, t3, len(data), time.thread_time() - c2))
         out = Task(self.run_id, task.frame_id, cuts, Payload(end, data, keyframe, _dense_bytes(y), *qs), hop=nxt,
                    keyframe=list(task.keyframe), epoch=list(task.epoch), generation=self.generation,
-                   created_at=task.created_at, route=list(task.route))
+                   created_at=task.created_at, route=list(task.route), link=restarts)
         report.hop_out, report.bytes_out, report.keyframe_out = dest, len(data), keyframe
         report.stages = stages
         self.put(self.forward_q, (out, report))
@@ -402,8 +421,15 @@ class Run:
             if self.failed:
                 continue
             dest = out.receiver()
-            out.seq = self.out_seq.get(dest, 0)
-            self.out_seq[dest] = out.seq + 1
+            with self.cond:
+                dropped = self.link_dropped(out)
+                if not dropped:
+                    out.seq = self.out_seq.get(dest, 0)
+                    self.out_seq[dest] = out.seq + 1
+            if dropped:
+                log.info("frame %d not sent to worker %d: the master left it out (or its link started over)",
+                         out.frame_id, dest)
+                continue
             t0 = time.time()
             out.sent_at = t0
             try:
@@ -411,10 +437,40 @@ class Run:
                     raise EmitError("worker %d cannot send to other workers" % self.worker_id)
                 self.emit(out)
             except EmitError as exc:
+                if self.link_dropped(out):  # the master sends the frame again on a route without that replica
+                    log.info("frame %d not sent to worker %d, left out meanwhile: %s", out.frame_id, dest, exc)
+                    continue
                 self.fail(str(exc), out.frame_id)
                 continue
             report.stages.append(Timing("send", t0, time.time(), len(out.payload.data)))
             self.put(self.stages, report)
+
+    # ------------------------------------------------------------------ replicas left out and taken back
+    def peer(self, worker: int, out: bool) -> None:
+        """The master left replica `worker` out (`out`) or took it back: the links between it and this worker start
+        over on both sides. The sender state and sequence to it go (tasks encoded for it before are not sent), and so
+        do the receive state from it and its tasks still waiting here; while it is out, tasks from it are refused
+        (StaleError) and none go to it."""
+        with self.cond:
+            self.restarts[worker] = self.restarts.get(worker, 0) + 1
+            self.links_out.pop(worker, None)
+            self.out_seq.pop(worker, None)
+            link = self.links_in.pop(worker, None)
+            if link is not None:
+                self.n_pending -= len(link.pending)
+            if out:
+                self.out.add(worker)
+            else:
+                self.out.discard(worker)
+            self.cond.notify_all()
+        log.info("run %s: worker %d %s; the links with it start over (%d of its tasks dropped)", self.run_id, worker,
+                 "left out" if out else "back", len(link.pending) if link is not None else 0)
+
+    def link_dropped(self, task: Task) -> bool:
+        """Whether `task` (encoded here for its receiver) is not to be sent: the receiver is left out, or its link
+        started over since the task was encoded."""
+        dest = task.receiver()
+        return dest in self.out or task.link != self.restarts.get(dest, 0)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str, frame_id: int = -1) -> None:

@@ -115,6 +115,16 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PrepareReply(ready=ready, error=error)
 
+    def Peer(self, request, context):
+        if not 0 <= request.worker < self.role.cfg.n_workers:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no worker %d in a cluster of %d"
+                          % (request.worker, self.role.cfg.n_workers))
+        try:
+            self.role.peer(request.run_id, int(request.generation), int(request.worker), bool(request.out))
+        except (LookupError, StaleError) as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        return pb.Ack(ok=True)
+
     def EndRun(self, request, context):
         self.role.end_run(request.run_id)
         return pb.Ack(ok=True)

@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from tests.integration.helpers import LocalRun, base_config, run_local, write_config
 
 FRAMES = 800  # 40 s at 20 fps
@@ -79,3 +81,44 @@ def test_a_replica_killed_mid_run_is_left_out_then_taken_back(tmp_path, syntheti
     assert [e["frame"] for e in lines] == list(range(FRAMES))
     assert any(e["route"][0] == 1 for e in lines[-100:]), "w1 got no frame after it came back"
     assert time.time() > t_kill
+
+
+HYBRID_FRAMES = 400  # 20 s at 20 fps: the killed replica is back well before the end
+
+
+@pytest.mark.parametrize("groups,killed,untouched", [
+    ([[0, 1], [2]], 1, ["m->w0", "w0->w2", "w2->m"]),  # a replica of the first stage
+    ([[0], [1, 2]], 1, ["m->w0", "w0->w2", "w2->m"]),  # a replica of the last stage
+], ids=["stage0", "stage1"])
+def test_a_hybrid_replica_killed_mid_run_is_resynced_alone(tmp_path, synthetic_video, groups, killed, untouched):
+    """A hybrid on three workers (two stages, one of them on two replicas); a replica is SIGKILLed mid-run. Every
+    stage keeps a replica, so the master leaves it out alone: no new generation (no global resync), its frames go
+    again on routes without it, every frame completes once, exactly and in frame order, and the links that do not
+    touch it keep their references (one keyframe each, the first), while its own links start over when the
+    supervisor's restart is taken back, after which it gets frames again."""
+    cache = str(tmp_path / "cache")
+    data = base_config(synthetic_video, cache, frames=HYBRID_FRAMES, in_flight=3, scheduler="fixed",
+                       scheduler_options={"cuts": [0, 9, 23], "groups": groups}, trainer={"frames": 8},
+                       source={"realtime": True, "fps": 20, "drop": "none"},
+                       limits={"worker_down_s": 5},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 20, "peer_wait_s": 60.0},
+                       cluster={"workers": THREE}, bandwidth=[3])
+    cfg_path = write_config(str(tmp_path / "hybrid-kill.yml"), data)
+    run = LocalRun(cfg_path, str(tmp_path / "hybrid-kill"))
+    run.wait_for(lambda: run.sent >= 40, 300)
+    os.kill(run.pids["w%d" % killed], signal.SIGKILL)
+    code, report, text = run.finish(600)
+    assert code == 0, text[-4000:]
+    assert report["completed"] == HYBRID_FRAMES and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    rel = report["reliability"]
+    assert rel["resyncs"] == 0 and rel["generation"] == 0 and rel["replica_resyncs"] >= 1, rel
+    events = report["pool"]["left_out"]
+    assert any(killed in e["left_out"] and e.get("scope") == "replica" for e in events), events
+    assert any(killed in e["back"] and e.get("scope") == "replica" for e in events), events
+    keyframes = {h["name"]: h["keyframes"] for h in report["hops"]}
+    assert all(keyframes[name] == 1 for name in untouched), keyframes
+    own = [name for name in keyframes if "w%d" % killed in name]
+    assert own and all(keyframes[name] >= 2 for name in own), keyframes
+    lines = _lines(str(tmp_path / "hybrid-kill"))
+    assert [e["frame"] for e in lines] == list(range(HYBRID_FRAMES))
+    assert any(killed in e["route"] for e in lines[-60:]), "w%d got no frame after it came back" % killed

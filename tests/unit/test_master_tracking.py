@@ -79,3 +79,21 @@ def test_a_replica_left_out_re_sends_only_the_frames_on_its_route():
     assert tr.records[3].status == "dropped" and "w1 is down" in tr.records[3].reason
     assert tr.complete(2, 0, 2, 1.0)  # the generation is unchanged: other replicas' results still count
     assert tr.next_frame() == (1, True) and tr.oldest_pending() == 0
+
+
+def test_a_hybrid_replica_left_out_re_sends_the_frames_through_it_at_any_stage():
+    """Two stages (stage 0 on w0/w1, stage 1 on w2/w3): leaving out a replica of either stage queues again exactly
+    the frames whose route runs a stage on it, in the same generation; a chain frame (no route) counts as running
+    stage s on worker s."""
+    tr = FrameTracker(6, retries=3, cap=0)
+    routes = [[0, 2], [1, 3], [0, 3], [1, 2], [0, 2]]
+    for f, route in enumerate(routes):
+        tr.next_frame()
+        tr.sent(f, [0, 4, 9], 0.0, False, route=route, groups=[[0, 1], [2, 3]])
+    tr.next_frame()
+    tr.sent(5, [0, 4, 9], 0.0, False)  # a chain's frame: w0 then w1
+    assert tr.route_of(5) == [0, 1] and tr.route_of(2) == [0, 3]
+    assert tr.flying_through([3]) == [1, 2] and tr.flying_through([1]) == [1, 3, 5]
+    again, dropped = tr.release_workers([3], "w3 is down")
+    assert (again, dropped) == ([1, 2], []) and tr.generation == 0
+    assert sorted(tr.flying) == [0, 3, 4, 5] and list(tr.retry_q) == [1, 2]

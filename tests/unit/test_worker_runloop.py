@@ -316,3 +316,160 @@ def test_pool_refuses_a_task_routed_to_another_worker_or_naming_a_worker_twice()
             pool.runs[0].accept(Task("r1", 0, [0, 1, 3], Payload(0, b"x"), route=[0, 5]))
     finally:
         pool.close()
+
+
+class Hybrid:
+    """Three engines as a hybrid pool plan, `groups` the replicas of each of its two stages; a stand-in master keeps
+    one input sender per first-stage replica and routes every frame itself. Workers in `dead` are unreachable (an
+    emit to one raises EmitError after `on_dead(task)`, e.g. the master's Peer call arriving meanwhile)."""
+
+    def __init__(self, groups, split=1, skip_unchanged=False):
+        self.settings = RunSettings("r1", 3, HopSettings(), 0, skip_unchanged=skip_unchanged)
+        self.groups = groups
+        self.cuts = [0, split, 3]
+        self.dead = set()
+        self.on_dead = lambda task: None
+        self.runs = {w: self._run(w) for w in (0, 1, 2)}
+        self.senders, self.seq = {}, {}
+        self.receivers = {}  # result stream per reporting worker
+
+    def _emit(self, task):
+        if task.receiver() in self.dead:
+            self.on_dead(task)
+            raise EmitError("worker w%d is unreachable" % task.receiver())
+        self.runs[task.receiver()].accept(task)
+
+    def _run(self, w):
+        return Run(self.settings, w, SHAPES, forward, self._emit, 1 << 20)
+
+    def restart(self, w):
+        """A fresh run on w (the master's take_back): its links start over on its side."""
+        self.runs[w].close()
+        self.runs[w] = self._run(w)
+        self.dead.discard(w)
+        self.receivers.pop(w, None)
+        self.senders.pop(w, None)
+        self.seq.pop(w, None)
+
+    def task(self, f, x, route):
+        first = route[0]
+        sender = self.senders.setdefault(first, self.settings.hops.sender(0))
+        seq = self.seq.get(first, 0)
+        data = sender.encode(x, keyframe=seq == 0)
+        self.seq[first] = seq + 1
+        return Task("r1", f, list(self.cuts), Payload(0, data, seq == 0), hop=0, seq=seq, keyframe=[False, False],
+                    epoch=[0, 0], route=list(route))
+
+    def result(self, w, x, timeout=10.0):
+        """The next result of reporting worker w, checked bitwise against the unsplit forward of x."""
+        res = self.runs[w].results.get(timeout=timeout)
+        assert isinstance(res, Result) and res.worker_id == w
+        y = np.array(self.receivers.setdefault(w, HopReceiver(1 << 20)).decode(res.output.data))
+        np.testing.assert_array_equal(y, forward(0, 3, x))
+        return res.frame_id
+
+    def close(self):
+        for run in self.runs.values():
+            run.close()
+
+
+def _forwards(run, n, timeout=10.0):
+    """The next n stage reports of `run` that are forwards (hop_out names a worker), as (frame, to, keyframe)."""
+    out = []
+    while len(out) < n:
+        r = run.stages.get(timeout=timeout)
+        assert isinstance(r, StageReport) and not r.error, r
+        out.append((r.frame_id, r.hop_out, r.keyframe_out))
+    return out
+
+
+def test_a_left_out_sender_loses_its_link_and_waiting_tasks_downstream_and_comes_back_with_a_keyframe():
+    """Hybrid (stage 0 on w0 and w1, stage 1 on w2): w2 holds a task of w1 out of order when the master leaves w1 out.
+    Run.peer drops w2's receive state from w1 with that task, refuses w1's tasks while it is out, and the link from
+    w0 keeps its reference (its next payload to w2 is a delta, still exact). Taken back, a fresh w1 starts over at
+    sequence 0 with a keyframe, which w2 accepts; every result stays exact."""
+    hy = Hybrid([[0, 1], [2]])
+    xs = frames(9, seed=11)
+    try:
+        for f in range(4):
+            hy.runs[f % 2].accept(hy.task(f, xs[f], [f % 2, 2]))
+            assert hy.result(2, xs[f]) == f
+        w2 = hy.runs[2]
+        assert w2.links_in[1].next_seq == 2
+        # w1's seq 3 arrived at w2 before seq 2 (which w1 never sent: it died)
+        late = Task("r1", 5, list(hy.cuts), Payload(1, b"junk", False), hop=1, seq=3, keyframe=[False, False],
+                    epoch=[0, 0], route=[1, 2])
+        w2.accept(late)
+        assert w2.n_pending == 1
+        w2.peer(1, out=True)
+        assert 1 not in w2.links_in and w2.n_pending == 0 and 0 in w2.links_in
+        with pytest.raises(StaleError, match="left out"):
+            w2.accept(late)
+        hy.runs[0].accept(hy.task(4, xs[4], [0, 2]))
+        assert hy.result(2, xs[4]) == 4
+        fwd = _forwards(hy.runs[0], 3)
+        assert fwd[-1] == (4, 2, False)  # w0 -> w2 not restarted: a delta
+        hy.restart(1)
+        w2.peer(1, out=False)
+        for f in range(5, 9):
+            hy.runs[f % 2].accept(hy.task(f, xs[f], [f % 2, 2]))
+            assert hy.result(2, xs[f]) == f
+        assert [k for f, to, k in _forwards(hy.runs[1], 2)] == [True, False]  # fresh w1: keyframe, then deltas
+        assert w2.links_in[1].next_seq == 2
+        assert not any(run.failed for run in hy.runs.values())
+    finally:
+        hy.close()
+
+
+def test_an_upstream_sender_drops_frames_for_a_left_out_replica_without_failing_and_keyframes_it_on_return():
+    """Hybrid (stage 0 on w0, stage 1 on w1 and w2): w1 dies. A forward to it that fails while the master's Peer call
+    arrives is no fault, a frame encoded for it before the call (or while it is out) is not sent, and w0's link to
+    w2 keeps its reference (no keyframe). Taken back, w1 gets a keyframe at sequence 0 from w0; every result that
+    comes is exact and w0's run never fails."""
+    hy = Hybrid([[0], [1, 2]])
+    xs = frames(10, seed=13)
+    try:
+        for f in range(4):
+            hy.runs[0].accept(hy.task(f, xs[f], [0, 1 + f % 2]))
+            assert hy.result(1 + f % 2, xs[f]) == f
+        w0 = hy.runs[0]
+        hy.dead.add(1)
+        hy.on_dead = lambda task: w0.peer(1, out=True)  # the master's Peer call comes while the forward fails
+        w0.accept(hy.task(4, xs[4], [0, 1]))  # routed to w1 before the master knew: lost, the master re-sends it
+        w0.accept(hy.task(5, xs[5], [0, 1]))  # encoded for w1 while it is out: not sent
+        w0.accept(hy.task(6, xs[6], [0, 2]))
+        assert hy.result(2, xs[6]) == 6
+        reports = _forwards(w0, 5)  # frames 4 and 5 went nowhere: no report
+        assert [r[0] for r in reports] == [0, 1, 2, 3, 6] and reports[-1] == (6, 2, False)  # w0 -> w2: a delta
+        assert not w0.failed and 1 not in w0.links_out and w0.out == {1}
+        hy.restart(1)
+        w0.peer(1, out=False)
+        for f in range(7, 10):
+            w0.accept(hy.task(f, xs[f], [0, 1 + f % 2]))
+            assert hy.result(1 + f % 2, xs[f]) == f
+        fwd = _forwards(w0, 3)
+        assert fwd == [(7, 2, False), (8, 1, True), (9, 2, False)]  # w1's link starts with a keyframe
+        assert hy.runs[1].links_in[0].next_seq == 1  # the fresh link's first task was sequence 0
+        assert not any(run.failed for run in hy.runs.values())
+    finally:
+        hy.close()
+
+
+def test_a_frame_for_a_left_out_replica_still_updates_what_an_unchanged_input_reuses():
+    """skip_unchanged with stage 1 on w1 and w2: w0 computes a frame routed to w1 while w1 is out (not sent), then
+    the same input again routed to w2. The unchanged input reuses the output of the frame w0 computed last (the
+    dropped one), not of the one before it, so w2's result is exact."""
+    hy = Hybrid([[0], [1, 2]], skip_unchanged=True)
+    xs = frames(3, seed=17)
+    try:
+        w0 = hy.runs[0]
+        w0.accept(hy.task(0, xs[0], [0, 2]))
+        assert hy.result(2, xs[0]) == 0
+        w0.peer(1, out=True)
+        w0.accept(hy.task(1, xs[1], [0, 1]))  # computed, not sent
+        w0.accept(hy.task(2, xs[1], [0, 2]))  # the same input: an empty update on the input hop
+        assert hy.result(2, xs[1]) == 2
+        reports = _forwards(w0, 2)
+        assert [r[0] for r in reports] == [0, 2] and 1 not in w0.links_out and not w0.failed
+    finally:
+        hy.close()
