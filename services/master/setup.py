@@ -16,8 +16,15 @@ from cnnvideo.master.feed import SourceError
 from cnnvideo.master.links import MasterError, WorkerLinks
 from cnnvideo.master.outputs import OutputStore
 from cnnvideo.plan import schedulers
+from cnnvideo.plan.costinputs import (
+    alike_key,
+    cpu_model,
+    input_stride_exponent,
+    master_time,
+    payload_share,
+    pool_alike,
+)
 from cnnvideo.plan.costinputs import build as cost_inputs
-from cnnvideo.plan.costinputs import cpu_model, input_stride_exponent, master_time, payload_share
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
@@ -49,6 +56,8 @@ class Setup:
                                  settings=m.settings_pb(settings.WORKER_KEYS))
         costs = self.all_costs(request)
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
+        if cfg.cost_model.alike_profiles:
+            seg_time = self.pool_alike(costs, seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         m.setup_s["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
@@ -149,6 +158,20 @@ class Setup:
         m.checker = OnlineChecker(m.reference.run, m.cfg.check_share,
                                   queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer,
                                   compare=compare, error=error)
+
+    @staticmethod
+    def pool_alike(costs, seg_time: np.ndarray) -> np.ndarray:
+        """Alike workers (same device and CPU cap) planned with one profile (costinputs.pool_alike), said in a log
+        line with how far apart their own profiles were."""
+        keys = [alike_key(c.device, c.cfs_quota_s, c.cfs_period_s) for c in costs]
+        pooled_time, groups = pool_alike(seg_time, keys)
+        for ws in groups:
+            own = seg_time[ws].sum(axis=1)
+            log.info("workers %s alike (%s, cap %s): planned with one profile, %.3f s a frame (theirs %s)",
+                     ", ".join("w%d" % w for w in ws), costs[ws[0]].device, "%.2f" % (costs[ws[0]].cfs_quota_s /
+                     costs[ws[0]].cfs_period_s) if costs[ws[0]].cfs_period_s else "none",
+                     float(pooled_time[ws[0]].sum()), ", ".join("%.3f" % t for t in own))
+        return pooled_time
 
     def all_costs(self, request) -> list:
         """Every worker's Costs answer. A rescale times whole passes on the worker now, so it is timed under the

@@ -17,7 +17,14 @@ from cnnvideo.config import Config
 from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
 from cnnvideo.model.engines.auto import AutoStages, auto_factories
 from cnnvideo.model.loading import load_graph
-from cnnvideo.plan.profiling import WorkerProfile, cfs_quota, fastest_profile, profile_worker, senders_for
+from cnnvideo.plan.profiling import (
+    WorkerProfile,
+    cfs_quota,
+    device_tag,
+    fastest_profile,
+    profile_worker,
+    senders_for,
+)
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 from cnnvideo.wire.protocol import check_plan, check_stage_of
@@ -85,6 +92,7 @@ class WorkerRole:
         self.next_address = cfg.cluster.workers[worker_id + 1] if worker_id + 1 < cfg.n_workers else ""
         self.peers = Peers(cfg, cfg.cluster.workers)  # the workers this one sends to (its route's next stage)
         self.host = os.environ.get("CNNVIDEO_HOST") or socket.gethostname()
+        self.device = device_tag()  # with the CPU cap: which workers the cost model takes as alike
         self.graph = None
         self.costs: Optional[WorkerProfile] = None
         self.costs_cached = False

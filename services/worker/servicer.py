@@ -44,7 +44,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
                                "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),
                                decode=convert.to_array(prof.decode, "decode"), wall_per_cpu=prof.wall_per_cpu,
-                               cfs_quota_s=role.cfs[0], cfs_period_s=role.cfs[1])
+                               cfs_quota_s=role.cfs[0], cfs_period_s=role.cfs[1], device=role.device)
 
     def StartRun(self, request, context):
         self._refuse_other_settings(request, context)

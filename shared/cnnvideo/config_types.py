@@ -181,6 +181,10 @@ class CostModel:
     # (cnnvideo.plan.pool). The person detector at 480x720 measured 8.7-9.2 ms a frame without the check, vtest's
     # 768x576 frames resized with INTER_LINEAR (docs/results/master-cpu): 26 ns a pixel.
     master_ns_per_pixel: float = 26.0
+    # workers of the same device (profiling.device_tag) and CPU cap are planned with one profile, each segment's
+    # median over theirs (costinputs.pool_alike): the workers profile at once when they start, and four alike ones
+    # measured 0.090-0.180 s a frame side by side on a 2-core host, which sent the planner to a plan built on noise
+    alike_profiles: bool = True
 
 
 @dataclass

@@ -2,8 +2,8 @@
 for the master and `cnnvideo plan`)."""
 import numpy as np
 
+from cnnvideo.plan.costinputs import alike_key, cpu_model, pool_alike, share_cpu
 from cnnvideo.plan.costinputs import build as cost_inputs
-from cnnvideo.plan.costinputs import cpu_model, share_cpu
 from cnnvideo.plan.costmodel import Plan, compute_costs
 
 
@@ -114,3 +114,23 @@ def test_message_charge_with_one_in_flight_is_fluid_inside_the_burst():
     one = cpu_model(cpus, 1, 25.0, 200.0)
     np.testing.assert_allclose(one["net_s_per_message"], [200e-6 * 10.0, 200e-6 * 1.5])
     assert "net_s_per_byte" not in one
+
+
+def test_pool_alike_gives_alike_workers_their_median_and_leaves_others_alone():
+    """Workers with the same device and cap get each segment's median over theirs (the planner sees one device, not
+    the noise of when each profiled); a worker with another cap, or an unknown device, keeps its own profile."""
+    seg = np.array([[0.09, 0.01], [0.12, 0.02], [0.18, 0.01], [0.05, 0.05], [0.30, 0.30], [0.40, 0.40]])
+    keys = [alike_key("cpu/x86_64/2 cores", 0.01, 0.1)] * 3 + [alike_key("cpu/x86_64/2 cores", 0.02, 0.1),
+                                                                 alike_key("", 0.01, 0.1), None]
+    out, groups = pool_alike(seg, keys)
+    assert groups == [[0, 1, 2]]
+    assert np.allclose(out[:3], [[0.12, 0.01]] * 3)
+    assert np.array_equal(out[3:], seg[3:])
+    assert np.array_equal(seg[0], [0.09, 0.01])  # the input is not changed
+
+
+def test_pool_alike_without_pairs_changes_nothing():
+    """One worker per key: nothing is pooled and the times come back as they were."""
+    seg = np.array([[0.1, 0.2], [0.3, 0.4]])
+    out, groups = pool_alike(seg, [alike_key("a", 0.01, 0.1), alike_key("b", 0.01, 0.1)])
+    assert groups == [] and np.array_equal(out, seg)

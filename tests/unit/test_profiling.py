@@ -7,7 +7,7 @@ import torch
 
 from cnnvideo.model import engines
 from cnnvideo.model.graph import LayerGraph
-from cnnvideo.plan.profiling import WorkerProfile, profile_worker
+from cnnvideo.plan.profiling import WorkerProfile, device_tag, profile_worker
 from cnnvideo.wire.hop import HopSender
 
 
@@ -177,3 +177,19 @@ def test_engine_profile_is_rescaled_by_its_own_stages_not_torch_passes(tmp_path,
         arrays = dict(prof.to_arrays(), reference_bounds=np.array(bad))
         with pytest.raises(ValueError):
             WorkerProfile.from_arrays(arrays, k)
+
+
+def test_device_tag_reads_the_cpu_model_a_pi_board_and_nothing(tmp_path):
+    """device_tag names the x86 model or a Pi's board and core part, with the architecture and cores; a cpuinfo
+    without a model, or none at all, gives '' (alike to no other worker)."""
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nmodel\t: 1\nmodel name\t: AMD EPYC 7B13\nflags\t: sse\n"
+                   "processor\t: 1\nmodel name\t: AMD EPYC 7B13\n")
+    pi = tmp_path / "pi"
+    pi.write_text("processor\t: 0\nCPU part\t: 0xd08\n\nHardware\t: BCM2835\nModel\t: Raspberry Pi 4 Model B Rev 1.4\n")
+    bare = tmp_path / "bare"
+    bare.write_text("processor\t: 0\n")
+    assert device_tag(str(x86)).startswith("AMD EPYC 7B13/")
+    assert device_tag(str(pi)).startswith("Raspberry Pi 4 Model B Rev 1.4 part 0xd08/")
+    assert device_tag(str(x86)).endswith(" cores")
+    assert device_tag(str(bare)) == "" and device_tag(str(tmp_path / "missing")) == ""

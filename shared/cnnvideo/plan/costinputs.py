@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -75,6 +75,29 @@ def fluid_per_cpu(burst: np.ndarray, ratio: np.ndarray) -> np.ndarray:
 # 2.0); lossless it grows as stride ** (1/3) (cnnvideo.plan.costmodel.STRIDE_EXPONENT). Below the threshold a pixel's
 # change is not sent, and over a longer stride more of them pass it.
 THRESHOLD_STRIDE_EXPONENT = 0.5
+
+
+def alike_key(device: str, quota_s: float, period_s: float) -> Optional[tuple]:
+    """What makes two workers alike for the cost model: the same device tag (profiling.device_tag) and CPU cap;
+    None (alike to no other) when the device is unknown."""
+    return (device, round(float(quota_s), 6), round(float(period_s), 6)) if device else None
+
+
+def pool_alike(seg_time: np.ndarray, keys: Sequence[Optional[tuple]]) -> Tuple[np.ndarray, List[List[int]]]:
+    """([W, K] segment times where every group of alike workers (equal key, not None) has each segment's median over
+    the group, the groups of two or more pooled). Alike workers compute alike; what differs in their profiles is
+    when each was measured (at once, beside each other, on a shared host), so one profile for all of them keeps the
+    planner from a plan built on that noise; unlike workers keep their own."""
+    seg_time = np.asarray(seg_time, dtype=np.float64)
+    out = seg_time.copy()
+    groups: Dict[tuple, List[int]] = {}
+    for w, key in enumerate(keys):
+        if key is not None:
+            groups.setdefault(key, []).append(w)
+    pooled = [ws for ws in groups.values() if len(ws) > 1]
+    for ws in pooled:
+        out[ws] = np.median(seg_time[ws], axis=0)
+    return out, pooled
 
 
 def input_stride_exponent(cfg) -> float:

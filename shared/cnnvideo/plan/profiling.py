@@ -135,6 +135,28 @@ def _cfs_at(root: str) -> Tuple[float, float]:
     return 0.0, 0.0
 
 
+def device_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """What kind of device this process profiles on: the CPU model (x86 `model name`, or a Pi's board `Model` and
+    its core's `CPU part`), the architecture and the cores it may use. Workers with the same tag and CPU cap are the
+    same device for the cost model (costinputs.pool_alike); '' when the CPU model cannot be read."""
+    import platform
+
+    fields = {}
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        return ""
+    model = fields.get("model name") or fields.get("model") or ""
+    part = fields.get("cpu part", "")
+    if not model and not part:
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+    return "%s%s/%s/%d cores" % (model, " part %s" % part if part else "", platform.machine(), cores)
+
+
 def _segment_modules(graph) -> list:
     return [graph.stage_module(k, k + 1) for k in range(graph.num_segments)]
 
