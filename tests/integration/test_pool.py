@@ -83,7 +83,7 @@ def test_a_replica_killed_mid_run_is_left_out_then_taken_back(tmp_path, syntheti
     assert time.time() > t_kill
 
 
-HYBRID_FRAMES = 400  # 20 s at 20 fps: the killed replica is back well before the end
+HYBRID_FRAMES = 720  # 36 s at 20 fps: a restart and take-back took 19 s on the loaded CI host; it must be back early
 
 
 @pytest.mark.parametrize("groups,killed,untouched", [
