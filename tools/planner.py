@@ -96,8 +96,9 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     import torch
 
     from cnnvideo.model.loading import load_graph
+    from cnnvideo.plan import overhead
     from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
-    from cnnvideo.plan.profiling import profile_worker, senders_for
+    from cnnvideo.plan.profiling import device_tag, profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = load_graph(cfg)  # a zoo model's LayerGraph, or an ONNX file's OnnxGraph
@@ -126,13 +127,20 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     shares = [worker_share(cfg, w) for w in range(cfg.n_workers)]
     cpus = [costinputs.share_cpu(s, prof.wall_per_cpu) for s in shares]  # as the master's workers report them
     dense = np.array([float(c.bytes_dense) for c in graph.cuts])
-    inputs = costinputs.build(seg_times(cfg, profile), cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
+    seg, message_us = seg_times(cfg, profile), cfg.cost_model.net_cpu_us_per_message
+    stored = overhead.load(artifacts.overhead_path(cfg, device_tag())) if cfg.cost_model.measured_overhead else None
+    if stored is not None:  # what the last run here measured (master.overheads stores it)
+        seg, message_us = overhead.apply(seg, message_us, [stored] * cfg.n_workers)
+        source_overhead = "compute x%.3f, %.0f us a message (run %s)" % (stored.compute_ratio, stored.message_us,
+                                                                         stored.run_id)
+        log.info("planning with the measured overhead: %s", source_overhead)
+    inputs = costinputs.build(seg, cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links),
                               turnaround=cfg.cost_model.master_turnaround_s, master_time=costinputs.master_time(cfg),
                               input_stride_exponent=costinputs.input_stride_exponent(cfg),
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
-                                                     cfg.cost_model.net_cpu_us_per_message))
+                                                     message_us))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
 
 

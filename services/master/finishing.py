@@ -110,6 +110,7 @@ class Finisher:
         extra.update(m.scheduler.report(n_frames, plan))
         extra.update(self.live_extra(wall))
         extra["master"] = self.master_cpu(cpu_now)
+        extra["overhead"] = tel.overheads.finish(m.run_id) if tel.overheads is not None else None
         extra["events"] = m.events.close()  # None unless events.enabled: tracks, events by type, MQTT, snapshots
         m.events.sync()
         os.makedirs(m.out, exist_ok=True)

@@ -156,6 +156,8 @@ class StreamReader:
         if rep.engine:
             m.telemetry.engine(w, rep.engine, rep.engine_note)
         m.events.stage_report(w, rep)
+        if m.telemetry.overheads is not None:
+            m.telemetry.overheads.stage_report(w, rep)
         for st in rep.stages:
             m.telemetry.span(rpt.StageSpan(rep.frame_id, actor, st.stage, st.start, st.end, st.bytes, st.cpu))
             if st.stage == "compute":

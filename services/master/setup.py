@@ -15,6 +15,7 @@ from cnnvideo.master.checks import check_infos, codec_times
 from cnnvideo.master.feed import SourceError
 from cnnvideo.master.links import MasterError, WorkerLinks
 from cnnvideo.master.outputs import OutputStore
+from cnnvideo.master.overheads import Overheads
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.costinputs import (
     alike_key,
@@ -58,6 +59,8 @@ class Setup:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         if cfg.cost_model.alike_profiles:
             seg_time = self.pool_alike(costs, seg_time)
+        m.telemetry.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs])
+        seg_time, message_us = m.telemetry.overheads.plan_inputs(seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         m.setup_s["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
@@ -102,8 +105,7 @@ class Setup:
                              turnaround=cfg.cost_model.master_turnaround_s, master_time=master_time(cfg),
                              input_stride_exponent=input_stride_exponent(cfg),
                              p_unchanged=None if delta and cfg.delta.skip_unchanged else 0.0,
-                             **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
-                                             cfg.cost_model.net_cpu_us_per_message))
+                             **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte, message_us))
         m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
                                         cfg.group_size, m.predictors, frame_nz)
         m.scheduler.initial_plan()

@@ -179,6 +179,7 @@ class StageReport:
     engine: str = ""  # engine-precision that ran the stage ('' = empty stage)
     engine_note: str = ""  # why it is not the engine asked for
     skipped: bool = False  # the input was unchanged: the stage was not computed, its held output went on
+    process_cpu: float = 0.0  # the process's CPU seconds (every thread) as the frame's compute ended (0 = not taken)
 
 
 Forward = Callable[[int, int, np.ndarray], np.ndarray]
@@ -328,7 +329,7 @@ class Run:
         label, note = self.describe(start, end) if start < end else ("", "")
         report = StageReport(self.run_id, self.generation, task.frame_id, w, start_cut=start, end_cut=end,
                              hop_in=s, bytes_in=len(task.payload.data), dense_out=_dense_bytes(y), engine=label,
-                             engine_note=note, skipped=bool(skip and start < end))
+                             engine_note=note, skipped=bool(skip and start < end), process_cpu=time.process_time())
         qs = (q_out.scale, q_out.zero_point) if q_out is not None and y.dtype == np.uint8 and end > 0 else (0.0, 0)
         if s >= protocol.reporter(cuts):
             data, keyframe = self._encode(self.result_hop, end, y, False, skip, (start, end), q_out, link)

@@ -113,6 +113,15 @@ def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32", 
     return cfg.cache_path("costs", safe + ".npz")
 
 
+def overhead_path(cfg: Any, device: str) -> str:
+    """overhead/<model>-<H>x<W>-<engine>-<precision>-<sha16 of the device tag>.json: the per-frame overhead runs of
+    this model measured on workers of that device (cnnvideo.plan.overhead)."""
+    digest = hashlib.sha1(device.encode()).hexdigest()[:16]
+    name = "%s-%dx%d-%s-%s-%s.json" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1],
+                                       cfg.engine or "default", cfg.precision, digest)
+    return cfg.cache_path("overhead", "".join(c if c.isalnum() or c in "-_." else "_" for c in name))
+
+
 def onnx_dir(cache_root: str) -> str:
     """Folder of the ONNX engine's stage files under a cache root (`cfg.cache_dir` or a bench's scratch folder)."""
     return os.path.join(os.path.expanduser(cache_root), "onnx")

@@ -185,6 +185,10 @@ class CostModel:
     # median over theirs (costinputs.pool_alike): the workers profile at once when they start, and four alike ones
     # measured 0.090-0.180 s a frame side by side on a 2-core host, which sent the planner to a plan built on noise
     alike_profiles: bool = True
+    # plan with the overhead a run measured (cnnvideo.plan.overhead): a run of 30 frames or more stores, per device and
+    # engine, its workers' compute CPU over their profile and their CPU a message beyond it; the next setup scales
+    # the profile by the first and charges the second instead of net_cpu_us_per_message
+    measured_overhead: bool = True
 
 
 @dataclass

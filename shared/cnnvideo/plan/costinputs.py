@@ -42,19 +42,21 @@ def payload_share(links: str) -> float:
 
 
 def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float,
-              net_us_per_message: Optional[float] = None) -> Dict[str, Any]:
+              net_us_per_message: Any = None) -> Dict[str, Any]:
     """How the workers' CPU caps shape their stages (WorkerCpu-like objects, one per worker): with one frame in
     flight a worker starts every stage idle, so a capped one runs it as a CFS burst (`burst`) and its per-byte
     network CPU is spent while it waits for the transfer (no charge); with more, its network CPU competes with its
     compute (`net_s_per_byte` = ns/byte x its wall/CPU ratio) and it rarely idles (the fluid time).
-    Either way each message it handles costs `net_s_per_message` fluid seconds (net_us_per_message, None = the
-    config default, as CPU / share): with one in flight inside the burst, whose CPU it adds to (x period/quota:
-    the Process call in comes just before the compute, the call out and the stage report just after), with more
-    x the wall/CPU ratio, like the per-byte charge."""
+    Either way each message it handles costs `net_s_per_message` fluid seconds (net_us_per_message: a number or
+    one per worker (cnnvideo.plan.overhead measures them), None = the config default, as CPU / share): with one in
+    flight inside the burst, whose CPU it adds to (x period/quota: the Process call in comes just before the
+    compute, the call out and the stage report just after), with more x the wall/CPU ratio, like the per-byte
+    charge."""
     if net_us_per_message is None:
         from cnnvideo.config_types import CostModel
 
         net_us_per_message = CostModel.net_cpu_us_per_message
+    net_us_per_message = np.asarray(net_us_per_message, dtype=np.float64)
     ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)
     if in_flight == 1:
         burst = np.array([[c.cfs_quota_s, c.cfs_period_s] for c in cpus], dtype=np.float64).reshape(-1, 2)

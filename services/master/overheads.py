@@ -1,0 +1,71 @@
+"""The master's side of the measured per-frame overhead (cnnvideo.plan.overhead): at setup, the figures earlier runs
+stored for each worker's device go into the plan; during the run, every stage report's CPU goes to the meter; at
+the end, report.json's `overhead` and, from a long enough single-camera run, the figures stored for the next."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from cnnvideo.artifacts import overhead_path
+from cnnvideo.plan import overhead
+
+log = logging.getLogger(__name__)
+
+CODEC_STAGES = ("decode", "compute", "encode")
+
+
+class Overheads:
+    """One run's measured overhead: `plan_inputs` at setup, `stage_report` per report, `finish` at the end."""
+
+    def __init__(self, cfg, devices: Sequence[str], seg_time: np.ndarray, wall_per_cpu: Sequence[float]) -> None:
+        self.cfg = cfg
+        self.devices = list(devices)
+        self.meter = overhead.OverheadMeter(overhead.profiled_cpu(seg_time, wall_per_cpu))
+        self.used: List[Optional[overhead.Stored]] = [None] * len(self.devices)
+
+    def plan_inputs(self, seg_time: np.ndarray) -> Tuple[np.ndarray, Any]:
+        """(segment times, CPU us a message: a number, or one per worker) the plan is built with: the stored
+        figures of each worker's device where cost_model.measured_overhead is on and a run stored them."""
+        cm = self.cfg.cost_model
+        if not cm.measured_overhead:
+            return seg_time, cm.net_cpu_us_per_message
+        found = {d: overhead.load(overhead_path(self.cfg, d)) for d in set(self.devices) if d}
+        self.used = [found.get(d) if d else None for d in self.devices]
+        for d, s in found.items():
+            if s is not None:
+                log.info("planning %s with the overhead run %s measured: compute x%.3f of the profile, %.0f us a "
+                         "message (configured %.0f)", d, s.run_id or "?", s.compute_ratio, s.message_us,
+                         cm.net_cpu_us_per_message)
+        if not any(s is not None for s in self.used):
+            return seg_time, cm.net_cpu_us_per_message
+        return overhead.apply(seg_time, cm.net_cpu_us_per_message, self.used)
+
+    def stage_report(self, w: int, rep) -> None:
+        """One StageReport of worker w (its process CPU and its stage threads')."""
+        cpu = {st.stage: st.cpu for st in rep.stages if st.stage in CODEC_STAGES}
+        self.meter.add(w, rep.process_cpu, sum(cpu.values()), cpu.get("compute", 0.0), rep.start_cut, rep.end_cut,
+                       not rep.skipped, rep.bytes_in + rep.bytes_out)
+
+    def finish(self, run_id: str) -> Dict[str, Any]:
+        """report.json's `overhead`: per worker what this run measured and whether the plan used stored figures;
+        stores the per-device medians for the next run (a run of MIN_FRAMES or more, one camera: with several,
+        a worker's CPU between two of this camera's reports includes the others' frames)."""
+        ns = self.cfg.cost_model.net_cpu_ns_per_byte
+        measured = self.meter.measured()
+        out: Dict[str, Any] = {
+            "workers": {"w%d" % w: o.summary(ns) for w, o in sorted(measured.items())},
+            "used": {"w%d" % w: {"compute_ratio": round(s.compute_ratio, 4), "message_cpu_us": round(s.message_us, 1),
+                                 "from_run": s.run_id} for w, s in enumerate(self.used) if s is not None},
+            "stored": []}
+        if len(self.cfg.cameras) > 1 or not self.cfg.cost_model.measured_overhead:
+            return out
+        long_enough = {w: o for w, o in measured.items() if o.frames >= overhead.MIN_FRAMES}
+        for device, stored in overhead.grouped(long_enough, self.devices, ns, run_id).items():
+            try:
+                overhead.save(overhead_path(self.cfg, device), stored)
+                out["stored"].append(device)
+            except OSError as exc:
+                log.warning("measured overhead not stored (%s)", exc)
+        return out

@@ -1,0 +1,177 @@
+"""The measured per-frame overhead: what a run's stage reports say of each worker's CPU beyond its profile, kept per
+device and engine, and handed to the next plan.
+
+A worker's profile times its segments alone; in a run the same worker also runs gRPC threads, decodes and encodes the
+hops and reports every stage, and its compute runs beside them (caches shared, CFS throttling mid-segment). Measured
+on the person detector (ORT int8, 480x720, caps 0.1, docs/results/pool): a worker spent 14-15 ms of CPU per frame,
+11.5 ms in its decode, compute and encode threads, against a profile and a configured overhead of 12.4 ms, so the cost
+model predicted 14-27% more fps than ran. Each worker reports its process CPU with every stage (StageReport
+process_cpu); the master differences consecutive reports (OverheadMeter), and the figures of a long enough run are
+stored (save) and read back by the next setup (apply): each segment time times the run's compute ratio, and
+cost_model.net_cpu_us_per_message replaced by the message CPU it measured."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME
+
+log = logging.getLogger(__name__)
+
+MIN_FRAMES = 30  # a run measures a worker's overhead from this many frames on, else it stores nothing
+RATIO_BOUNDS = (0.5, 2.0)  # compute ratios outside are taken as a measuring fault and clipped
+MESSAGE_US_MAX = 5000.0
+FORMAT = 1
+
+
+@dataclass
+class WorkerOverhead:
+    """One worker's CPU a frame in one run, from its stage reports (CPU seconds, not wall)."""
+
+    frames: int  # reports with a previous one to difference against
+    cpu_s: float  # the worker process's CPU a frame (every thread)
+    stage_cpu_s: float  # its decode, compute and encode threads' CPU a frame
+    compute_cpu_s: float  # compute CPU a computed frame
+    profiled_cpu_s: float  # the profile's CPU for the same computed frames' segments
+    bytes: float  # bytes in and out a frame
+
+    def compute_ratio(self) -> Optional[float]:
+        """In-run compute CPU over the profile's, clipped to RATIO_BOUNDS (None: no computed frame)."""
+        if self.profiled_cpu_s <= 0 or self.compute_cpu_s <= 0:
+            return None
+        return float(np.clip(self.compute_cpu_s / self.profiled_cpu_s, *RATIO_BOUNDS))
+
+    def message_us(self, net_ns_per_byte: float) -> float:
+        """CPU us a message beyond the stage threads and the per-byte charge (MESSAGES_PER_FRAME a frame)."""
+        other = self.cpu_s - self.stage_cpu_s - self.bytes * net_ns_per_byte * 1e-9
+        return float(np.clip(other / MESSAGES_PER_FRAME * 1e6, 0.0, MESSAGE_US_MAX))
+
+    def summary(self, net_ns_per_byte: float) -> Dict[str, object]:
+        """report.json's row of this worker."""
+        ratio = self.compute_ratio()
+        return {"frames": self.frames, "cpu_per_frame_ms": round(1e3 * self.cpu_s, 3),
+                "stage_cpu_ms": round(1e3 * self.stage_cpu_s, 3),
+                "other_cpu_ms": round(1e3 * (self.cpu_s - self.stage_cpu_s), 3),
+                "compute_ratio": None if ratio is None else round(ratio, 4),
+                "message_cpu_us": round(self.message_us(net_ns_per_byte), 1)}
+
+
+class OverheadMeter:
+    """Per worker, over its last WINDOW stage reports: the process CPU between one report and the next (a report
+    whose CPU is lower, after the worker restarted, starts again), the stage threads' CPU, and for computed stages
+    their CPU against the profile's (`profiled(w, start, end)`: CPU seconds of segments start..end-1 on worker w).
+    A frame whose CPU is over OUTLIER x the median (a stage built for a re-plan, a profile asked again) is left out."""
+
+    WINDOW = 4096
+    OUTLIER = 4.0
+
+    def __init__(self, profiled) -> None:
+        self.profiled = profiled
+        self.last: Dict[int, float] = {}
+        # per frame: cpu, stage cpu, computed (0/1), compute cpu, profiled cpu, bytes
+        self.rows: Dict[int, Deque[Tuple[float, ...]]] = {}
+
+    def add(self, worker: int, process_cpu: float, stage_cpu: float, compute_cpu: float, start: int, end: int,
+            computed: bool, nbytes: float) -> None:
+        """One stage report of `worker` (process_cpu 0: a worker that does not report it)."""
+        if process_cpu <= 0:
+            return
+        before = self.last.get(worker)
+        self.last[worker] = process_cpu
+        if before is None or process_cpu < before:
+            return
+        counted = computed and end > start
+        self.rows.setdefault(worker, deque(maxlen=self.WINDOW)).append(
+            (process_cpu - before, stage_cpu, float(counted), compute_cpu if counted else 0.0,
+             self.profiled(worker, start, end) if counted else 0.0, float(nbytes)))
+
+    def measured(self, min_frames: int = 1) -> Dict[int, WorkerOverhead]:
+        """Each worker's WorkerOverhead, over at least `min_frames` frames."""
+        out = {}
+        for w, rows in self.rows.items():
+            a = np.array(rows, dtype=np.float64).reshape(-1, 6)
+            a = a[a[:, 0] <= self.OUTLIER * max(float(np.median(a[:, 0])), 1e-6)] if len(a) else a
+            n = len(a)
+            if n >= max(min_frames, 1):
+                computed = max(float(a[:, 2].sum()), 1.0)
+                cpu, stage, _, compute, profiled, nbytes = a.mean(axis=0) * (1, 1, 1, n / computed, n / computed, 1)
+                out[w] = WorkerOverhead(n, float(cpu), float(stage), float(compute), float(profiled), float(nbytes))
+        return out
+
+
+def profiled_cpu(seg_time: np.ndarray, wall_per_cpu: Sequence[float]):
+    """profiled(w, start, end) for OverheadMeter: segment times (the profile's seconds, CPU x wall_per_cpu) back to
+    CPU seconds, summed by prefix."""
+    ratio = np.array([r if r > 0 else 1.0 for r in wall_per_cpu], dtype=np.float64)
+    prefix = np.zeros((seg_time.shape[0], seg_time.shape[1] + 1))
+    np.cumsum(np.asarray(seg_time, dtype=np.float64) / ratio[:, None], axis=1, out=prefix[:, 1:])
+    return lambda w, start, end: float(prefix[w, end] - prefix[w, start])
+
+
+@dataclass
+class Stored:
+    """What one run measured for the workers of one device and engine (medians over them)."""
+
+    compute_ratio: float
+    message_us: float
+    frames: int
+    workers: int
+    run_id: str = ""
+    format: int = FORMAT
+
+
+def grouped(measured: Dict[int, WorkerOverhead], devices: Sequence[str], net_ns_per_byte: float,
+            run_id: str = "") -> Dict[str, Stored]:
+    """device -> Stored: the medians over that device's measured workers (a worker of unknown device is left out)."""
+    by_device: Dict[str, List[WorkerOverhead]] = {}
+    for w, o in measured.items():
+        if w < len(devices) and devices[w] and o.compute_ratio() is not None:
+            by_device.setdefault(devices[w], []).append(o)
+    return {d: Stored(float(np.median([o.compute_ratio() for o in os_])),
+                      float(np.median([o.message_us(net_ns_per_byte) for o in os_])),
+                      int(sum(o.frames for o in os_)), len(os_), run_id) for d, os_ in by_device.items()}
+
+
+def save(path: str, stored: Stored) -> None:
+    """Write one device's figures (atomically: a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(asdict(stored), f)
+    os.replace(tmp, path)
+
+
+def load(path: str) -> Optional[Stored]:
+    """The figures stored at `path`, None when there are none or they do not read as this format."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        stored = Stored(**d)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("measured overhead %s unreadable (%s): using the configured one", path, exc)
+        return None
+    if stored.format != FORMAT or not RATIO_BOUNDS[0] <= stored.compute_ratio <= RATIO_BOUNDS[1] \
+            or not 0 <= stored.message_us <= MESSAGE_US_MAX:
+        log.warning("measured overhead %s out of bounds or of another format: using the configured one", path)
+        return None
+    return stored
+
+
+def apply(seg_time: np.ndarray, message_us: float, found: Sequence[Optional[Stored]]) -> Tuple[np.ndarray, np.ndarray]:
+    """([W, K] segment times, [W] CPU us a message): each worker with stored figures gets its segment times times
+    their compute ratio and their message CPU; one without keeps its profile and the configured `message_us`."""
+    seg_time = np.array(seg_time, dtype=np.float64)
+    per_message = np.full(seg_time.shape[0], float(message_us))
+    for w, s in enumerate(found):
+        if s is not None:
+            seg_time[w] *= s.compute_ratio
+            per_message[w] = s.message_us
+    return seg_time, per_message
