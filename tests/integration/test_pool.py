@@ -95,7 +95,9 @@ def test_a_hybrid_replica_killed_mid_run_is_resynced_alone(tmp_path, synthetic_v
     stage keeps a replica, so the master leaves it out alone: no new generation (no global resync), its frames go
     again on routes without it, every frame completes once, exactly and in frame order, and the links that do not
     touch it keep their references (one keyframe each, the first), while its own links start over when the
-    supervisor's restart is taken back, after which it gets frames again."""
+    supervisor's restart is taken back, after which it gets frames again. The per-frame overhead is measured from
+    every worker's process CPU across the kill (the restarted one starts its count again) and stored for the next
+    run (cnnvideo.plan.overhead)."""
     cache = str(tmp_path / "cache")
     data = base_config(synthetic_video, cache, frames=HYBRID_FRAMES, in_flight=3, scheduler="fixed",
                        scheduler_options={"cuts": [0, 9, 23], "groups": groups}, trainer={"frames": 8},
@@ -122,3 +124,6 @@ def test_a_hybrid_replica_killed_mid_run_is_resynced_alone(tmp_path, synthetic_v
     lines = _lines(str(tmp_path / "hybrid-kill"))
     assert [e["frame"] for e in lines] == list(range(HYBRID_FRAMES))
     assert any(killed in e["route"] for e in lines[-60:]), "w%d got no frame after it came back" % killed
+    over = report["overhead"]
+    assert set(over["workers"]) == {"w0", "w1", "w2"} and len(over["stored"]) == 1 and not over["used"], over
+    assert all(o["cpu_per_frame_ms"] > 0 and o["stage_cpu_ms"] > 0 for o in over["workers"].values()), over
