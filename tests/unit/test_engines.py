@@ -412,3 +412,34 @@ def test_int8_person_detector_boxes_match_fp32(tmp_path, person_detector):
     made = {o: n.name for n in model.graph.node if n.name in post and "Quantize" not in n.op_type for o in n.output}
     quantised = [made[n.input[0]] for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in made]
     assert len(post) > 20 and not quantised
+
+
+@ORT
+def test_int8_builds_at_once_in_one_work_folder_do_not_collide(tmp_path):
+    """Two quantisations at once in the same work folder (compose workers share the cache volume and often the same
+    PID) both succeed and leave the folder empty: each works in a folder of its own. Before, the second removed the
+    first's files and that worker fell back to another engine."""
+    import threading
+
+    from cnnvideo.model.engines.ort_engine import export_stage
+    from cnnvideo.model.engines.ort_int8 import quantize_stage
+
+    g = _graph("mobilenet_v2")
+    data, _ = export_stage(g, 0, 4)
+    cal = [f[None] for f in synthetic_frames(2, FRAME, seed=7)]
+    work = str(tmp_path / "tmp")
+    out, errors = [], []
+
+    def build():
+        try:
+            out.append(quantize_stage(data, cal, None, None, work, first_conv=True, classifier=False))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(out) == 2
+    assert os.listdir(work) == []

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import warnings
 from typing import List, Optional
 
@@ -216,9 +218,10 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
             overrides[name] = [{"scale": np.array(qp.scale, dtype=np.float32),
                                 "zero_point": np.array(qp.zero_point, dtype=np.uint8)}]
     os.makedirs(workdir, exist_ok=True)
-    src = os.path.join(workdir, "stage-%d.fp32.onnx" % os.getpid())
-    pre = os.path.join(workdir, "stage-%d.pre.onnx" % os.getpid())
-    dst = os.path.join(workdir, "stage-%d.int8.onnx" % os.getpid())
+    # a folder of its own: workers of a compose cluster share the cache volume and, each PID n of its container, had
+    # overwritten and removed each other's stage-n files when they built a stage at once
+    scratch = tempfile.mkdtemp(prefix="stage-", dir=workdir)
+    src, pre, dst = (os.path.join(scratch, "stage.%s.onnx" % kind) for kind in ("fp32", "pre", "int8"))
     with open(src, "wb") as fh:
         fh.write(fp32)
     try:
@@ -267,6 +270,4 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         raise EngineError("int8 quantisation failed: %s" % first_line(exc)) from None
     finally:
         logging.getLogger().removeFilter(quiet)
-        for p in (src, pre, dst, dst + ".data"):
-            if os.path.exists(p):
-                os.remove(p)
+        shutil.rmtree(scratch, ignore_errors=True)  # with the quantiser's own side files (*.pre-inferred.onnx)
