@@ -73,7 +73,7 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=
     log.info("profiled %d segments in %.1f s: %.3f s compute per frame, codec %.3f s encode / %.3f s decode over "
              "all cuts, wall/CPU %.2f", k, time.time() - t0, float(prof.seconds.sum()), float(prof.encode.sum()),
              float(prof.decode.sum()), prof.wall_per_cpu)
-    tmp = "%s.%d.tmp.npz" % (path[:-4], os.getpid())
+    tmp = artifacts.atomic_tmp(path)
     with open(tmp, "wb") as fh:
         np.savez(fh, **prof.to_arrays())
     os.replace(tmp, path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from typing import Any, Dict, Optional
 
 # bump when what a predictor file holds (or how it is fitted) changes (3: p_unchanged; the detector's backbone cuts)
@@ -166,6 +167,8 @@ def person_detector_path() -> str:
 
 
 def atomic_tmp(path: str) -> str:
-    """A temporary name next to `path` (same folder, same extension) to write before os.replace."""
+    """A temporary name next to `path` (same folder, same extension) to write before os.replace, unique to the call:
+    containers sharing a cache volume often have the same PIDs, and two workers storing the same stage at once with
+    one PID-named file had one's replace find the file gone (a worker crashed at start)."""
     root, ext = os.path.splitext(path)
-    return "%s.%d.tmp%s" % (root, os.getpid(), ext)
+    return "%s.%d-%s.tmp%s" % (root, os.getpid(), uuid.uuid4().hex[:12], ext)

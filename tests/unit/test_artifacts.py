@@ -68,3 +68,13 @@ def test_profile_path_carries_cap_worker_threads_and_engine(tmp_path):
     others = {artifacts.profile_path(cfg, **dict(base, **c)) for c in changes}
     assert len(others) == len(changes) and a not in others
     assert "-cmax-" in artifacts.profile_path(cfg, **dict(base, cap=(0.0, 0.0)))
+
+
+def test_atomic_tmp_is_unique_per_call_next_to_the_file():
+    """Two writers of the same file (workers in containers with the same PID sharing the cache volume) get different
+    temporary names, in the file's folder and with its extension (np.savez and ONNX loaders go by it)."""
+    from cnnvideo.artifacts import atomic_tmp
+
+    a, b = atomic_tmp("/c/onnx/0-40-fp32-x.onnx"), atomic_tmp("/c/onnx/0-40-fp32-x.onnx")
+    assert a != b
+    assert all(p.startswith("/c/onnx/0-40-fp32-x.") and p.endswith(".tmp.onnx") for p in (a, b))

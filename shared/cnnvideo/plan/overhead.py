@@ -20,6 +20,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.artifacts import atomic_tmp
 from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def grouped(measured: Dict[int, WorkerOverhead], devices: Sequence[str], net_ns_
 def save(path: str, stored: Stored) -> None:
     """Write one device's figures (atomically: a reader never sees half a file)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = atomic_tmp(path)
     with open(tmp, "w") as f:
         json.dump(asdict(stored), f)
     os.replace(tmp, path)
