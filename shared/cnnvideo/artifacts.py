@@ -99,6 +99,11 @@ def cap_tag(quota: float, period: float) -> str:
     return "c%.3g" % (quota / period) if quota > 0 and period > 0 else "cmax"
 
 
+def safe_name(name: str) -> str:
+    """`name` as a file name: every character but letters, digits and -_. becomes _."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32", worker: int = 0,
                  cap: Any = (0.0, 0.0), engine_threads: int = 0) -> str:
     """costs/<...>.npz: one worker profile per model, frame size, host, worker id (two workers on one host each
@@ -110,8 +115,7 @@ def profile_path(cfg: Any, host: str, threads: int, engine: str = "torch-fp32", 
         engine_threads, cfg.profile_iters, cfg.delta.threshold, cfg.delta.input_threshold,
         "-fp16" if cfg.delta.fp16 else "")
     key += "-p%d-%s" % (PROFILE_FORMAT, engine)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return cfg.cache_path("costs", safe + ".npz")
+    return cfg.cache_path("costs", safe_name(key) + ".npz")
 
 
 def overhead_path(cfg: Any, device: str) -> str:
@@ -120,7 +124,7 @@ def overhead_path(cfg: Any, device: str) -> str:
     digest = hashlib.sha1(device.encode()).hexdigest()[:16]
     name = "%s-%dx%d-%s-%s-%s.json" % (model_tag(cfg.model), cfg.frame_size[0], cfg.frame_size[1],
                                        cfg.engine or "default", cfg.precision, digest)
-    return cfg.cache_path("overhead", "".join(c if c.isalnum() or c in "-_." else "_" for c in name))
+    return cfg.cache_path("overhead", safe_name(name))
 
 
 def onnx_dir(cache_root: str) -> str:
