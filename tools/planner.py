@@ -98,7 +98,7 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     from cnnvideo.model.loading import load_graph
     from cnnvideo.plan import overhead
     from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
-    from cnnvideo.plan.profiling import device_tag, profile_worker, senders_for
+    from cnnvideo.plan.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = load_graph(cfg)  # a zoo model's LayerGraph, or an ONNX file's OnnxGraph
@@ -128,12 +128,12 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
     cpus = [costinputs.share_cpu(s, prof.wall_per_cpu) for s in shares]  # as the master's workers report them
     dense = np.array([float(c.bytes_dense) for c in graph.cuts])
     seg, message_us = seg_times(cfg, profile), cfg.cost_model.net_cpu_us_per_message
-    stored = overhead.load(artifacts.overhead_path(cfg, device_tag())) if cfg.cost_model.measured_overhead else None
-    if stored is not None:  # what the last run here measured (master.overheads stores it)
-        seg, message_us = overhead.apply(seg, message_us, [stored] * cfg.n_workers)
-        source_overhead = "compute x%.3f, %.0f us a message (run %s)" % (stored.compute_ratio, stored.message_us,
-                                                                         stored.run_id)
-        log.info("planning with the measured overhead: %s", source_overhead)
+    found = stored_overheads(cfg, cpus) if cfg.cost_model.measured_overhead else [None] * cfg.n_workers
+    if any(s is not None for s in found):  # what the last runs here measured (master.overheads stores it)
+        seg, message_us = overhead.apply(seg, message_us, found)
+        log.info("planning with the measured overhead: %s", "; ".join(
+            "w%d compute x%.3f, %.0f us a message (run %s)" % (w, s.compute_ratio, s.message_us, s.run_id)
+            for w, s in enumerate(found) if s is not None))
     inputs = costinputs.build(seg, cfg.bandwidth_bytes(), dense, preds, preds.input_nz,
                               seg_times(cfg, prof.encode), seg_times(cfg, prof.decode), delta_mode=cfg.mode == "delta",
                               share=costinputs.payload_share(cfg.local.links),
@@ -142,6 +142,17 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
                               **costinputs.cpu_model(cpus, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte,
                                                      message_us))
     return PlanContext(graph, inputs, profiled_engine(cfg, stages), preds, profile, source, frame_bytes)
+
+
+def stored_overheads(cfg: config_mod.Config, cpus) -> List[Any]:
+    """Per worker, the figures (overhead.Stored or None) runs on this device stored for its CPU cap, else for the
+    device at any cap."""
+    from cnnvideo.plan import overhead
+    from cnnvideo.plan.profiling import device_tag
+
+    device = device_tag()
+    return [overhead.load(artifacts.overhead_path(cfg, overhead.store_key(device, c.cfs_quota_s, c.cfs_period_s)))
+            or overhead.load(artifacts.overhead_path(cfg, device)) for c in cpus]
 
 
 def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, Any]:

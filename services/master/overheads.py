@@ -19,10 +19,17 @@ CODEC_STAGES = ("decode", "compute", "encode")
 class Overheads:
     """One run's measured overhead: `plan_inputs` at setup, `stage_report` per report, `finish` at the end."""
 
-    def __init__(self, cfg, devices: Sequence[str], seg_time: np.ndarray, wall_per_cpu: Sequence[float]) -> None:
+    def __init__(self, cfg, devices: Sequence[str], seg_time: np.ndarray, wall_per_cpu: Sequence[float],
+                 caps: Optional[Sequence[Tuple[float, float]]] = None,
+                 codec: Tuple[Optional[np.ndarray], Optional[np.ndarray]] = (None, None)) -> None:
+        """`caps`: each worker's CFS (quota, period) seconds (None: uncapped); `codec`: the [W, K+1] encode and
+        decode seconds the cost model charges (checks.codec_times)."""
         self.cfg = cfg
         self.devices = list(devices)
-        self.meter = overhead.OverheadMeter(overhead.profiled_cpu(seg_time, wall_per_cpu))
+        caps = caps if caps is not None else [(0.0, 0.0)] * len(self.devices)
+        self.keys = [overhead.store_key(d, q, p) for d, (q, p) in zip(self.devices, caps)]
+        self.meter = overhead.OverheadMeter(overhead.profiled_cpu(seg_time, wall_per_cpu),
+                                            overhead.profiled_codec_cpu(codec[0], codec[1], wall_per_cpu))
         self.used: List[Optional[overhead.Stored]] = [None] * len(self.devices)
 
     def plan_inputs(self, seg_time: np.ndarray) -> Tuple[np.ndarray, Any]:
@@ -31,12 +38,16 @@ class Overheads:
         cm = self.cfg.cost_model
         if not cm.measured_overhead:
             return seg_time, cm.net_cpu_us_per_message
-        found = {d: overhead.load(overhead_path(self.cfg, d)) for d in set(self.devices) if d}
-        self.used = [found.get(d) if d else None for d in self.devices]
-        for d, s in found.items():
+        found = {}
+        for key, device in sorted(set(zip(self.keys, self.devices))):
+            if key:  # this device at this cap, else the device's last run at any cap
+                found[key] = overhead.load(overhead_path(self.cfg, key)) or overhead.load(
+                    overhead_path(self.cfg, device))
+        self.used = [found.get(k) if k else None for k in self.keys]
+        for k, s in found.items():
             if s is not None:
                 log.info("planning %s with the overhead run %s measured: compute x%.3f of the profile, %.0f us a "
-                         "message (configured %.0f)", d, s.run_id or "?", s.compute_ratio, s.message_us,
+                         "message (configured %.0f)", k, s.run_id or "?", s.compute_ratio, s.message_us,
                          cm.net_cpu_us_per_message)
         if not any(s is not None for s in self.used):
             return seg_time, cm.net_cpu_us_per_message
@@ -50,8 +61,9 @@ class Overheads:
 
     def finish(self, run_id: str) -> Dict[str, Any]:
         """report.json's `overhead`: per worker what this run measured and whether the plan used stored figures;
-        stores the per-device medians for the next run (a run of MIN_FRAMES or more, one camera: with several,
-        a worker's CPU between two of this camera's reports includes the others' frames)."""
+        stores the medians per device and cap for the next run, and the device's largest group's as the device's
+        figures for a cap no run has measured (a run of MIN_FRAMES or more, one camera: with several, a worker's CPU
+        between two of this camera's reports includes the others' frames)."""
         ns = self.cfg.cost_model.net_cpu_ns_per_byte
         measured = self.meter.measured()
         out: Dict[str, Any] = {
@@ -62,10 +74,17 @@ class Overheads:
         if len(self.cfg.cameras) > 1 or not self.cfg.cost_model.measured_overhead:
             return out
         long_enough = {w: o for w, o in measured.items() if o.frames >= overhead.MIN_FRAMES}
-        for device, stored in overhead.grouped(long_enough, self.devices, ns, run_id).items():
+        groups = overhead.grouped(long_enough, self.keys, ns, run_id)
+        device_of = dict(zip(self.keys, self.devices))
+        largest: Dict[str, overhead.Stored] = {}
+        for key, stored in groups.items():
+            device = device_of[key]
+            if device not in largest or stored.frames > largest[device].frames:
+                largest[device] = stored
+        for key, stored in list(groups.items()) + list(largest.items()):
             try:
-                overhead.save(overhead_path(self.cfg, device), stored)
-                out["stored"].append(device)
+                overhead.save(overhead_path(self.cfg, key), stored)
+                out["stored"].append(key)
             except OSError as exc:
                 log.warning("measured overhead not stored (%s)", exc)
         return out

@@ -59,9 +59,10 @@ class Setup:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         if cfg.cost_model.alike_profiles:
             seg_time = self.pool_alike(costs, seg_time)
-        m.telemetry.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs])
-        seg_time, message_us = m.telemetry.overheads.plan_inputs(seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
+        m.telemetry.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs],
+                                          [(c.cfs_quota_s, c.cfs_period_s) for c in costs], codec_time)
+        seg_time, message_us = m.telemetry.overheads.plan_inputs(seg_time)
         m.setup_s["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
             from cnnvideo.model.loading import check_weights

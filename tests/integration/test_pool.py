@@ -125,5 +125,7 @@ def test_a_hybrid_replica_killed_mid_run_is_resynced_alone(tmp_path, synthetic_v
     assert [e["frame"] for e in lines] == list(range(HYBRID_FRAMES))
     assert any(killed in e["route"] for e in lines[-60:]), "w%d got no frame after it came back" % killed
     over = report["overhead"]
-    assert set(over["workers"]) == {"w0", "w1", "w2"} and len(over["stored"]) == 1 and not over["used"], over
+    assert set(over["workers"]) == {"w0", "w1", "w2"} and not over["used"], over
+    key, device = over["stored"]  # the figures of this device at this cap, and the device's for any other cap
+    assert key.startswith(device + "/"), over
     assert all(o["cpu_per_frame_ms"] > 0 and o["stage_cpu_ms"] > 0 for o in over["workers"].values()), over

@@ -15,7 +15,8 @@ def _meter():
 
 def test_meter_differences_process_cpu_and_compares_compute_with_the_profile():
     """CPU a frame is the process CPU between consecutive reports; the compute ratio is the compute threads' CPU over
-    the profile's CPU of the same segments; the other CPU, less the per-byte charge, is split over 3 messages."""
+    the profile's CPU of the same segments; the CPU beyond the compute and the per-byte charge (with no codec
+    profile the model charges no codec) is split over 3 messages."""
     m = _meter()
     cpu = 5.0
     for _ in range(11):  # the first report only sets the baseline
@@ -25,8 +26,33 @@ def test_meter_differences_process_cpu_and_compares_compute_with_the_profile():
     assert o.frames == 10
     assert o.cpu_s == pytest.approx(0.080)
     assert o.compute_ratio() == pytest.approx(0.066 / 0.060)
-    # other = 80 - 68 = 12 ms; per byte 25 ns x 40 kB = 1 ms; 11 ms over 3 messages
-    assert o.message_us(25.0) == pytest.approx(11000 / 3)
+    # other = 80 - 66 = 14 ms; per byte 25 ns x 40 kB = 1 ms; 13 ms over 3 messages
+    assert o.message_us(25.0) == pytest.approx(13000 / 3)
+
+
+def test_message_cpu_is_what_the_model_does_not_charge_so_the_same_plan_costs_the_measured_cpu():
+    """With a codec profile the model charges its decode at the stage's first cut and encode at its last; the rest of
+    the measured CPU goes to the messages, so compute x ratio + codec + bytes + messages is the CPU measured a frame
+    (half the frames skipped: the model charges their compute at the skipped share too)."""
+    seg = np.array([[0.01, 0.02, 0.03]]) * 10.0
+    enc = np.array([[0.001, 0.002, 0.003, 0.004]]) * 10.0
+    dec = np.array([[0.0005, 0.001, 0.0015, 0.002]]) * 10.0
+    m = overhead.OverheadMeter(overhead.profiled_cpu(seg, [10.0]), overhead.profiled_codec_cpu(enc, dec, [10.0]))
+    cpu = 5.0
+    for f in range(21):
+        cpu += 0.080 if f % 2 else 0.020
+        m.add(0, cpu, stage_cpu=0.07, compute_cpu=0.066, start=0, end=3, computed=bool(f % 2), nbytes=40000)
+    o = m.measured()[0]
+    assert o.computed_share == pytest.approx(0.5) and o.codec_cpu_s == pytest.approx(0.0045)
+    charged = o.computed_share * o.compute_cpu_s + o.codec_cpu_s + 40000 * 25e-9 + 3 * o.message_us(25.0) * 1e-6
+    assert charged == pytest.approx(o.cpu_s) and o.cpu_s == pytest.approx(0.050)
+    assert overhead.profiled_codec_cpu(None, dec, [10.0]) is None
+
+
+def test_store_key_is_the_device_and_its_cap():
+    assert overhead.store_key("pi", 0.01, 0.1) == "pi/cap 0.1"
+    assert overhead.store_key("pi") == "pi/uncapped"
+    assert overhead.store_key("", 0.01, 0.1) == ""
 
 
 def test_meter_starts_again_after_a_restart_and_ignores_unmeasured_reports():

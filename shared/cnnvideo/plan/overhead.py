@@ -1,5 +1,5 @@
 """The measured per-frame overhead: what a run's stage reports say of each worker's CPU beyond its profile, kept per
-device and engine, and handed to the next plan.
+device, CPU cap and engine, and handed to the next plan.
 
 A worker's profile times its segments alone; in a run the same worker also runs gRPC threads, decodes and encodes the
 hops and reports every stage, and its compute runs beside them (caches shared, CFS throttling mid-segment). Measured
@@ -8,7 +8,9 @@ on the person detector (ORT int8, 480x720, caps 0.1, docs/results/pool): a worke
 model predicted 14-27% more fps than ran. Each worker reports its process CPU with every stage (StageReport
 process_cpu); the master differences consecutive reports (OverheadMeter), and the figures of a long enough run are
 stored (save) and read back by the next setup (apply): each segment time times the run's compute ratio, and
-cost_model.net_cpu_us_per_message replaced by the message CPU it measured."""
+cost_model.net_cpu_us_per_message replaced by the rest of the CPU it measured, beyond what the cost model charges
+(the compute, the profile's codec and the per-byte CPU), so the cost model of the run's own plan charges exactly the
+CPU a frame the run measured."""
 from __future__ import annotations
 
 import json
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 MIN_FRAMES = 30  # a run measures a worker's overhead from this many frames on, else it stores nothing
 RATIO_BOUNDS = (0.5, 2.0)  # compute ratios outside are taken as a measuring fault and clipped
 MESSAGE_US_MAX = 5000.0
-FORMAT = 1
+FORMAT = 2  # 2: message_us is what the cost model does not charge (1 counted the measured codec as charged)
 
 
 @dataclass
@@ -41,6 +43,8 @@ class WorkerOverhead:
     compute_cpu_s: float  # compute CPU a computed frame
     profiled_cpu_s: float  # the profile's CPU for the same computed frames' segments
     bytes: float  # bytes in and out a frame
+    computed_share: float = 1.0  # share of its frames that computed (the rest skipped an unchanged input)
+    codec_cpu_s: float = 0.0  # the profile's decode and encode CPU a frame for its stages (what the model charges)
 
     def compute_ratio(self) -> Optional[float]:
         """In-run compute CPU over the profile's, clipped to RATIO_BOUNDS (None: no computed frame)."""
@@ -49,8 +53,12 @@ class WorkerOverhead:
         return float(np.clip(self.compute_cpu_s / self.profiled_cpu_s, *RATIO_BOUNDS))
 
     def message_us(self, net_ns_per_byte: float) -> float:
-        """CPU us a message beyond the stage threads and the per-byte charge (MESSAGES_PER_FRAME a frame)."""
-        other = self.cpu_s - self.stage_cpu_s - self.bytes * net_ns_per_byte * 1e-9
+        """CPU us a message (MESSAGES_PER_FRAME a frame) beyond what the cost model charges a frame: the measured
+        compute, the profile's codec and the per-byte charge. The measured decode and encode beyond the profile's
+        codec, the gRPC threads and the reports end up here, so the model of the same plan charges the CPU a frame
+        that was measured."""
+        charged = self.computed_share * self.compute_cpu_s + self.codec_cpu_s + self.bytes * net_ns_per_byte * 1e-9
+        other = self.cpu_s - charged
         return float(np.clip(other / MESSAGES_PER_FRAME * 1e6, 0.0, MESSAGE_US_MAX))
 
     def summary(self, net_ns_per_byte: float) -> Dict[str, object]:
@@ -60,6 +68,7 @@ class WorkerOverhead:
                 "stage_cpu_ms": round(1e3 * self.stage_cpu_s, 3),
                 "other_cpu_ms": round(1e3 * (self.cpu_s - self.stage_cpu_s), 3),
                 "compute_ratio": None if ratio is None else round(ratio, 4),
+                "profiled_codec_ms": round(1e3 * self.codec_cpu_s, 3),
                 "message_cpu_us": round(self.message_us(net_ns_per_byte), 1)}
 
 
@@ -67,15 +76,17 @@ class OverheadMeter:
     """Per worker, over its last WINDOW stage reports: the process CPU between one report and the next (a report
     whose CPU is lower, after the worker restarted, starts again), the stage threads' CPU, and for computed stages
     their CPU against the profile's (`profiled(w, start, end)`: CPU seconds of segments start..end-1 on worker w).
-    A frame whose CPU is over OUTLIER x the median (a stage built for a re-plan, a profile asked again) is left out."""
+    A frame whose CPU is over OUTLIER x the median (a stage built for a re-plan, a profile asked again) is left out.
+    `codec(w, start, end)`: the profile's decode and encode CPU seconds of that stage (None: the model charges none)."""
 
     WINDOW = 4096
     OUTLIER = 4.0
+    COLUMNS = 7  # per frame: cpu, stage cpu, computed (0/1), compute cpu, profiled cpu, bytes, profiled codec cpu
 
-    def __init__(self, profiled) -> None:
+    def __init__(self, profiled, codec=None) -> None:
         self.profiled = profiled
+        self.codec = codec
         self.last: Dict[int, float] = {}
-        # per frame: cpu, stage cpu, computed (0/1), compute cpu, profiled cpu, bytes
         self.rows: Dict[int, Deque[Tuple[float, ...]]] = {}
 
     def add(self, worker: int, process_cpu: float, stage_cpu: float, compute_cpu: float, start: int, end: int,
@@ -88,21 +99,24 @@ class OverheadMeter:
         if before is None or process_cpu < before:
             return
         counted = computed and end > start
+        codec = self.codec(worker, start, end) if self.codec is not None and end > start else 0.0
         self.rows.setdefault(worker, deque(maxlen=self.WINDOW)).append(
             (process_cpu - before, stage_cpu, float(counted), compute_cpu if counted else 0.0,
-             self.profiled(worker, start, end) if counted else 0.0, float(nbytes)))
+             self.profiled(worker, start, end) if counted else 0.0, float(nbytes), codec))
 
     def measured(self, min_frames: int = 1) -> Dict[int, WorkerOverhead]:
         """Each worker's WorkerOverhead, over at least `min_frames` frames."""
         out = {}
         for w, rows in self.rows.items():
-            a = np.array(rows, dtype=np.float64).reshape(-1, 6)
+            a = np.array(rows, dtype=np.float64).reshape(-1, self.COLUMNS)
             a = a[a[:, 0] <= self.OUTLIER * max(float(np.median(a[:, 0])), 1e-6)] if len(a) else a
             n = len(a)
             if n >= max(min_frames, 1):
                 computed = max(float(a[:, 2].sum()), 1.0)
-                cpu, stage, _, compute, profiled, nbytes = a.mean(axis=0) * (1, 1, 1, n / computed, n / computed, 1)
-                out[w] = WorkerOverhead(n, float(cpu), float(stage), float(compute), float(profiled), float(nbytes))
+                cpu, stage, share, compute, profiled, nbytes, codec = a.mean(axis=0) * (
+                    1, 1, 1, n / computed, n / computed, 1, 1)
+                out[w] = WorkerOverhead(n, float(cpu), float(stage), float(compute), float(profiled), float(nbytes),
+                                        float(share), float(codec))
         return out
 
 
@@ -113,6 +127,26 @@ def profiled_cpu(seg_time: np.ndarray, wall_per_cpu: Sequence[float]):
     prefix = np.zeros((seg_time.shape[0], seg_time.shape[1] + 1))
     np.cumsum(np.asarray(seg_time, dtype=np.float64) / ratio[:, None], axis=1, out=prefix[:, 1:])
     return lambda w, start, end: float(prefix[w, end] - prefix[w, start])
+
+
+def profiled_codec_cpu(encode: Optional[np.ndarray], decode: Optional[np.ndarray], wall_per_cpu: Sequence[float]):
+    """codec(w, start, end) for OverheadMeter: the profile's decode at `start` and encode at `end` ([W, K+1] seconds,
+    CPU x wall_per_cpu) in CPU seconds, as the cost model charges a stage; None without a codec profile."""
+    if encode is None or decode is None:
+        return None
+    ratio = np.array([r if r > 0 else 1.0 for r in wall_per_cpu], dtype=np.float64)[:, None]
+    enc, dec = np.asarray(encode, dtype=np.float64) / ratio, np.asarray(decode, dtype=np.float64) / ratio
+    return lambda w, start, end: float(dec[w, start] + enc[w, end])
+
+
+def store_key(device: str, quota_s: float = 0.0, period_s: float = 0.0) -> str:
+    """What the figures are stored under: the device tag and the CPU cap (a capped worker's compute ratio and
+    threads differ with its quota); "" for an unknown device."""
+    if not device:
+        return ""
+    if quota_s > 0 and period_s > 0:
+        return "%s/cap %.4g" % (device, quota_s / period_s)
+    return device + "/uncapped"
 
 
 @dataclass
@@ -129,7 +163,8 @@ class Stored:
 
 def grouped(measured: Dict[int, WorkerOverhead], devices: Sequence[str], net_ns_per_byte: float,
             run_id: str = "") -> Dict[str, Stored]:
-    """device -> Stored: the medians over that device's measured workers (a worker of unknown device is left out)."""
+    """key -> Stored: the medians over the measured workers of each device (or store_key) in `devices`; a worker of
+    unknown device ("") is left out."""
     by_device: Dict[str, List[WorkerOverhead]] = {}
     for w, o in measured.items():
         if w < len(devices) and devices[w] and o.compute_ratio() is not None:

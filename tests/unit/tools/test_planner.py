@@ -149,3 +149,25 @@ def test_plan_names_an_onnx_models_own_weights(tmp_path, synthetic_video, capsys
     data = _plan_json(tmp_path, synthetic_video, capsys, model=str(model), engine="onnxruntime")
     assert "ONNX file" in data["weights"] and str(model) in data["weights"] and "sha256" in data["weights"]
     assert "random" not in data["weights"]
+
+
+def test_plan_takes_the_stored_overhead_of_each_workers_cap_else_the_devices(tmp_path):
+    """`cnnvideo plan` reads what runs here stored (master.overheads): a worker at cap 0.1 gets the figures stored for
+    that cap, one at a cap no run measured the device's, and none without either."""
+    from cnnvideo import artifacts
+    from cnnvideo.config_types import Config
+    from cnnvideo.plan import overhead
+    from cnnvideo.plan.costinputs import share_cpu
+    from cnnvideo.plan.profiling import device_tag
+    from cnnvideo.tools.planner import stored_overheads
+
+    cfg = Config()
+    cfg.cache_dir = str(tmp_path)
+    cpus = [share_cpu(0.1), share_cpu(0.2)]
+    assert stored_overheads(cfg, cpus) == [None, None]
+    at_cap = overhead.Stored(1.1, 300.0, 100, 2, "at-0.1")
+    overhead.save(artifacts.overhead_path(cfg, overhead.store_key(device_tag(), 0.01, 0.1)), at_cap)
+    assert stored_overheads(cfg, cpus) == [at_cap, None]
+    anywhere = overhead.Stored(1.2, 400.0, 100, 2, "device")
+    overhead.save(artifacts.overhead_path(cfg, device_tag()), anywhere)
+    assert stored_overheads(cfg, cpus) == [at_cap, anywhere]
