@@ -151,8 +151,7 @@ def stored_overheads(cfg: config_mod.Config, cpus) -> List[Any]:
     from cnnvideo.plan.profiling import device_tag
 
     device = device_tag()
-    return [overhead.load(artifacts.overhead_path(cfg, overhead.store_key(device, c.cfs_quota_s, c.cfs_period_s)))
-            or overhead.load(artifacts.overhead_path(cfg, device)) for c in cpus]
+    return [overhead.load_for(cfg, device, c.cfs_quota_s, c.cfs_period_s) for c in cpus]
 
 
 def _options(cfg: config_mod.Config, name: str, ctx: PlanContext) -> Dict[str, Any]:

@@ -26,8 +26,8 @@ class Overheads:
         decode seconds the cost model charges (checks.codec_times)."""
         self.cfg = cfg
         self.devices = list(devices)
-        caps = caps if caps is not None else [(0.0, 0.0)] * len(self.devices)
-        self.keys = [overhead.store_key(d, q, p) for d, (q, p) in zip(self.devices, caps)]
+        self.caps = list(caps) if caps is not None else [(0.0, 0.0)] * len(self.devices)
+        self.keys = [overhead.store_key(d, q, p) for d, (q, p) in zip(self.devices, self.caps)]
         self.meter = overhead.OverheadMeter(overhead.profiled_cpu(seg_time, wall_per_cpu),
                                             overhead.profiled_codec_cpu(codec[0], codec[1], wall_per_cpu))
         self.used: List[Optional[overhead.Stored]] = [None] * len(self.devices)
@@ -38,11 +38,8 @@ class Overheads:
         cm = self.cfg.cost_model
         if not cm.measured_overhead:
             return seg_time, cm.net_cpu_us_per_message
-        found = {}
-        for key, device in sorted(set(zip(self.keys, self.devices))):
-            if key:  # this device at this cap, else the device's last run at any cap
-                found[key] = overhead.load(overhead_path(self.cfg, key)) or overhead.load(
-                    overhead_path(self.cfg, device))
+        found = {key: overhead.load_for(self.cfg, device, *cap)
+                 for key, device, cap in set(zip(self.keys, self.devices, map(tuple, self.caps))) if key}
         self.used = [found.get(k) if k else None for k in self.keys]
         for k, s in found.items():
             if s is not None:

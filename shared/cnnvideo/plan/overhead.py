@@ -22,7 +22,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.artifacts import atomic_tmp
+from cnnvideo.artifacts import atomic_tmp, overhead_path
 from cnnvideo.plan.costmodel import MESSAGES_PER_FRAME
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,15 @@ def load(path: str) -> Optional[Stored]:
         log.warning("measured overhead %s out of bounds or of another format: using the configured one", path)
         return None
     return stored
+
+
+def load_for(cfg, device: str, quota_s: float = 0.0, period_s: float = 0.0) -> Optional[Stored]:
+    """The figures runs stored for `device` at this CPU cap, else the device's last at any cap (None: neither, or an
+    unknown device)."""
+    key = store_key(device, quota_s, period_s)
+    if not key:
+        return None
+    return load(overhead_path(cfg, key)) or load(overhead_path(cfg, device))
 
 
 def apply(seg_time: np.ndarray, message_us: float, found: Sequence[Optional[Stored]]) -> Tuple[np.ndarray, np.ndarray]:
