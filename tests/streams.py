@@ -3,7 +3,6 @@ controls, and an ffmpeg-served stream of a video file (the way a camera or a re-
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -12,13 +11,9 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from cnnvideo.rpc.net import free_port  # noqa: F401 (tests import it from here)
+
 BOUNDARY = "ffmpeg"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MjpegServer:

@@ -20,6 +20,8 @@ import urllib.request
 import numpy as np
 import pytest
 
+from cnnvideo.rpc.net import free_port
+
 from .helpers import LocalRun, base_config, cnnvideo, write_config
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,12 +32,6 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 TOKEN = "test-token-0123456789abcdef"
 SCENE_FRAMES = 6  # frames per scene: at 8 fps a label holds ~0.75 s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond, timeout, what, run=None):

@@ -24,26 +24,21 @@ from cnnvideo.events.metrics import Metrics  # noqa: E402
 from cnnvideo.events.mqtt import MqttPublisher, MqttSettings  # noqa: E402
 from cnnvideo.events.tracker import IouTracker, TrackerSettings  # noqa: E402
 from cnnvideo.events.types import Detection  # noqa: E402
+from cnnvideo.rpc.net import free_port  # noqa: E402
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (Debian package)")
 T0 = 1700000000.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(cond, timeout, what):
-    """Poll `cond` every 20 ms until true; fail naming `what` after `timeout` seconds."""
+def wait_for(cond, timeout, what, seen=None):
+    """Poll `cond` every 20 ms until true; fail naming `what` (and what `seen()` says) after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(0.02)
-    raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
+    raise AssertionError("timed out after %.1f s waiting for %s%s" % (timeout, what, "; " + seen() if seen else ""))
 
 
 class Broker:
@@ -62,11 +57,16 @@ class Broker:
         self.proc = None
 
     def start(self):
+        """Start mosquitto and wait until it listens. Its own log must say it runs: a port answering is not enough
+        when the broker comes back on its old port, which another process may have taken meanwhile."""
+        runs = self.log().count(" running")
         self.proc = subprocess.Popen([MOSQUITTO, "-c", self.conf], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
 
         def up():
-            assert self.proc.poll() is None, "mosquitto exited: %s" % self.log()
+            assert self.proc.poll() is None, "mosquitto exited: %s" % self.log()[-2000:]
+            if self.log().count(" running") <= runs:
+                return False
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return True
@@ -89,7 +89,7 @@ class Broker:
     def log(self):
         try:
             with open(os.path.join(self.workdir, "mosquitto.log")) as fh:
-                return fh.read()[-2000:]
+                return fh.read()
         except OSError:
             return ""
 
@@ -244,10 +244,13 @@ def test_broker_dies_and_comes_back(tmp_path):
         # frames in order of first arrival
         want = list(range(10)) + list(range(90, 115))
 
-        def arrived():
-            return list(dict.fromkeys(e["frame"] for e in sub.events("site/cnn/cam1/events"))) == want
+        def frames():
+            return [e["frame"] for e in sub.events("site/cnn/cam1/events")]
 
-        wait_for(arrived, 60, "events after the reconnect")  # generous: CI runs tests side by side
+        def seen():
+            return "frames arrived %s; publisher %s; broker log:\n%s" % (frames(), pub.stats(), broker.log()[-2000:])
+
+        wait_for(lambda: list(dict.fromkeys(frames())) == want, 60, "events after the reconnect", seen)
         assert {e["track_id"] for e in sub.events("site/cnn/cam1/events")} == {1}
         wait_for(lambda: pub.stats().queued == 0, 5, "the last acknowledgements")  # they may trail delivery
         s = pub.stats()

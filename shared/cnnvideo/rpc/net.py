@@ -197,8 +197,36 @@ def on_signals(callback: Callable[[int], None]) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on `host`."""
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORTS_BELOW_EPHEMERAL = 8000  # free_port draws from this many ports just below the kernel's ephemeral range
+
+
+def _ephemeral_low(path: str = EPHEMERAL_RANGE_FILE) -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        with open(path) as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1", tries: int = 50) -> int:
+    """A TCP port that was free a moment ago on `host`, drawn at random from below the kernel's ephemeral range.
+    Outgoing connections and `bind(0)` take their ports from that range, so a server restarted on its port (a
+    worker after a crash, a broker brought back) does not find it taken by one of them in between. If no port
+    there is free (or the range starts too low), the kernel picks one."""
+    import random
+
+    low = _ephemeral_low()
+    start = max(1024, low - PORTS_BELOW_EPHEMERAL)
+    for _ in range(tries if low - start >= 100 else 0):
+        port = random.randrange(start, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
