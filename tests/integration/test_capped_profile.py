@@ -21,8 +21,10 @@ from .helpers import env
 
 FRAME = (480, 720)
 CUTS = (9, 18)  # features.1.conv.2 (the stem) and features.3.add
+PROFILES = 3  # capped profiles taken; each cut's share is their median, so one disturbed by the host does not decide
 CHILD = r"""
 import json, sys
+PROFILES = %d
 import numpy as np
 from cnnvideo.model import engines
 from cnnvideo.model.graph import LayerGraph
@@ -33,8 +35,9 @@ stages = engines.StageFactory(g, engines.EngineSpec("onnxruntime", "fp32", threa
 x = profile_compute(g, 1)[2][0]
 with open("/proc/self/cgroup") as fh:
     cgroup = fh.read()
-print(json.dumps({"seconds": stages.stage(0, g.num_segments).segment_seconds(x, 5).tolist(), "cgroup": cgroup}))
-"""
+whole = stages.stage(0, g.num_segments)
+print(json.dumps({"seconds": [whole.segment_seconds(x, 5).tolist() for _ in range(PROFILES)], "cgroup": cgroup}))
+""" % PROFILES
 
 # timed under a CFS cap: runs alone (serial)
 pytestmark = [pytest.mark.slow, pytest.mark.serial,
@@ -71,11 +74,13 @@ def test_profile_under_a_cap_splits_like_the_stages_alone(tmp_path):
     assert child.returncode == 0, err[-2000:]
     got = json.loads(out.strip().splitlines()[-1])
     assert "cnnvideo-" in got["cgroup"], got["cgroup"]  # the child ran in the capped cgroup
-    seconds = np.array(got["seconds"])
-    share = np.cumsum(seconds) / seconds.sum()
+    profiles = np.array(got["seconds"])  # PROFILES x segments
+    share = np.median(np.cumsum(profiles, axis=1) / profiles.sum(axis=1, keepdims=True), axis=0)
+    seconds = np.median(profiles, axis=0)
     for c in CUTS:
         # the cap's stalls land in no segment: the capped profile splits as the uncapped one does
-        # (the early cuts' small shares are the noisiest: a CI rehearsal read 0.066 against 0.138 at cut 9)
+        # (the early cuts' small shares are the noisiest: a CI rehearsal read 0.066 against 0.138 at cut 9, and
+        # one, from a single profile, 0.023 against 0.193 on a host that was reclaiming memory: hence the median)
         assert share[c - 1] == pytest.approx(free[c - 1], abs=0.08), (c, share[c - 1], free[c - 1], seconds.sum())
         # and as the stages timed on their own, less closely: a stage run alone also feeds its input and pays a
         # session's overhead, which kernel times leave out (at cut 18 kernels read 0.46, stages 0.41 on an idle
