@@ -22,6 +22,7 @@ COMMANDS = {
     "bench engine": "cnnvideo.tools.bench.engine:run",
     "bench tradeoff": "cnnvideo.tools.bench.tradeoff:run",
     "bench track": "cnnvideo.tools.bench.track:run",
+    "bench capped-profile": "cnnvideo.tools.bench.capped_profile:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -133,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--miss", type=float, default=0.15, help="share of true boxes missed")
     p.add_argument("--jitter", type=float, default=0.06, help="corner noise std, share of the box's width/height")
     p.add_argument("--false-per-frame", type=float, default=0.3, help="mean false boxes a frame")
+    p = bench.add_parser("capped-profile", help="an ORT profile under a real CFS cap vs uncapped, at every cut")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--model", default="mobilenet_v2")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
+    p.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
+    p.add_argument("--cap", type=float, default=0.1, help="CPU cap of the profiling child (share of one core)")
+    p.add_argument("--profiles", type=int, default=3, help="profiles taken each way (each cut's median)")
+    p.add_argument("--alone-cuts", default="9,18", help="comma list of cuts whose two stages are also timed alone")
+    p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
+    p.add_argument("--out", default=None, help="also write results.md and capped-profile.json into this folder")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)
