@@ -19,13 +19,6 @@ from typing import Dict, Tuple
 import torch
 from torch import nn
 
-from cnnvideo.model.zoo import DETECTOR_NAMES
-
-
-def is_detector_name(name: str) -> bool:
-    """True for a torchvision detector name DetectorNet splits."""
-    return name in DETECTOR_NAMES
-
 
 def is_rcnn(model: nn.Module) -> bool:
     """True for a torchvision GeneralizedRCNN (Faster/Mask/Keypoint R-CNN) instance."""

@@ -685,11 +685,6 @@ def _rename_io(model, in_name: str, out_name: str) -> None:
         g.node.append(helper.make_node("Identity", [old_out], [out_name], name="cnnvideo_stage_output"))
 
 
-def is_onnx_path(model: str) -> bool:
-    """True when a config's `model:` value names an ONNX file (ends in .onnx) rather than a zoo model."""
-    return isinstance(model, str) and model.lower().endswith(".onnx")
-
-
 def load_graph(path: str, frame_size: Sequence[int]) -> OnnxGraph:
     """OnnxGraph of `path` for (H, W) frames (the config's frame_size), fed raw uint8 frames like LayerGraph."""
     return OnnxGraph.load(path, (int(frame_size[0]), int(frame_size[1])), frame_input=True)

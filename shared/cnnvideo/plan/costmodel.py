@@ -96,10 +96,6 @@ class Plan:
         """(start cut, end cut) per worker."""
         return [(self.cuts[w], self.cuts[w + 1]) for w in range(self.n_workers)]
 
-    def input_cut(self, w: int) -> int:
-        """Cut whose tensor hop w carries into worker w."""
-        return self.cuts[w]
-
     def layers(self, graph) -> List[List[int]]:
         """Layer indices per worker, from a LayerGraph's segment_layers."""
         return [[i for k in self.segments(w) for i in graph.segment_layers(k)] for w in range(self.n_workers)]
@@ -383,33 +379,6 @@ def per_frame_time(plan: Plan, inputs: CostInputs, in_flight: int = 0, frames: i
 def latency(plan: Plan, inputs: CostInputs, delta: bool = True) -> float:
     """Seconds one frame spends in an otherwise empty pipeline (sum of its stage costs)."""
     return float(stage_costs(plan, inputs, delta).sum())
-
-
-def inputs_from_graph(
-    graph,
-    seg_time: np.ndarray,
-    bandwidth: Sequence[float],
-    bytes_delta: Optional[np.ndarray] = None,
-    bytes_full: Optional[np.ndarray] = None,
-    result_bandwidth: Optional[float] = None,
-) -> CostInputs:
-    """CostInputs for a LayerGraph: seg_time [K] (same for all) or [W, K]; bandwidth bytes/s per hop;
-    predicted bytes per cut (default: dense sizes, i.e. no sparsity)."""
-    dense = np.array([float(c.bytes_dense) for c in graph.cuts])
-    bandwidth = np.asarray(bandwidth, dtype=np.float64).reshape(-1)
-    seg = np.asarray(seg_time, dtype=np.float64)
-    if seg.ndim == 1:
-        seg = np.broadcast_to(seg, (bandwidth.size, seg.size)).copy()
-    full = dense if bytes_full is None else np.asarray(bytes_full, dtype=np.float64)
-    delta = full if bytes_delta is None else np.asarray(bytes_delta, dtype=np.float64)
-    return CostInputs(
-        bytes_full=full,
-        bytes_delta=delta,
-        seg_time=seg,
-        bandwidth=bandwidth,
-        result_bandwidth=result_bandwidth,
-        result_bytes=float(dense[-1]),
-    )
 
 
 # Relative spread of a stage's CPU time from frame to frame (uniform, +-): ONNX Runtime MobileNetV2 at cpus 0.4

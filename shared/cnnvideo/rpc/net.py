@@ -28,11 +28,6 @@ def use_tls(identity) -> None:
         log.info("mutual TLS on (%r)", identity)
 
 
-def tls_identity():
-    """The process-wide TLS identity, or None for plaintext."""
-    return _TLS
-
-
 def options(max_bytes: int) -> List[Tuple[str, int]]:
     """Channel/server options: message size limits both ways, keepalive so a dead peer is noticed."""
     return [

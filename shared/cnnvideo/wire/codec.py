@@ -85,17 +85,6 @@ class Decoded(NamedTuple):
 # ---------------------------------------------------------------------------------------------- sizes
 
 
-def _index_width(max_gap: int) -> int:
-    """Smallest fixed index width (bytes) that holds `max_gap` (1 means the escaped u8 code fits it plainly)."""
-    if max_gap < 1 << 8:
-        return 1
-    if max_gap < 1 << 16:
-        return 2
-    if max_gap < 1 << 32:
-        return 4
-    return 0  # not representable: bitmap only
-
-
 def estimate_bytes(nnz, numel, itemsize):
     """Uncompressed size of the best layout for `nnz` values of `numel`; vectorised over numpy arrays.
 
@@ -122,11 +111,6 @@ def estimate_bytes(nnz, numel, itemsize):
 
 
 # --------------------------------------------------------------------------------------------- encode
-
-
-def _as_bits(a: np.ndarray) -> np.ndarray:
-    """The same bytes as an unsigned integer array (bit-exact comparisons, -0.0 != 0.0)."""
-    return a.view(_BITS[a.dtype.itemsize])
 
 
 def _gather(flat: np.ndarray, mask: np.ndarray, nnz: int, idx: Optional[np.ndarray]) -> np.ndarray:

@@ -312,11 +312,6 @@ class HopReceiver:
         self.last_kind = None  # type: Optional[str]
         self.last_unchanged = False  # the last payload was an update that changed nothing
 
-    @property
-    def has_base(self) -> bool:
-        """Whether an update could be applied now."""
-        return self._held is not None
-
     def decode(self, buf: bytes) -> np.ndarray:
         """Apply one payload and return a read-only view of the held tensor (valid until the next call)."""
         kind, _name, seq = peek_header(buf)
