@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     for role in ("master", "worker", "trainer"):
         p = sub.add_parser(role, help="run the %s role" % role)
         p.add_argument("-c", "--config", required=True, help="cluster config YAML")
-        p.add_argument("-i", "--id", type=int, default=0, help="worker index in the chain")
+        p.add_argument("-i", "--id", type=int, default=0, help="worker index in cluster.workers")
         p.add_argument("--out", default=None, help="output folder (master)")
         p.add_argument("--frames", type=int, default=None, help="override config 'frames'")
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)

@@ -1,4 +1,5 @@
-"""cnn-video: run a CNN split across a chain of edge devices over frame differences."""
+"""cnn-video: run a CNN split over a pool of edge devices (stages x replicas; a chain is one plan) over frame
+differences."""
 from __future__ import annotations
 
 __version__ = "0.1.0"
