@@ -15,7 +15,7 @@ from cnnvideo.config import ConfigError
 from cnnvideo.master.reporting import detector_lines
 from cnnvideo.results import report as rpt
 
-from . import linkemu, local_cameras
+from . import linkemu, local_cameras, prefork
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,10 @@ class Child:
 
     def _spawn(self) -> None:
         self.started_at = time.time()
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = _forked(self.argv, self.env)
+        if self.proc is None:
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
+                                         start_new_session=True)
         if self.on_spawn is not None:
             try:
                 self.on_spawn(self.name, self.proc.pid)
@@ -109,6 +111,36 @@ class Child:
             self.proc.wait(5)
         self.thread.join(2)
         self.log_file.close()
+
+
+_PREFORK: Dict[str, Any] = {}  # "server": the fork server of this launcher, "off": why it is not used
+
+
+def _forked(argv: List[str], env: Dict[str, str]):
+    """The role `argv` forked from the preloaded server (`prefork`), or None to start it as a new interpreter:
+    another command, CNNVIDEO_PREFORK=0, or a server that failed (said once)."""
+    args = prefork.role_argv(argv)
+    if args is None or "off" in _PREFORK:
+        return None
+    if not prefork.enabled():
+        _PREFORK["off"] = "%s=0" % prefork.ENV
+        return None
+    try:
+        if "server" not in _PREFORK:
+            _PREFORK["server"] = prefork.Server(env)
+        return _PREFORK["server"].spawn(args, env)
+    except OSError as exc:
+        _PREFORK["off"] = str(exc)
+        print("[local] roles start as new interpreters: the prefork server failed (%s)" % exc, file=sys.stderr,
+              flush=True)
+        return None
+
+
+def close_prefork() -> None:
+    """Let this launcher's fork server go (after its roles were stopped)."""
+    server = _PREFORK.pop("server", None)
+    if server is not None:
+        server.close()
 
 
 def stop_all(children: List[Child], timeout: float = 5.0) -> None:
@@ -462,4 +494,5 @@ def run(args) -> int:
         return 130
     finally:
         stop_all(children)
+        close_prefork()
         caps.remove()

@@ -77,8 +77,9 @@ def profile_s(out, worker):
 def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
     """With tc links and cpus {worker0: 0.1, worker1: 0.1}: the report (and the run summary) says cgroup caps
     and tc links; each worker process sits, while it runs, in a cgroup with a CFS quota of 10 ms per 100 ms; and
-    the cap acts. The kernel throttled each capped worker for over a second by the time the first frame was
-    sent (19 s when measured; a run capped at 1.0 CPU: for at most a fifth of that, 0 s measured), and the
+    the cap acts. The kernel throttled each capped worker for over 0.1 s by the time the first frame was sent
+    (0.4 s measured with roles forked from the preloaded server, 19 s when each role still imported torch under its
+    cap; a run capped at 1.0 CPU: for at most a fifth of that, 0 s measured), and the
     model's compute per frame in the run (summed over the workers: the two runs may cut it differently) is at
     least twice that of the same run at 1.0 CPU (2.6-4.6x measured). The profiles' numbers are printed, not
     asserted: on this shared 2-core host (load ~6) a worker at 1.0 CPU got so little CPU that its profile's
@@ -111,7 +112,7 @@ def test_cpu_caps_hold_under_tc_links(tmp_path, synthetic_video):
                      for w in ("w0", "w1")}
         print("cap %g: %s" % (share, seen[share]))
     for w in ("w0", "w1"):
-        assert seen[0.1][w]["throttled_s"] > 1.0 and seen[1.0][w]["throttled_s"] < seen[0.1][w]["throttled_s"] / 5
+        assert seen[0.1][w]["throttled_s"] > 0.1 and seen[1.0][w]["throttled_s"] < seen[0.1][w]["throttled_s"] / 5
     # the whole model per frame (the two runs may split it differently: compare the sum over the workers)
     whole = {share: sum(seen[share][w]["run_compute_s"] for w in ("w0", "w1")) for share in seen}
     print("compute per frame, whole model: %.3f s at 0.1 CPU, %.3f s at 1.0 (%.1fx)"

@@ -1,0 +1,60 @@
+"""`cnnvideo local`'s fork server (tools/prefork.py) runs each role as its own process forked from one that has
+imported torch and torchvision: a role's output and exit code come back as from `python -m cnnvideo`, a role killed
+by a signal reads as such, gRPC is never imported before a
+fork, and the server leaves once the launcher has let it go and its roles have ended."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cnnvideo.tools import prefork
+
+from .helpers import base_config, write_config
+from .helpers import env as role_env
+
+
+@pytest.fixture
+def server():
+    s = prefork.Server(role_env())
+    yield s
+    s.close()
+
+
+def test_a_role_prints_and_exits_as_from_a_new_interpreter(server, tmp_path):
+    """A master given a missing config (a path relative to the launcher's directory, which the role runs in)
+    prints cnnvideo's one-line error and exits 2, as `python -m cnnvideo` does."""
+    missing = os.path.relpath(str(tmp_path / "missing.yml"))
+    proc = server.spawn(["master", "-c", missing], role_env())
+    out = proc.stdout.read().decode()
+    assert proc.wait(60) == 2, out
+    assert "cnnvideo: error" in out and "missing.yml" in out, out
+    direct = subprocess.run([sys.executable, "-m", "cnnvideo", "master", "-c", missing], capture_output=True,
+                            text=True, env=role_env(), timeout=120)
+    assert direct.returncode == 2 and direct.stderr.strip().splitlines()[-1] == out.strip().splitlines()[-1]
+
+
+def test_a_killed_role_reads_as_killed_and_the_server_leaves_after_its_roles(server, tmp_path, synthetic_video):
+    """A role that waits (a trainer serving) killed with SIGKILL has returncode -9, as Popen gives; it ran in a
+    session of its own (the launcher stops a role by its process group)."""
+    from cnnvideo.rpc.net import free_port
+
+    data = base_config(synthetic_video, str(tmp_path / "cache"),
+                       cluster={"trainer": "127.0.0.1:%d" % free_port(), "workers": ["127.0.0.1:%d" % free_port()]})
+    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    assert os.getpgid(proc.pid) == proc.pid
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL
+    server.close()
+    assert server.proc.returncode == 0
+
+
+def test_role_argv_takes_only_cnnvideo_commands():
+    assert prefork.role_argv([sys.executable, "-m", "cnnvideo", "-v", "worker", "-i", "1"]) == ["-v", "worker", "-i",
+                                                                                                 "1"]
+    assert prefork.role_argv(["nsenter", "-t", "1", sys.executable, "-m", "cnnvideo"]) is None
+    assert prefork.role_argv([sys.executable, "-m", "cnnvideo.tools.prefork", "3"]) is None

@@ -1,0 +1,298 @@
+"""Roles of `cnnvideo local` forked from one process that has imported torch and torchvision already.
+
+Each role is its own OS process, as before, but starting one no longer pays the imports: torch and torchvision
+take about 4 s of CPU a process here (torchvision 0.29's `ops` imports `torch._dynamo`, 2.5 s of it), which was
+most of the CPU of a short local run (4 roles, 16.5 s of CPU for 16 small frames), and ten times that in wall time
+for a role capped at 0.1 CPU, since a role joins its cgroup before it imports anything.
+
+The server (`python -m cnnvideo.tools.prefork FD`) is the launcher's child. It imports the heavy modules, none of
+which starts a thread or opens a socket (gRPC is not imported before a fork), then serves one Unix socket:
+- the launcher sends a request, one JSON line {"argv": [...], "env": {...}, "cwd": ...}, with the role's stdout
+  pipe as SCM_RIGHTS; the server forks, and the child starts a session of its own, takes the pipe as stdout and
+  stderr and the request's environment and directory, and runs `cnnvideo.tools.cli.main` on the argv after
+  `-m cnnvideo`;
+- the server answers {"pid": N}, and {"exit": N, "code": C} when the role ends (C < 0: killed by signal -C).
+When the launcher goes away the server waits for its roles to end, then exits. `CNNVIDEO_PREFORK=0` turns it off
+(each role is then started with `python -m cnnvideo` again), and a server that fails makes the launcher do the
+same, with one line saying why.
+"""
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Dict, List, Optional
+
+PRELOAD = ("numpy", "yaml", "torch", "torchvision", "cnnvideo.config", "cnnvideo.tools.cli")
+NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
+ENV = "CNNVIDEO_PREFORK"
+MAX_MESSAGE = 1 << 20
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def _exit_code(status: int) -> int:
+    """Popen's returncode from a wait status: the exit code, or -signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+# ---------------------------------------------------------------------------------------------------- the server
+def _send(sock: socket.socket, msg: dict) -> None:
+    sock.sendall((json.dumps(msg) + "\n").encode())
+
+
+def _child(sock: socket.socket, fd: int, request: dict) -> None:
+    """In the forked child: become the role, then leave the interpreter as `python -m cnnvideo` would (SystemExit
+    up through the server's frames, which catch nothing: atexit handlers run, non-daemon threads are joined)."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        if fd > 2:
+            os.close(fd)
+        for s in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        argv = list(request["argv"])
+        sys.argv = ["cnnvideo"] + argv
+        from cnnvideo.tools.cli import main
+
+        code = int(main(argv) or 0)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # the role's own traceback, as `python -m cnnvideo` would print it
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.exit(code)
+
+
+def _receive(sock: socket.socket, buf: bytearray):
+    """(request, fd) when a whole request came, (None, None) when none yet, ("eof", None) when the peer left."""
+    fds = array.array("i")
+    data, anc, _flags, _addr = sock.recvmsg(65536, socket.CMSG_LEN(4 * fds.itemsize))
+    if not data:
+        return "eof", None
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    buf.extend(data)
+    if len(buf) > MAX_MESSAGE:
+        raise ValueError("a prefork request over %d bytes" % MAX_MESSAGE)
+    if b"\n" not in buf:
+        return None, (fds[0] if fds else None)
+    line, _, rest = bytes(buf).partition(b"\n")
+    del buf[:len(line) + 1]
+    return json.loads(line.decode()), (fds[0] if fds else None)
+
+
+def serve(fd: int) -> int:
+    """The server's loop on the inherited socket `fd` (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
+    for name in PRELOAD:
+        __import__(name)
+    loaded = [m for m in NOT_BEFORE_FORK if m in sys.modules]
+    sock = socket.socket(fileno=fd)
+    if loaded:
+        _send(sock, {"error": "%s was imported before forking" % ", ".join(loaded)})
+        return 1
+    _send(sock, {"ready": os.getpid()})
+    children = set()
+    buf = bytearray()
+    pending_fd: Optional[int] = None
+    open_ = True
+    while open_ or children:
+        if open_:
+            readable, _, _ = select.select([sock], [], [], 0.1)
+            if readable:
+                request, fd_in = _receive(sock, buf)
+                if request == "eof":
+                    open_ = False
+                else:
+                    pending_fd = fd_in if fd_in is not None else pending_fd
+                    if request is not None:
+                        if pending_fd is None:
+                            _send(sock, {"error": "a request without its stdout pipe"})
+                            continue
+                        pid = os.fork()
+                        if pid == 0:
+                            _child(sock, pending_fd, request)
+                        os.close(pending_fd)
+                        pending_fd = None
+                        children.add(pid)
+                        _send(sock, {"pid": pid})
+        else:  # the launcher is gone: wait for the roles to end
+            try:
+                pid, _status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            children.discard(pid)
+            continue
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                children.clear()
+                break
+            if pid == 0:
+                break
+            children.discard(pid)
+            if open_:
+                try:
+                    _send(sock, {"exit": pid, "code": _exit_code(status)})
+                except OSError:
+                    open_ = False
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- the client
+class ForkedProc:
+    """A role forked by the server, with the part of subprocess.Popen's interface the launcher uses."""
+
+    def __init__(self, server: "Server", pid: int, stdout) -> None:
+        self.server = server
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: Optional[int] = None
+        self.done = threading.Event()
+
+    def poll(self) -> Optional[int]:
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if not self.done.wait(timeout):
+            raise subprocess.TimeoutExpired("cnnvideo role pid %d" % self.pid, timeout)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _ended(self, code: int) -> None:
+        self.returncode = code
+        self.done.set()
+
+
+class Server:
+    """The launcher's end: starts the server, forks roles through it, hands out ForkedProc objects."""
+
+    def __init__(self, env: Dict[str, str]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = ours
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], env=env)
+        theirs.close()
+        self.lock = threading.Lock()  # one request at a time: its answer is the next pid
+        self.cond = threading.Condition()
+        self.answers: List[dict] = []
+        self.procs: Dict[int, ForkedProc] = {}
+        self.exits: Dict[int, int] = {}  # exits seen before their ForkedProc was made
+        self.closed: Optional[str] = None
+        self.reader = threading.Thread(target=self._read, name="prefork", daemon=True)
+        self.reader.start()
+        first = self._answer(600.0)
+        if "ready" not in first:
+            raise OSError(first.get("error") or "the prefork server did not start")
+
+    def _read(self) -> None:
+        f = self.sock.makefile("rb")
+        try:
+            for line in f:
+                msg = json.loads(line.decode())
+                with self.cond:
+                    if "exit" in msg:
+                        proc = self.procs.pop(msg["exit"], None)
+                        if proc is None:
+                            self.exits[msg["exit"]] = msg["code"]
+                        else:
+                            proc._ended(msg["code"])
+                    else:
+                        self.answers.append(msg)
+                    self.cond.notify_all()
+        except (OSError, ValueError) as exc:
+            self.closed = str(exc)
+        with self.cond:
+            self.closed = self.closed or "the prefork server exited"
+            self.cond.notify_all()
+            for proc in self.procs.values():  # their parent is gone: the exit code is unknown
+                proc._ended(-signal.SIGKILL)
+            self.procs.clear()
+
+    def _answer(self, timeout: float) -> dict:
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.answers or self.closed, timeout):
+                raise OSError("the prefork server did not answer within %.0f s" % timeout)
+            if not self.answers:
+                raise OSError(self.closed or "the prefork server exited")
+            return self.answers.pop(0)
+
+    def spawn(self, argv: List[str], env: Dict[str, str]) -> ForkedProc:
+        """Fork `cnnvideo <argv>` with `env`; its stdout and stderr come out of the returned proc's stdout."""
+        r, w = os.pipe()
+        try:
+            with self.lock:
+                data = (json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}) + "\n").encode()
+                self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w]))])
+                answer = self._answer(60.0)
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        if "pid" not in answer:
+            os.close(r)
+            raise OSError(answer.get("error") or "the prefork server did not fork")
+        proc = ForkedProc(self, int(answer["pid"]), os.fdopen(r, "rb"))
+        with self.cond:
+            if proc.pid in self.exits:
+                proc._ended(self.exits.pop(proc.pid))
+            else:
+                self.procs[proc.pid] = proc
+        return proc
+
+    def close(self) -> None:
+        """Let the server go (it waits for its roles to end, then exits)."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.sock.close()
+
+
+def role_argv(argv: List[str]) -> Optional[List[str]]:
+    """The `cnnvideo` arguments of a `python -m cnnvideo ...` command line, None for any other command."""
+    if len(argv) >= 3 and argv[0] == sys.executable and argv[1:3] == ["-m", "cnnvideo"]:
+        return list(argv[3:])
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(serve(int(sys.argv[1])))
