@@ -19,6 +19,7 @@ same, with one line saying why.
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import select
@@ -29,7 +30,10 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
-PRELOAD = ("numpy", "yaml", "torch", "torchvision", "cnnvideo.config", "cnnvideo.tools.cli")
+# imported before any fork when installed (onnx: 0.8 s more for a role on ONNX Runtime); not onnxruntime, whose
+# sessions' thread pools must be a role's own, nor cv2, which starts threads of its own unless OMP_NUM_THREADS=1
+PRELOAD = ("numpy", "yaml", "torch", "torchvision", "onnx", "cnnvideo.config", "cnnvideo.tools.cli",
+           "cnnvideo.model.zoo", "cnnvideo.model.graph", "cnnvideo.model.engines", "cnnvideo.plan.profiling")
 NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
 ENV = "CNNVIDEO_PREFORK"
 MAX_MESSAGE = 1 << 20
@@ -45,6 +49,14 @@ def _exit_code(status: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- the server
+def _native_threads() -> int:
+    """Threads of this process, native ones included (1 where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
 def _send(sock: socket.socket, msg: dict) -> None:
     sock.sendall((json.dumps(msg) + "\n").encode())
 
@@ -104,11 +116,20 @@ def serve(fd: int) -> int:
     """The server's loop on the inherited socket `fd` (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
     for name in PRELOAD:
-        __import__(name)
+        try:
+            __import__(name)
+        except ImportError:  # an optional part not installed: the role imports what it has, as before
+            pass
+    gc.collect()
+    gc.freeze()  # the roles' collections then leave the preloaded objects alone (touching them copies their pages)
     loaded = [m for m in NOT_BEFORE_FORK if m in sys.modules]
     sock = socket.socket(fileno=fd)
     if loaded:
         _send(sock, {"error": "%s was imported before forking" % ", ".join(loaded)})
+        return 1
+    threads = _native_threads()
+    if threads > 1:  # e.g. a BLAS pool (OMP_NUM_THREADS > 1): a forked child would hold its locks without its threads
+        _send(sock, {"error": "the preloaded modules started threads of their own (%d in all)" % threads})
         return 1
     _send(sock, {"ready": os.getpid()})
     children = set()

@@ -34,8 +34,18 @@ TOKEN = "test-token-0123456789abcdef"
 SCENE_FRAMES = 6  # frames per scene: at 8 fps a label holds ~0.75 s
 
 
+STARTUP_S = 600.0  # the launcher's own bound on its roles' start (tools/launcher.py STARTUP_TIMEOUT_S)
+
+
 def wait_for(cond, timeout, what, run=None):
-    """Poll `cond` every 50 ms until true; fail naming `what` (with the run's last log lines) after `timeout` s."""
+    """Poll `cond` every 50 ms until true; fail naming `what` (with the run's last log lines) after `timeout` s.
+    With a `run`, the `timeout` s count from its first frame sent: how long its roles take to start depends on the
+    host's load (a CI run beside the docker tier took 55 s to its first frame, and timed out 30 s later), and the
+    launcher bounds that itself."""
+    if run is not None and run.sent < 1:
+        start = time.monotonic() + STARTUP_S
+        while run.sent < 1 and run.proc.poll() is None and time.monotonic() < start:
+            time.sleep(0.05)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -41,8 +41,8 @@ def test_a_killed_role_reads_as_killed_and_the_server_leaves_after_its_roles(ser
     session of its own (the launcher stops a role by its process group)."""
     from cnnvideo.rpc.net import free_port
 
-    data = base_config(synthetic_video, str(tmp_path / "cache"),
-                       cluster={"trainer": "127.0.0.1:%d" % free_port(), "workers": ["127.0.0.1:%d" % free_port()]})
+    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
+    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
     proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
     time.sleep(1.0)
     assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
