@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import gc
+import importlib
 import json
 import os
 import select
@@ -117,7 +118,7 @@ def serve(fd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
     for name in PRELOAD:
         try:
-            __import__(name)
+            importlib.import_module(name)
         except ImportError:  # an optional part not installed: the role imports what it has, as before
             pass
     gc.collect()
