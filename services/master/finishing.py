@@ -110,7 +110,10 @@ class Finisher:
         extra.update(m.scheduler.report(n_frames, plan))
         extra.update(self.live_extra(wall))
         extra["master"] = self.master_cpu(cpu_now)
-        extra["overhead"] = tel.overheads.finish(m.run_id) if tel.overheads is not None else None
+        unfinished = exit_problem(m.failure, m.source_error, m.interrupted, cfg.frames, n_frames, tr.completed,
+                                  [r for r in records if r.status == "dropped"],
+                                  n_frames - sum(1 for r in records if r.done_at is not None))  # lost, as in the report
+        extra["overhead"] = tel.overheads.finish(m.run_id, unfinished) if tel.overheads is not None else None
         extra["events"] = m.events.close()  # None unless events.enabled: tracks, events by type, MQTT, snapshots
         m.events.sync()
         os.makedirs(m.out, exist_ok=True)

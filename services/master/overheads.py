@@ -1,6 +1,7 @@
 """The master's side of the measured per-frame overhead (cnnvideo.plan.overhead): at setup, the figures earlier runs
 stored for each worker's device go into the plan; during the run, every stage report's CPU goes to the meter; at
-the end, report.json's `overhead` and, from a long enough single-camera run, the figures stored for the next."""
+the end, report.json's `overhead` and, from a long enough single-camera run that finished normally, the figures
+stored for the next, when they agree with what earlier runs stored (overhead.store; else they are kept apart)."""
 from __future__ import annotations
 
 import logging
@@ -56,18 +57,21 @@ class Overheads:
         self.meter.add(w, rep.process_cpu, sum(cpu.values()), cpu.get("compute", 0.0), rep.start_cut, rep.end_cut,
                        not rep.skipped, rep.bytes_in + rep.bytes_out)
 
-    def finish(self, run_id: str) -> Dict[str, Any]:
+    def finish(self, run_id: str, unfinished: Optional[str] = None) -> Dict[str, Any]:
         """report.json's `overhead`: per worker what this run measured and whether the plan used stored figures;
         stores the medians per device and cap for the next run, and the device's largest group's as the device's
         figures for a cap no run has measured (a run of MIN_FRAMES or more, one camera: with several, a worker's CPU
-        between two of this camera's reports includes the others' frames)."""
+        between two of this camera's reports includes the others' frames). `unfinished`: why the run did not finish
+        normally (finishing.exit_problem; None: it did), and then nothing is stored. `figures` says per store key what
+        became of this run's figures: stored, or refused and why (overhead.store: kept apart, never planned with)."""
         ns = self.cfg.cost_model.net_cpu_ns_per_byte
         measured = self.meter.measured()
         out: Dict[str, Any] = {
             "workers": {"w%d" % w: o.summary(ns) for w, o in sorted(measured.items())},
             "used": {"w%d" % w: {"compute_ratio": round(s.compute_ratio, 4), "message_cpu_us": round(s.message_us, 1),
                                  "from_run": s.run_id} for w, s in enumerate(self.used) if s is not None},
-            "stored": []}
+            "finished_normally": unfinished is None,
+            "stored": [], "figures": {}}
         if len(self.cfg.cameras) > 1 or not self.cfg.cost_model.measured_overhead:
             return out
         long_enough = {w: o for w, o in measured.items() if o.frames >= overhead.MIN_FRAMES}
@@ -75,13 +79,33 @@ class Overheads:
         device_of = dict(zip(self.keys, self.devices))
         largest: Dict[str, overhead.Stored] = {}
         for key, stored in groups.items():
+            why = self._store(key, stored, unfinished, True, out)
             device = device_of[key]
-            if device not in largest or stored.frames > largest[device].frames:
+            if why is None and (device not in largest or stored.frames > largest[device].frames):
                 largest[device] = stored
-        for key, stored in list(groups.items()) + list(largest.items()):
-            try:
-                overhead.save(overhead_path(self.cfg, key), stored)
-                out["stored"].append(key)
-            except OSError as exc:
-                log.warning("measured overhead not stored (%s)", exc)
+        for device, stored in largest.items():  # an accepted cap's figures: the device's for caps none measured
+            self._store(device, stored, None, False, out)
         return out
+
+    def _store(self, key: str, stored: overhead.Stored, unfinished: Optional[str], check: bool,
+               out: Dict[str, Any]) -> Optional[str]:
+        """Store one key's figures (overhead.store) and say so in `out`; the reason when they were not stored."""
+        row: Dict[str, Any] = {"compute_ratio": round(stored.compute_ratio, 4),
+                               "message_cpu_us": round(stored.message_us, 1)}
+        try:
+            why = overhead.store(overhead_path(self.cfg, key), stored, unfinished, check)
+        except OSError as exc:
+            log.warning("measured overhead not stored (%s)", exc)
+            why = "not written (%s)" % exc
+            row.update(status="not stored", why=why)
+        else:
+            if why is None:
+                out["stored"].append(key)
+                row["status"] = "stored"
+            else:
+                log.warning("measured overhead of %s not stored, kept apart: run %s measured compute x%.3f of the "
+                            "profile, %.0f us a message; %s", key, stored.run_id or "?", stored.compute_ratio,
+                            stored.message_us, why)
+                row.update(status="not stored" if unfinished is not None else "refused", why=why)
+        out["figures"][key] = row
+        return why

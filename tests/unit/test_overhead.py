@@ -124,3 +124,50 @@ def test_a_frame_far_over_the_median_is_left_out():
         m.add(0, cpu, 0.068, 0.066, 0, 3, True, 0)
     o = m.measured()[0]
     assert o.frames == 18 and o.cpu_s == pytest.approx(0.08)
+
+
+def test_store_refuses_far_off_the_history_and_keeps_it_apart(tmp_path):
+    """store accepts runs within RATIO_TOLERANCE of the history's median compute ratio (normal runs 1.14-1.20) and
+    refuses one at 1.7x it, keeping it in `rejected` with why and leaving the figures planned with unchanged."""
+    path = str(tmp_path / "x.json")
+    for i, r in enumerate((1.14, 1.20, 1.17)):
+        assert overhead.store(path, overhead.Stored(r, 300.0, 100, 2, "ok%d" % i)) is None
+    why = overhead.store(path, overhead.Stored(1.99, 300.0, 100, 2, "sick"))
+    assert why is not None and "compute x1.990" in why and "3 stored runs" in why
+    h = overhead.read(path)
+    assert h.current.run_id == "ok2" and [s.run_id for s in h.accepted] == ["ok0", "ok1", "ok2"]
+    assert [(r["run_id"], r["reason"]) for r in h.rejected] == [("sick", "off_history")]
+
+
+def test_message_cpu_is_refused_only_far_off_in_ratio_and_in_us(tmp_path):
+    """The message CPU may double with a change of plan and is accepted; 3x and 500 us or more off is refused; 3x
+    but a few us (figures near the clip at 0) is accepted; at MESSAGE_US_MAX it is a clamp."""
+    path = str(tmp_path / "x.json")
+    overhead.save(path, overhead.Stored(1.2, 400.0, 100, 2, "a"))
+    assert overhead.store(path, overhead.Stored(1.2, 800.0, 100, 2, "b")) is None
+    assert "us a message" in overhead.store(path, overhead.Stored(1.2, 2000.0, 100, 2, "c"))
+    assert "clamp" in overhead.store(path, overhead.Stored(1.2, overhead.MESSAGE_US_MAX, 100, 2, "d"))
+    small = str(tmp_path / "y.json")
+    overhead.save(small, overhead.Stored(1.2, 20.0, 100, 2, "a"))
+    assert overhead.store(small, overhead.Stored(1.2, 90.0, 100, 2, "b")) is None
+
+
+def test_consecutive_agreeing_runs_off_the_history_become_it(tmp_path):
+    """A history that no longer fits the device does not refuse every later run: RECOVER runs in a row off it that
+    agree among themselves replace it; runs that disagree among themselves, or with an accepted run between them,
+    do not."""
+    def runs(path, *figures):
+        return [overhead.store(path, overhead.Stored(r, 300.0, 100, 2, name)) is None for name, r in figures]
+
+    moved = str(tmp_path / "moved.json")
+    overhead.save(moved, overhead.Stored(1.0, 300.0, 100, 2, "old"))
+    assert runs(moved, ("n1", 1.6), ("n2", 1.62), ("n3", 1.61)) == [False, False, True]
+    h = overhead.read(moved)
+    assert h.current.run_id == "n3" and [s.run_id for s in h.accepted] == ["n1", "n2", "n3"]
+    apart = str(tmp_path / "apart.json")
+    overhead.save(apart, overhead.Stored(1.0, 300.0, 100, 2, "old"))
+    assert runs(apart, ("n1", 1.6), ("ok", 1.1), ("n2", 1.6), ("n3", 1.6)) == [False, True, False, False]
+    mixed = str(tmp_path / "mixed.json")
+    overhead.save(mixed, overhead.Stored(1.0, 300.0, 100, 2, "old"))
+    assert runs(mixed, ("a", 1.4), ("b", 1.95), ("c", 1.4)) == [False, False, False]
+    assert overhead.load(mixed).run_id == "old"

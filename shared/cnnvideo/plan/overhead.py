@@ -10,14 +10,21 @@ process_cpu); the master differences consecutive reports (OverheadMeter), and th
 stored (save) and read back by the next setup (apply): each segment time times the run's compute ratio, and
 cost_model.net_cpu_us_per_message replaced by the rest of the CPU it measured, beyond what the cost model charges
 (the compute, the profile's codec and the per-byte CPU), so the cost model of the run's own plan charges exactly the
-CPU a frame the run measured."""
+CPU a frame the run measured.
+
+What is stored is guarded (issue 46: a run stopped by SIGTERM after its worker had spent 7 minutes quantizing under
+its cap measured compute x2.000 and 5000 us a message, both clamps, and every later plan used them): a store key's
+file keeps the last HISTORY accepted runs' figures beside the current ones (its top-level fields, as files were
+written before, so they still load), and `store` refuses a run that did not finish normally, whose figures sit at a
+clamp bound, or that is far off the history's median (`disagreement`); a refused run's figures go to the file's
+`rejected` list, kept apart, never planned with."""
 from __future__ import annotations
 
 import json
 import logging
 import os
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -31,6 +38,23 @@ MIN_FRAMES = 30  # a run measures a worker's overhead from this many frames on, 
 RATIO_BOUNDS = (0.5, 2.0)  # compute ratios outside are taken as a measuring fault and clipped
 MESSAGE_US_MAX = 5000.0
 FORMAT = 2  # 2: message_us is what the cost model does not charge (1 counted the measured codec as charged)
+HISTORY = 5  # accepted runs kept per store key: their median is what a new run is checked against
+REJECTED = 10  # refused runs kept apart per store key (for a look at what was refused, never planned with)
+# A new run's compute ratio is refused beyond RATIO_TOLERANCE x or / the history's median. Normal runs of one setting
+# read 1.14-1.20 (issue 46, the N = 4 pool run's four workers; docs/results/pool: 14-15 ms against 12.4), a spread of
+# 5%; the sick run read 2.0 against them, 1.7x. 1.3 leaves six times the normal spread for a host whose speed moves
+# between runs (2 shared cores) and still refuses a run 1.3x slower in its model than every accepted run before it.
+RATIO_TOLERANCE = 1.3
+# The message CPU is refused beyond MESSAGE_TOLERANCE x or / the median, and only when it is also MESSAGE_SLACK_US or
+# more away from it. It depends on the plan more than the compute does (a store key is a device and cap, not a plan):
+# in issue 46 a replica of a 4-way pool spent 4.4-5.4 ms a frame outside the model against 2.5 on `edge`, about 2x,
+# with its larger input messages, so a factor of 2 or less would refuse a normal change of plan. The slack keeps small
+# figures (the clip at 0 when the model charges all that was measured) from being refused for tens of us.
+MESSAGE_TOLERANCE = 2.5
+MESSAGE_SLACK_US = 500.0
+# A store key whose history no longer fits its device (a new runtime, a faster host) would refuse every run for good:
+# RECOVER consecutive runs refused as off the history that agree among themselves become the new history.
+RECOVER = 3
 
 
 @dataclass
@@ -174,31 +198,144 @@ def grouped(measured: Dict[int, WorkerOverhead], devices: Sequence[str], net_ns_
                       int(sum(o.frames for o in os_)), len(os_), run_id) for d, os_ in by_device.items()}
 
 
-def save(path: str, stored: Stored) -> None:
-    """Write one device's figures (atomically: a reader never sees half a file)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = atomic_tmp(path)
-    with open(tmp, "w") as f:
-        json.dump(asdict(stored), f)
-    os.replace(tmp, path)
+STORED_FIELDS = tuple(Stored.__dataclass_fields__)
 
 
-def load(path: str) -> Optional[Stored]:
-    """The figures stored at `path`, None when there are none or they do not read as this format."""
+def _valid(stored: Stored) -> bool:
+    return stored.format == FORMAT and RATIO_BOUNDS[0] <= stored.compute_ratio <= RATIO_BOUNDS[1] \
+        and 0 <= stored.message_us <= MESSAGE_US_MAX
+
+
+def _entry(d) -> Optional[Stored]:
+    """A Stored from one history entry (a dict of its fields), None when it does not read as this format."""
+    try:
+        stored = Stored(**{k: v for k, v in d.items() if k in STORED_FIELDS})
+    except (AttributeError, TypeError):
+        return None
+    return stored if _valid(stored) else None
+
+
+@dataclass
+class History:
+    """One store key's file: the figures planned with (`current`, the last accepted run), the last HISTORY accepted
+    runs' (oldest first, `current` last) and the runs refused, kept apart (dicts: the figures, `why`, `reason`:
+    unfinished | clamped | off_history, and `after`: the run_id of `current` when it was refused)."""
+
+    current: Optional[Stored] = None
+    accepted: List[Stored] = field(default_factory=list)
+    rejected: List[Dict[str, object]] = field(default_factory=list)
+
+    def as_json(self) -> Dict[str, object]:
+        """The file: `current`'s fields at the top level (as files were written before the history), then the lists."""
+        out: Dict[str, object] = asdict(self.current) if self.current is not None else {"format": FORMAT}
+        out["history"] = [asdict(s) for s in self.accepted[-HISTORY:]]
+        out["rejected"] = self.rejected[-REJECTED:]
+        return out
+
+
+def read(path: str) -> History:
+    """The History stored at `path`: empty when there is none or it does not read; a file written before the history
+    (its figures only) reads as a history of its one run."""
     try:
         with open(path) as f:
             d = json.load(f)
-        stored = Stored(**d)
+        if not isinstance(d, dict):
+            raise ValueError("not an object")
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError) as exc:
+        return History()
+    except (OSError, ValueError) as exc:
         log.warning("measured overhead %s unreadable (%s): using the configured one", path, exc)
+        return History()
+    current = None
+    if "compute_ratio" in d or "history" not in d:
+        current = _entry(d)
+        if current is None:
+            log.warning("measured overhead %s out of bounds or of another format: using the configured one", path)
+    accepted = [s for s in (_entry(e) for e in d.get("history") or []) if s is not None]
+    if current is not None and (not accepted or accepted[-1] != current):
+        accepted.append(current)  # a file of the figures alone
+    rejected = [e for e in d.get("rejected") or [] if isinstance(e, dict)]
+    return History(current, accepted[-HISTORY:], rejected[-REJECTED:])
+
+
+def write(path: str, history: History) -> None:
+    """Write one store key's History (atomically: a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = atomic_tmp(path)
+    with open(tmp, "w") as f:
+        json.dump(history.as_json(), f)
+    os.replace(tmp, path)
+
+
+def save(path: str, stored: Stored) -> None:
+    """Make `stored` the figures planned with at `path`, unchecked, and add it to the key's history."""
+    history = read(path)
+    history.current = stored
+    history.accepted = (history.accepted + [stored])[-HISTORY:]
+    write(path, history)
+
+
+def load(path: str) -> Optional[Stored]:
+    """The figures planned with at `path` (the last accepted run's), None when there are none or they do not read as
+    this format."""
+    return read(path).current
+
+
+def clamped(stored: Stored) -> Optional[str]:
+    """Why figures at a clamp bound are no measurement (None: they are not): a compute ratio at RATIO_BOUNDS, or a
+    message CPU at MESSAGE_US_MAX. A message CPU of 0 is kept: the model charged all that was measured (the per-byte
+    charge of large messages does), and planning with no more is right."""
+    if stored.compute_ratio <= RATIO_BOUNDS[0] or stored.compute_ratio >= RATIO_BOUNDS[1]:
+        return "compute x%.3f is at the clamp bound %s" % (stored.compute_ratio, RATIO_BOUNDS)
+    if stored.message_us >= MESSAGE_US_MAX:
+        return "%.0f us a message is at the clamp bound %.0f" % (stored.message_us, MESSAGE_US_MAX)
+    return None
+
+
+def disagreement(stored: Stored, accepted: Sequence[Stored]) -> Optional[str]:
+    """Why `stored` is far off the median of the `accepted` runs' figures (None: it agrees, or there are none)."""
+    if not accepted:
         return None
-    if stored.format != FORMAT or not RATIO_BOUNDS[0] <= stored.compute_ratio <= RATIO_BOUNDS[1] \
-            or not 0 <= stored.message_us <= MESSAGE_US_MAX:
-        log.warning("measured overhead %s out of bounds or of another format: using the configured one", path)
-        return None
-    return stored
+    ratio = float(np.median([s.compute_ratio for s in accepted]))
+    message = float(np.median([s.message_us for s in accepted]))
+    runs = "the median of %d stored run%s" % (len(accepted), "" if len(accepted) == 1 else "s")
+    if not ratio / RATIO_TOLERANCE <= stored.compute_ratio <= ratio * RATIO_TOLERANCE:
+        return "compute x%.3f is more than %gx off x%.3f, %s" % (stored.compute_ratio, RATIO_TOLERANCE, ratio, runs)
+    if abs(stored.message_us - message) >= MESSAGE_SLACK_US and not \
+            message / MESSAGE_TOLERANCE <= stored.message_us <= message * MESSAGE_TOLERANCE:
+        return "%.0f us a message is more than %gx off %.0f, %s" % (stored.message_us, MESSAGE_TOLERANCE, message,
+                                                                   runs)
+    return None
+
+
+def store(path: str, stored: Stored, unfinished: Optional[str] = None, check: bool = True) -> Optional[str]:
+    """Add one run's figures to the History at `path`: None when they are stored (the next plan uses them), else why
+    they were refused (kept in the file's `rejected` list, never planned with). Refused: a run that did not finish
+    normally (`unfinished`: why), figures at a clamp bound, and (`check`) figures off the median of the key's
+    history, unless they make RECOVER consecutive such runs that agree among themselves: those become the history."""
+    history = read(path)
+    why, reason = None, ""
+    if unfinished is not None:
+        why, reason = "the run did not finish normally (%s)" % unfinished, "unfinished"
+    elif clamped(stored) is not None:
+        why, reason = clamped(stored), "clamped"
+    elif check:
+        why, reason = disagreement(stored, history.accepted), "off_history"
+    after = history.current.run_id if history.current is not None else ""
+    if why is not None and reason == "off_history":
+        streak = [s for s in (_entry(e) for e in history.rejected if e.get("reason") == "off_history"
+                              and e.get("after") == after) if s is not None][-(RECOVER - 1):] + [stored]
+        if len(streak) >= RECOVER and all(disagreement(s, streak) is None for s in streak):
+            log.warning("measured overhead %s: %d runs in a row off the stored history agree among themselves: "
+                        "they are the history now", path, len(streak))
+            history.accepted, why = streak[:-1], None
+    if why is None:
+        history.current = stored
+        history.accepted = (history.accepted + [stored])[-HISTORY:]
+    else:
+        history.rejected = (history.rejected + [dict(asdict(stored), why=why, reason=reason, after=after)])[-REJECTED:]
+    write(path, history)
+    return why
 
 
 def load_for(cfg, device: str, quota_s: float = 0.0, period_s: float = 0.0) -> Optional[Stored]:
