@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", default=None,
                    help="comma list of later-hop thresholds, 'h' suffix = fp16 (default 0h,0.03,0.1,0.3,1)")
     p.add_argument("--out", default=None, help="also write tradeoff.json, tradeoff.svg, results.md into this folder")
-    p = bench.add_parser("track", help="event trackers on MOT ground truth with a noisy detector: IDF1, ID switches")
+    p = bench.add_parser("track", help="the tracker tuned on one MOT sequence, scored on the other: IDF1, ID switches")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trackers", default="iou,kalman",
                    help="comma list: iou, kalman (ours); norfair, sort, bytetrack when installed")
@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--miss", type=float, default=0.15, help="share of true boxes missed")
     p.add_argument("--jitter", type=float, default=0.06, help="corner noise std, share of the box's width/height")
     p.add_argument("--false-per-frame", type=float, default=0.3, help="mean false boxes a frame")
+    p.add_argument("--heavy", default="0.25,0.10,1.0", metavar="MISS,JITTER,FALSE",
+                   help="the heavier noise, scored held out only")
+    p.add_argument("--burst", type=float, default=5.0,
+                   help="frames: mean run of misses and life of a false box in the bursty noise (held out only)")
+    p.add_argument("--out", default=None, help="also write results.md and track.json into this folder")
     p = bench.add_parser("capped-profile", help="an ORT profile under a real CFS cap vs uncapped, at every cut")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--model", default="mobilenet_v2")

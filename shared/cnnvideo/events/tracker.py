@@ -46,7 +46,7 @@ class TrackerSettings:
         offers fewer frames for the snapshot; throttle what is published instead (EventPipeline's
         publish_types) when that matters.
     coast_s: an announced track the detector missed keeps sending `update` (score 0, its predicted box, or for
-        `iou` its last box) until it has been unseen this many seconds (0: only matched frames; None: 0.2 s for
+        `iou` its last box) until it has been unseen this many seconds (0: only matched frames; None: 0.1 s for
         `kalman`, 0 for `iou`). A score of 0 marks a box with no detection behind it; snapshots never pick it.
     """
 

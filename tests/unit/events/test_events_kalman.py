@@ -115,3 +115,18 @@ def test_settings_out_of_range_name_the_key(tracker, message):
         pipeline_from_config({"tracker": tracker}, (640, 480))
     assert str(info.value) == message
     assert "\n" not in str(info.value)
+
+
+def test_constants_reach_the_filter():
+    """KalmanConstants() are the module's constants, and a tracker built with other constants uses them: with a
+    gate of 0 no detection continues a track, so a person walking 2 px a frame is never announced (min_frames 2)."""
+    from cnnvideo.events import kalman
+
+    assert kalman.KalmanConstants() == kalman.KalmanConstants(kalman.MEAS_POS, kalman.MEAS_SIZE, kalman.PROC_POS,
+                                                              kalman.PROC_VEL, kalman.INIT_VEL, kalman.GATE)
+    events = {}
+    for gate in (kalman.GATE, 0.0):
+        tr = KalmanTracker(TrackerSettings(min_frames=2), kalman.KalmanConstants(gate=gate))
+        events[gate] = [e.type for f in range(5) for e in tr.update(f, T0 + f / FPS,
+                                                                    [Detection("person", 0.9, box_at(10 + 2 * f, 10))])]
+    assert events[kalman.GATE].count("new") == 1 and "new" not in events[0.0]
