@@ -25,7 +25,8 @@ import numpy as np
 from cnnvideo import artifacts
 from cnnvideo import config as config_mod
 from cnnvideo.plan import costinputs, pool
-from cnnvideo.plan.costmodel import CostInputs, Plan, latency, per_frame_time, stage_costs
+from cnnvideo.plan.costmodel import CostInputs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
 
 log = logging.getLogger(__name__)
@@ -200,38 +201,18 @@ def _row(name: str, plan: Plan, cfg: config_mod.Config, ctx: PlanContext, names:
         "throughput_fps": 1.0 / period if period > 0 else float("inf"),
         "decide_ms": round(decide_ms, 3),
     }
-    if plan.is_pool:
-        pc = pool.pool_costs(plan, ctx.inputs, cfg.in_flight, delta)
-        row.update(groups=[list(g) for g in plan.groups], shape=plan.shape(), latency_s=pc.latency,
-                   simulated_per_frame_s=pc.period, stage_costs_s=[round(float(c), 6) for c in pc.stage_period])
-    else:
-        row.update(latency_s=latency(plan, ctx.inputs, delta),
-                   simulated_per_frame_s=per_frame_time(plan, ctx.inputs, cfg.in_flight, frames=cfg.frames,
-                                                        delta=delta),
-                   stage_costs_s=[round(float(c), 6) for c in stage_costs(plan, ctx.inputs, delta)])
+    pc = pool.pool_costs(plan, ctx.inputs, cfg.in_flight, delta)
+    row.update(groups=[list(g) for g in plan.groups], shape=plan.shape(), latency_s=pc.latency,
+               stage_costs_s=[round(float(c), 6) for c in pc.stage_costs()])
     return row
 
 
 def _split(plan: Plan, ctx: PlanContext, names: List[str]) -> List[Dict[str, Any]]:
-    """Per worker (a pool plan: per stage, its first worker, `workers` all of them): input cut, output cut, segment
-    count, layer names."""
-    out = []
-    if plan.is_pool:
-        for s, g in enumerate(plan.groups):
-            a, b = plan.cuts[s], plan.cuts[s + 1]
-            out.append({"worker": g[0], "workers": list(g), "from": names[a], "to": names[b], "segments": b - a,
-                        "layers": [ctx.graph.layers[i].name for k in range(a, b) for i in ctx.graph.segment_layers(k)]})
-        return out
-    layers = plan.layers(ctx.graph)
-    for w, (a, b) in enumerate(plan.worker_segments()):
-        out.append({
-            "worker": w,
-            "from": names[a],
-            "to": names[b],
-            "segments": b - a,
-            "layers": [ctx.graph.layers[i].name for i in layers[w]],
-        })
-    return out
+    """Per stage: its first worker, `workers` all of them, input cut, output cut, segment count, layer names."""
+    layers = plan.stage_layers(ctx.graph)
+    return [{"worker": g[0], "workers": list(g), "from": names[a], "to": names[b], "segments": b - a,
+             "layers": [ctx.graph.layers[i].name for i in layers[s]]}
+            for s, (g, (a, b)) in enumerate(zip(plan.groups, plan.stage_bounds()))]
 
 
 def _load(args) -> config_mod.Config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from cnnvideo.plan.costmodel import Plan
+from cnnvideo.plan.plan import Plan
 
 
 class NoReplica(LookupError):
@@ -24,12 +24,12 @@ class Dispatcher:
 
     def usable(self, plan: Plan) -> bool:
         """Whether every stage of `plan` keeps a worker that is not left out."""
-        return all(set(g) - self.excluded for g in plan.stage_groups())
+        return all(set(g) - self.excluded for g in plan.groups)
 
     def route(self, plan: Plan) -> List[int]:
         """The worker of each stage for the next frame of `plan`; NoReplica if a stage has none left."""
         out = []
-        for s, group in enumerate(plan.stage_groups()):
+        for s, group in enumerate(plan.groups):
             live = [w for w in group if w not in self.excluded]
             if not live:
                 raise NoReplica("stage %d of plan %s has no worker left (out: %s)"

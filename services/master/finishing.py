@@ -105,7 +105,7 @@ class Finisher:
             extra.update(m.detecting.report())
         plan = reporting.main_plan(records, main_plan)
         extra["pool"] = reporting.pool_report(m, plan)
-        extra["plan_decisions"] = [dict(d, **({"groups": [list(g) for g in p.groups]} if p.is_pool else {}))
+        extra["plan_decisions"] = [dict(d, groups=[list(g) for g in p.groups])
                                    for d, (_, p) in zip(extra["plan_decisions"], m.scheduler.plans)]
         extra.update(m.scheduler.report(n_frames, plan))
         extra.update(self.live_extra(wall))

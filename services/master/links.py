@@ -10,7 +10,7 @@ import grpc
 
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-from cnnvideo.rpc import net
+from cnnvideo.rpc import convert, net
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class WorkerLinks:
     # ------------------------------------------------------------------ runs and streams
     def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None, only: Optional[Sequence[int]] = None
                   ) -> None:
-        """StartRun on every worker of `only` (default all) at once (with warm_cuts each builds its stage
+        """StartRun on every worker of `only` (default all) at once (with a warm plan each builds its stage
         meanwhile)."""
         from concurrent.futures import ThreadPoolExecutor
 
@@ -142,12 +142,10 @@ class WorkerLinks:
         return restarted
 
     def prepare(self, plan, only: Optional[Sequence[int]] = None) -> List[Tuple[bool, str]]:
-        """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a costmodel.Plan, or a chain's
-        cuts), asked of all at once; each worker starts building its stage in the background if it has not.
+        """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a Plan), asked of all at
+        once; each worker starts building its stage in the background if it has not.
         RpcError when one cannot be asked."""
-        cuts = list(getattr(plan, "cuts", plan))
-        stage_of = plan.stage_of(self.n) if getattr(plan, "is_pool", False) else []
-        req = pb.PrepareRequest(cuts=cuts, stage_of=stage_of)
+        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)))
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 

@@ -69,8 +69,7 @@ class StreamReader:
                 return True
             rec = m.tracker.records[f]
             rec.reused = reused
-            if rec.route:
-                m.dispatcher.release(rec.route)
+            m.dispatcher.release(rec.route)
             try:
                 m.outputs.put(f, y)
             except OutputError as exc:

@@ -49,13 +49,12 @@ class Recovery:
                 self._recover(fault)
 
     def replica_out(self, fault: str) -> bool:
-        """Under a pool plan, leave the workers that are down out by themselves: their frames in flight are queued
-        again, their links start over (here, and on the other workers through a Peer call), everything else goes on
-        untouched. False when this does not apply (another plan, nobody down, or a stage would keep no replica).
+        """Leave the workers that are down out by themselves: their frames in flight are queued again, their links
+        start over (here, and on the other workers through a Peer call), everything else goes on untouched. False
+        when this does not apply (nobody down, or a stage would keep no replica: a chain's always would not).
         A worker that cannot be told becomes a fault of its own (the next recovery handles it)."""
         m = self.m
-        plan = m.sending.sent_plan
-        if plan is None or not plan.is_pool:
+        if m.sending.sent_plan is None:
             return False
         down = m.links.down(only=m.live_workers())
         if not down or not self.can_leave_out(sorted(set(down) | m.dispatcher.excluded)):
@@ -63,7 +62,7 @@ class Recovery:
         with m.cond:
             again, dropped = m.tracker.release_workers(down, fault)
             for f in again + dropped:
-                m.dispatcher.release(m.tracker.records[f].route or ())
+                m.dispatcher.release(m.tracker.records[f].route)
             for f in dropped:
                 log.error("frame %d dropped: %s", f, m.tracker.records[f].reason)
                 m.feed.release(f)
@@ -137,20 +136,18 @@ class Recovery:
             m.last_event = time.time()
 
     def can_leave_out(self, down: List[int]) -> bool:
-        """Whether the run can go on without the workers `down`: the current plan is a pool plan and every stage
-        keeps a replica (and so does every plan of the frames to re-send, or in flight through `down`)."""
+        """Whether the run can go on without the workers `down`: every stage of the current plan keeps a replica,
+        and so does every plan of the frames to re-send, or in flight through `down`."""
         m = self.m
         plan = m.sending.sent_plan
-        if plan is None or not plan.is_pool:
+        if plan is None:
             return False
         tr = m.tracker
         with m.cond:
             frames = set(tr.retry_q) | set(tr.flying_through(down))
-            plans = {tuple(tuple(g) for g in tr.records[f].groups or ()) for f in frames}
-            chained = any(not tr.records[f].groups and set(tr.route_of(f)) & set(down) for f in frames)
+            plans = {tuple(tuple(g) for g in tr.records[f].groups) for f in frames}
         left = set(range(m.W)) - set(down)
-        return not chained and all(left & set(g) for g in plan.stage_groups()) and all(
-            all(left & set(g) for g in groups) for groups in plans if groups)
+        return all(left & set(g) for groups in plans | {plan.groups} for g in groups)
 
     def resync(self, gen: int, leave_out: Sequence[int] = ()) -> None:
         """Fresh channels (no reconnect backoff), restart detection, StartRun(gen) on every worker not left out,

@@ -70,9 +70,9 @@ def detector_lines(report: Dict[str, Any]) -> List[str]:
 
 
 def main_plan(records, cuts: List[int]):
-    """The plan most frames used as a costmodel.Plan: with its groups when those frames ran a pool plan (`cuts`:
-    the tracker's most used cuts)."""
-    from cnnvideo.plan.costmodel import Plan
+    """The plan most frames used (`cuts`: the tracker's most used cuts), with the groups most of those frames
+    ran."""
+    from cnnvideo.plan.plan import Plan
 
     counts: Dict[tuple, int] = {}
     for r in records:
@@ -90,7 +90,7 @@ def pool_report(m, plan) -> Dict[str, object]:
     reporters = Counter(r.worker for r in done)
     return {
         "shape": plan.shape(),
-        "groups": [list(g) for g in plan.stage_groups()],
+        "groups": [list(g) for g in plan.groups],
         "frames_sent_per_worker": {"w%d" % w: n for w, n in enumerate(m.dispatcher.sent)},
         "results_per_worker": {"w%d" % w: reporters.get(w, 0) for w in range(m.W)},
         "left_out": list(m.left_out_events),

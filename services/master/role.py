@@ -36,7 +36,7 @@ from cnnvideo.master.tracking import FrameTracker
 from cnnvideo.master.view import LivePage, ViewState
 from cnnvideo.master.warming import StageWarmer
 from cnnvideo.plan import schedulers
-from cnnvideo.plan.costmodel import Plan
+from cnnvideo.plan.plan import Plan
 from cnnvideo.results import labels
 from cnnvideo.results.progress import ProgressFile
 from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -123,7 +123,7 @@ class MasterRole:
             self.setup.check_infos()
             self.links.start_run(self.setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
             if self._first_plan() is not None:
-                self.warmer.mark_ready(self._first_plan())  # StartRun's warm_cuts built it
+                self.warmer.mark_ready(self._first_plan())  # StartRun's warm plan built it
             self.open_streams(0)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
@@ -190,12 +190,11 @@ class MasterRole:
         """StartRun's message for generation `gen` (the workers build their stage of plan `warm` before
         answering)."""
         d = self.cfg.delta
-        warm_cuts = list(warm.cuts) if warm is not None else []
-        stage_of = warm.stage_of(self.W) if warm is not None and warm.is_pool else []
         return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=d.input_threshold,
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
-                           settings=self.settings_pb(settings.WORKER_KEYS), warm_cuts=warm_cuts,
-                           warm_stage_of=stage_of, skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
+                           settings=self.settings_pb(settings.WORKER_KEYS),
+                           warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(self.W)),
+                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
 
     def _first_plan(self) -> Optional[Plan]:
         """The scheduler's first plan (the workers build its stages before the run), None if there is none."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from cnnvideo.master.dispatch import NoReplica
 from cnnvideo.master.feed import SourceError
-from cnnvideo.plan.costmodel import Plan
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers import InputDelta, PipelineState, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -130,7 +130,7 @@ class FrameSender:
         if resend:
             with m.cond:
                 rec = m.tracker.records[f]
-                return Plan(tuple(rec.cuts), tuple(tuple(g) for g in rec.groups) if rec.groups else None)
+                return Plan(tuple(rec.cuts), tuple(tuple(g) for g in rec.groups))
         state = None
         if m.scheduler.needs_state(f):
             with m.cond:
@@ -141,10 +141,8 @@ class FrameSender:
         return m.warmer.choose(f, m.scheduler.plan_for(f, state), self.sent_plan)
 
     def route(self, plan: Plan) -> List[int]:
-        """The worker of each stage for the next frame of `plan` (a chain: stage s on worker s). A pool plan whose
-        stage has no worker left (all out after faults) raises NoReplica."""
-        if not plan.is_pool:
-            return list(range(len(plan.cuts) - 1))
+        """The worker of each stage for the next frame of `plan`; NoReplica when a stage has no worker left (all out
+        after faults)."""
         with self.m.cond:
             return self.m.dispatcher.route(plan)
 
@@ -176,9 +174,8 @@ class FrameSender:
         self.seqs[first] = seq + 1
         with m.cond:
             gen = m.tracker.generation
-            m.tracker.sent(f, cuts, t0, resend, route if plan.is_pool else None, plan.groups)
-            if plan.is_pool:
-                m.dispatcher.take(route)
+            m.tracker.sent(f, cuts, t0, resend, route, plan.groups)
+            m.dispatcher.take(route)
             if not resend:
                 self.sent_plan = plan
             if m.results is not None:
@@ -187,7 +184,7 @@ class FrameSender:
                 m.last_event = t0
         task = pb.FrameTask(run_id=m.run_id, generation=gen, frame_id=f, cuts=cuts, keyframe=keyframe,
                             epoch=epochs, hop=0, seq=seq, created_at=t0, sent_at=t1,
-                            route=route if plan.is_pool else [],
+                            route=route,
                             payload=pb.Tensor(cut=0, data=data, keyframe=whole, bytes_dense=x.size * 4))
         with m.cond:
             m.telemetry.span(rpt.StageSpan(f, "m", "encode", t0, t1, len(data)))

@@ -75,15 +75,15 @@ class FrameTracker:
         return flying, sorted(self.finish_times)
 
     # ------------------------------------------------------------------ events
-    def sent(self, frame: int, cuts: Sequence[int], at: float, resend: bool, route: Optional[Sequence[int]] = None,
-             groups: Optional[Sequence[Sequence[int]]] = None) -> FrameRecord:
-        """The frame left the master (again, if resend) at `at`; a pool plan's frame on `route` (its `groups`)."""
+    def sent(self, frame: int, cuts: Sequence[int], at: float, resend: bool, route: Sequence[int],
+             groups: Sequence[Sequence[int]]) -> FrameRecord:
+        """The frame left the master (again, if resend) at `at` on `route`, one worker of each of its plan's
+        `groups`."""
         rec = self.records.get(frame)
         if rec is None:
             rec = self.records[frame] = FrameRecord(frame, list(cuts), sent_at=at)
-        if groups is not None:
-            rec.groups = [list(g) for g in groups]
-        rec.route = list(route) if route is not None else None
+        rec.groups = [list(g) for g in groups]
+        rec.route = list(route)
         rec.attempts += 1
         if resend:
             self.retried += 1
@@ -131,14 +131,13 @@ class FrameTracker:
         return self._send_again(self.flying_through(workers), fault)
 
     def flying_through(self, workers: Sequence[int]) -> List[int]:
-        """The frames in flight whose route (a chain's: stage s on worker s) runs a stage on one of `workers`."""
+        """The frames in flight whose route runs a stage on one of `workers`."""
         gone = set(workers)
         return [f for f in sorted(self.flying) if gone & set(self.route_of(f))]
 
     def route_of(self, frame: int) -> List[int]:
-        """The worker of each stage of `frame` as sent (a pool plan's route, else a chain's)."""
-        rec = self.records[frame]
-        return list(rec.route) if rec.route is not None else list(range(max(len(rec.cuts) - 1, 0)))
+        """The worker of each stage of `frame` as sent."""
+        return list(self.records[frame].route)
 
     def _send_again(self, frames: List[int], fault: str) -> Tuple[List[int], List[int]]:
         """Frames in flight that `fault` cut off leave the flight: queued for re-sending, or dropped once sent

@@ -12,21 +12,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+from cnnvideo.plan.plan import Plan
+
 log = logging.getLogger(__name__)
 
-# (ready, error) of every worker's stage of a plan (a costmodel.Plan, or a chain's cuts); raises when a worker cannot
-# be asked (down, no Prepare call)
-Prepare = Callable[[object], List[Tuple[bool, str]]]
+# (ready, error) of every worker's stage of a Plan; raises when a worker cannot be asked (down, no Prepare call)
+Prepare = Callable[[Plan], List[Tuple[bool, str]]]
+
+
+def _plan(plan) -> Plan:
+    """A Plan, or the chain of a list of cuts."""
+    return plan if isinstance(plan, Plan) else Plan(tuple(int(c) for c in plan))
 
 
 def _key(plan) -> Tuple:
-    """A hashable plan: its cuts, and a pool plan's groups."""
-    cuts = tuple(int(c) for c in getattr(plan, "cuts", plan))
-    return cuts if getattr(plan, "groups", None) is None else (cuts, plan.groups)
+    """A hashable plan: its cuts and groups."""
+    plan = _plan(plan)
+    return plan.cuts, plan.groups
 
 
 def _cuts(plan) -> List[int]:
-    return [int(c) for c in getattr(plan, "cuts", plan)]
+    return list(_plan(plan).cuts)
 
 POLL_S = 0.25  # at most one round of Prepare calls per wanted plan this often (a frame is sent meanwhile)
 
@@ -42,12 +48,12 @@ class Switch:
     wait_s: Optional[float] = None
     polls: int = 0
     refused: str = ""  # a worker cannot build its stage: frames stay on the plan they use
-    groups: Optional[List[List[int]]] = None  # a pool plan's workers of each stage
+    groups: List[List[int]] = field(default_factory=list)  # the workers of each stage
 
     def to_dict(self) -> Dict[str, object]:
         return {"cuts": self.cuts, "asked_frame": self.asked_frame, "switched_frame": self.switched_frame,
                 "wait_s": None if self.wait_s is None else round(self.wait_s, 3), "polls": self.polls,
-                "refused": self.refused or None, **({"groups": self.groups} if self.groups else {})}
+                "refused": self.refused or None, "groups": self.groups}
 
 
 @dataclass
@@ -63,7 +69,7 @@ class StageWarmer:
     _last_poll: Dict[Tuple[int, ...], float] = field(default_factory=dict)
 
     def mark_ready(self, plan) -> None:
-        """`plan` is built everywhere (the run's first plan: StartRun's warm_cuts built it)."""
+        """`plan` is built everywhere (the run's first plan: StartRun's warm plan built it)."""
         self.ready.add(_key(plan))
 
     def choose(self, frame: int, wanted, current):
@@ -78,9 +84,8 @@ class StageWarmer:
             return out(wanted)
         sw = self._pending.get(key)
         if sw is None:
-            sw = self._pending[key] = Switch(_cuts(wanted), frame, self.clock())
-            if getattr(wanted, "groups", None) is not None:
-                sw.groups = [list(g) for g in wanted.groups]
+            sw = self._pending[key] = Switch(_cuts(wanted), frame, self.clock(),
+                                             groups=[list(g) for g in _plan(wanted).groups])
             self.switches.append(sw)
             log.info("plan %s asked at frame %d: workers build its stages, frames stay on %s meanwhile",
                      wanted, frame, current)
@@ -92,7 +97,7 @@ class StageWarmer:
         self._last_poll[key] = now
         sw.polls += 1
         try:
-            answers = self.prepare(_cuts(wanted) if plain else wanted)
+            answers = self.prepare(_plan(wanted))
         except Exception as exc:  # noqa: BLE001 - any failure to ask: no warming, the frame path decides
             log.warning("cannot ask the workers to build plan %s (%s); switching now", wanted, exc)
             return out(self._switch(sw, frame, now, key, wanted))

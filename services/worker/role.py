@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 import zipfile
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -27,10 +27,10 @@ from cnnvideo.plan.profiling import (
 )
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
-from cnnvideo.wire.protocol import check_plan, check_stage_of
+from cnnvideo.wire.protocol import check_stage_of
 from cnnvideo.worker import wire
 from cnnvideo.worker.peers import Peers
-from cnnvideo.worker.runloop import EmitError, Run, RunSettings, StaleError, Task
+from cnnvideo.worker.runloop import EmitError, Run, RunSettings, StagePlan, StaleError, Task
 from cnnvideo.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
@@ -215,11 +215,11 @@ class WorkerRole:
         if setup.n_workers != self.cfg.n_workers:
             raise ValueError("master has %d workers, this worker's config has %d" % (setup.n_workers,
                                                                                      self.cfg.n_workers))
-        if setup.warm_cuts:
+        if setup.warm is not None:
             try:
-                stage = self.stage_of(setup.warm_cuts, setup.warm_stage_of)
+                stage = self.stage_of(setup.warm)
             except ValueError as exc:
-                raise ValueError("warm_cuts: %s" % exc) from None
+                raise ValueError("warm: %s" % exc) from None
         with self.lock:
             old = self.runs.pop(setup.camera, None)
             if old is not None:
@@ -232,19 +232,15 @@ class WorkerRole:
                                           describe=self.describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
-        if setup.warm_cuts:
+        if setup.warm is not None:
             self._warm(stage)
 
-    def stage_of(self, cuts: Sequence[int], stage_of: Sequence[int] = ()) -> Tuple[int, int]:
-        """(start, end) cuts of this worker's stage in the plan `cuts` whose stage of each worker is `stage_of`
-        (empty: a chain, worker w runs stage w); (0, 0) when the plan leaves this worker out. ValueError when the
-        plan does not fit the cluster."""
-        k = len(self.graph.cuts) - 1
-        if not stage_of:
-            check_plan(list(cuts), self.cfg.n_workers, k)
-            return int(cuts[self.worker_id]), int(cuts[self.worker_id + 1])
-        check_stage_of(list(cuts), list(stage_of), self.cfg.n_workers, k)
-        s = int(stage_of[self.worker_id])
+    def stage_of(self, plan: StagePlan) -> Tuple[int, int]:
+        """(start, end) cuts of this worker's stage in `plan`; (0, 0) when the plan leaves this worker out.
+        ValueError when the plan does not fit the cluster."""
+        cuts = list(plan.cuts)
+        check_stage_of(cuts, list(plan.stage_of), self.cfg.n_workers, len(self.graph.cuts) - 1)
+        s = int(plan.stage_of[self.worker_id])
         return (int(cuts[s]), int(cuts[s + 1])) if s >= 0 else (0, 0)
 
     def _warm(self, stage: Tuple[int, int]) -> None:
@@ -262,15 +258,14 @@ class WorkerRole:
         log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 
-    def prepare(self, cuts: Sequence[int], stage_of: Sequence[int] = ()) -> Tuple[bool, str]:
-        """(ready, error) of this worker's stage of plan `cuts` (`stage_of`: each worker's stage, empty for a
-        chain); a stage not built yet starts building in a background thread (once), and frames of the current
-        plan run meanwhile. `error` says why the stage cannot be built (engine_options.on_error: stop).
-        ValueError when the plan does not fit the cluster."""
+    def prepare(self, plan: StagePlan) -> Tuple[bool, str]:
+        """(ready, error) of this worker's stage of `plan`; a stage not built yet starts building in a background
+        thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot be built
+        (engine_options.on_error: stop). ValueError when the plan does not fit the cluster."""
         try:
-            key = self.stage_of(cuts, stage_of)
+            key = self.stage_of(plan)
         except ValueError as exc:
-            raise ValueError("prepare cuts: %s" % exc) from None
+            raise ValueError("prepare: %s" % exc) from None
         if key[1] <= key[0] or self.stages.built(*key):
             return True, ""
         with self.lock:

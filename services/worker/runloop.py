@@ -4,11 +4,11 @@ Plain data in and out, no gRPC: the servicer converts proto to the dataclasses h
 passes two callables, `forward(start_cut, end_cut, x) -> y` (the stage's compute; any backend) and
 `emit(task)` (hand a task to the worker its route names next; raises EmitError if it cannot). Results and stage
 reports wait in bounded queues that the servicer's streams drain. The hop rules (routes, reporter, senders,
-keyframes, epochs) are cnnvideo.wire.protocol's.
+keyframes) are cnnvideo.wire.protocol's.
 
 Links: in a pool a worker may get frames from several senders (the replicas of the stage before it, or the master)
 and send to several receivers (the replicas of the next stage). Each link keeps its own state: per sender a
-`LinkIn` (decoder reference, cut and epoch check, sequence order, the stage it fed last), per receiver an
+`LinkIn` (decoder reference, cut check, sequence order, the stage it fed last), per receiver an
 `OutputHop`. Tasks are decoded in each link's sequence order; among links, the lowest frame id goes first.
 
 A replica the master leaves out after a fault (`Run.peer`, the Peer call) takes only its own links down: this worker
@@ -38,7 +38,7 @@ import numpy as np
 from cnnvideo.model.engines import QParams
 from cnnvideo.wire import protocol
 from cnnvideo.wire.hop import HopReceiver
-from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop, chain_route
+from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop
 
 MASTER = -1  # the sender id of the input hop
 
@@ -61,6 +61,14 @@ class EmitError(RuntimeError):
     """The next worker could not take a task (unreachable, or it refused)."""
 
 
+@dataclass(frozen=True)
+class StagePlan:
+    """A plan as a worker gets it: the cuts, and the stage of each worker (-1: left out)."""
+
+    cuts: Tuple[int, ...]
+    stage_of: Tuple[int, ...]
+
+
 @dataclass
 class RunSettings:
     """A run as the master started it on this worker."""
@@ -69,8 +77,7 @@ class RunSettings:
     n_workers: int
     hops: HopSettings = field(default_factory=HopSettings)
     generation: int = 0
-    warm_cuts: Tuple[int, ...] = ()  # the plan of the first frames: the role builds its stage before it answers
-    warm_stage_of: Tuple[int, ...] = ()  # the stage of each worker in that plan (empty: a chain)
+    warm: Optional[StagePlan] = None  # the plan of the first frames: the role builds its stage before it answers
     skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
     camera: str = ""  # the camera the run serves: a worker holds one run per camera
 
@@ -102,12 +109,12 @@ class Task:
     generation: int = 0
     created_at: float = 0.0
     sent_at: float = 0.0
-    route: List[int] = field(default_factory=list)  # worker per stage; empty = a chain (stage s on worker s)
+    route: List[int] = field(default_factory=list)  # the worker of each stage
     link: int = 0  # (not on the wire) how often the link to the receiver had started over when this was encoded
 
     def workers(self) -> List[int]:
         """The worker of each stage of this frame."""
-        return list(self.route) if self.route else chain_route(len(self.cuts) - 1)
+        return list(self.route)
 
     def sender(self) -> int:
         """Who sent this task over its hop: MASTER for hop 0, else the worker of the stage before."""
@@ -119,7 +126,7 @@ class Task:
 
 
 class LinkIn:
-    """One sender's link into this worker: the decoder's reference, the cut/epoch check, the order of its tasks,
+    """One sender's link into this worker: the decoder's reference, the cut check, the order of its tasks,
     and what this worker last computed from it (for skip_unchanged)."""
 
     def __init__(self, hop: int, max_bytes: int) -> None:
@@ -240,10 +247,7 @@ class Run:
         if self.failed:
             raise TaskError("run %s failed on worker %d: %s" % (self.run_id, self.worker_id, self.failed))
         try:
-            if task.route:
-                protocol.check_route(task.cuts, task.route, self.n_workers, self.num_segments)
-            else:
-                protocol.check_plan(task.cuts, self.n_workers, self.num_segments)
+            protocol.check_route(task.cuts, task.route, self.n_workers, self.num_segments)
         except ValueError as exc:
             raise TaskError(str(exc)) from None
         if not 0 <= task.hop < len(task.cuts) - 1 or task.receiver() != self.worker_id:
@@ -304,8 +308,7 @@ class Run:
         cuts = list(task.cuts)
         stages = [Timing("receive", task.sent_at or arrived, arrived, len(task.payload.data))]
         t0, c0 = time.time(), time.thread_time()
-        link.check.admit(int(task.epoch[s]) if len(task.epoch) > s else 0, task.payload.keyframe,
-                         cut=task.payload.cut, epochs=not task.route)
+        link.check.admit(task.payload.keyframe, task.payload.cut)
         x = link.receiver.decode(task.payload.data)
         expect = self.cut_shapes[cuts[s]]
         if tuple(x.shape) != expect:

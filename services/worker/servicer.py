@@ -110,7 +110,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def Prepare(self, request, context):
         try:
-            ready, error = self.role.prepare([int(c) for c in request.cuts], [int(s) for s in request.stage_of])
+            ready, error = self.role.prepare(wire.stage_plan_from_pb(request.plan))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PrepareReply(ready=ready, error=error)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.wire.protocol import HopSettings
-from cnnvideo.worker.runloop import Payload, Result, RunSettings, StageReport, Task
+from cnnvideo.worker.runloop import Payload, Result, RunSettings, StagePlan, StageReport, Task
 
 
 def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
@@ -13,8 +13,13 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
-                       warm_cuts=tuple(int(c) for c in msg.warm_cuts), skip_unchanged=bool(msg.skip_unchanged),
-                       warm_stage_of=tuple(int(s) for s in msg.warm_stage_of), camera=str(msg.camera))
+                       warm=stage_plan_from_pb(msg.warm) if msg.HasField("warm") else None,
+                       skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera))
+
+
+def stage_plan_from_pb(msg: pb.StagePlan) -> StagePlan:
+    """(cuts, stage of each worker) of a StagePlan."""
+    return StagePlan(tuple(int(c) for c in msg.cuts), tuple(int(s) for s in msg.stage_of))
 
 
 def task_from_pb(msg: pb.FrameTask) -> Task:

@@ -130,7 +130,7 @@ def _valid_frames(c, run_id, n, plan=None):
     for f, frame in enumerate(frames):
         data = sender.encode(frame[None], keyframe=(f == 0))
         task = pb.FrameTask(run_id=run_id, frame_id=f, cuts=plan, keyframe=[f == 0, False], epoch=[0, 0], hop=0,
-                            seq=f, payload=pb.Tensor(cut=0, data=data, keyframe=(f == 0)))
+                            seq=f, route=[0, 1], payload=pb.Tensor(cut=0, data=data, keyframe=(f == 0)))
         assert c.workers[0].Process(task, timeout=30).ok
     deadline = time.time() + 120
     while len(results) < n and time.time() < deadline:
@@ -235,6 +235,8 @@ def tasks(draw, c):
         sure_bad |= not (len(cuts) == 3 and cuts[0] == 0 and cuts[-1] == k and cuts[0] <= cuts[1] <= cuts[2])
     hop = draw(st.sampled_from([0, 0, 0, 1, 2, -1, 1 << 30]))
     sure_bad |= hop != 0
+    route = draw(st.sampled_from([[0, 1], [0, 1], [0, 1], [], [1, 0], [0], [0, 0], [0, 7]]))
+    sure_bad |= route != [0, 1]
     seq = draw(st.sampled_from([0, 0, 1, 2, 7, -1, 1 << 40, -(1 << 62)]))
     sure_bad |= seq < 0
     data, bad_payload = draw(payloads(c))
@@ -243,6 +245,7 @@ def tasks(draw, c):
     task = pb.FrameTask(run_id=run_id, frame_id=draw(st.integers(-(1 << 63), (1 << 63) - 1)), cuts=cuts,
                         keyframe=draw(st.lists(st.booleans(), max_size=4)),
                         epoch=draw(st.lists(st.integers(-(1 << 31), (1 << 31) - 1), max_size=4)), hop=hop, seq=seq,
+                        route=route,
                         payload=pb.Tensor(cut=pcut, data=data, keyframe=draw(st.booleans()),
                                           bytes_dense=draw(st.integers(-(1 << 63), (1 << 63) - 1))),
                         created_at=draw(st.floats(allow_nan=True)), sent_at=draw(st.floats(allow_nan=True)))

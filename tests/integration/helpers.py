@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import yaml
@@ -110,6 +111,7 @@ class LocalRun:
         self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
         self.lines = []  # type: List[str]
+        self.times = []  # type: List[float]  # when each line arrived
         self.pids = {}  # type: Dict[str, int]
         self.sent = 0
         self.resyncs = 0
@@ -124,6 +126,7 @@ class LocalRun:
         for line in self.proc.stderr:
             with self.cond:
                 self.lines.append(line)
+                self.times.append(time.time())
                 if line.startswith("[local] started"):
                     parts = line.split()
                     self.pids[parts[2]] = int(parts[4])

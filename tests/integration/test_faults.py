@@ -29,6 +29,7 @@ ROLES = ("worker", "trainer", "master")
 FRAMES = 401  # the master logs every 10th frame sent: frame 401 of 401 marks "all sent" (closing)
 RUN_TIMEOUT_S = 400.0
 SHARDS = 3  # TestShard0..2 below
+SETUP_GUESS_S = 2.0  # a master's setup before one was seen (a warm cache on an idle host: about 1 s)
 
 
 def _seed() -> int:
@@ -44,6 +45,7 @@ class Faults:
         self.rng = rng
         self.log = log
         self.mark = 0  # log line index after which the next trial's phase marker must appear
+        self.setup_s = SETUP_GUESS_S  # how long a master's setup lasts (the shortest seen so far)
 
     def _find(self, text: str, start: int, role: str = "master") -> int:
         """Index of the first line at or after `start` of `role` holding `text`, else -1."""
@@ -64,6 +66,20 @@ class Faults:
                     return i
                 self.run.cond.wait(0.2)
 
+    def learn_setup(self) -> None:
+        """Shorten the setup window to the shortest setup this run's masters took (start line to "setup done"):
+        a setup kill must land inside the setup however fast the host is (a fixed 5 s window missed it nearly
+        always once roles started from the fork server on an idle host)."""
+        with self.run.cond:
+            lines, times = list(self.run.lines), list(self.run.times)
+        start = None
+        for ln, t in zip(lines, times):
+            if ln.startswith("[local] started master pid"):
+                start = t
+            elif start is not None and ln.startswith("[master]") and "setup done" in ln:
+                self.setup_s = min(self.setup_s, max(t - start, 0.05))
+                start = None
+
     def master_start(self) -> int:
         """Index of the line that started the current master (-1 before it started)."""
         idx = -1
@@ -76,8 +92,9 @@ class Faults:
         """Kill one role of each kind in `kinds` (distinct roles, each after its own random delay in `phase`);
         [(victim, kind, phase actually hit, delay)] of the kills made (none if the run ended first)."""
         rng = self.rng
+        self.learn_setup()
         if phase == "setup":
-            at, window = self._wait("started master pid", self.mark, role="local"), 5.0
+            at, window = self._wait("started master pid", self.mark, role="local"), self.setup_s * 0.8
         elif phase == "resync":
             at, window = self._wait("resync ", self.mark, timeout=60.0), 1.5
         elif phase == "closing":
@@ -169,6 +186,7 @@ def _random_sigkills(tmp_path, synthetic_video, shard: int) -> None:
                        reliability={"restart": True, "max_restarts": 1000, "retries": 20, "peer_wait_s": 90.0})
     cfg_path = write_config(str(tmp_path / "f.yml"), data)
     done = []
+    setup_s = SETUP_GUESS_S
     t_start = time.time()
     n_run = 0
     while todo:
@@ -176,6 +194,7 @@ def _random_sigkills(tmp_path, synthetic_video, shard: int) -> None:
         out = str(tmp_path / ("run%d" % n_run))
         run = LocalRun(cfg_path, out)
         faults = Faults(run, rng, print)
+        faults.setup_s = setup_s
         print(" run %d (%d trials left)" % (n_run, len(todo)))
         phase = "setup"  # every run, and every new master, starts with a kill during its setup
         per_run = rng.randint(6, 12)
@@ -199,6 +218,7 @@ def _random_sigkills(tmp_path, synthetic_video, shard: int) -> None:
                 phase = "closing"
             else:
                 phase = "run"
+        setup_s = faults.setup_s
         code, report, text = run.finish(RUN_TIMEOUT_S)
         context = "seed %d, run %d, trials so far %s" % (seed, n_run, done[-8:])
         _check_report(code, report, text, context)

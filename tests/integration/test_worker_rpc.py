@@ -98,7 +98,7 @@ def test_plan_changes_and_out_of_order_arrivals(cluster):
     for f, (frame, cuts) in enumerate(zip(frames, PLANS)):
         data = sender.encode(frame[None], keyframe=(f == 0))
         tasks.append(pb.FrameTask(run_id=run_id, frame_id=f, cuts=cuts, keyframe=[f == 0, False], epoch=[0, 0],
-                                  hop=0, seq=f, payload=pb.Tensor(cut=0, data=data)))
+                                  hop=0, seq=f, route=[0, 1], payload=pb.Tensor(cut=0, data=data)))
     order = list(range(len(tasks)))
     random.Random(3).shuffle(order)  # arrivals out of order: the worker must run them by sequence number
     with futures.ThreadPoolExecutor(4) as pool:
@@ -137,12 +137,13 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     cfg, stubs, addrs = cluster
     stubs[0].StartRun(pb.RunSetup(run_id="bad", mode="delta", n_workers=2, settings=master_settings(cfg)), timeout=30)
     cases = [
-        (pb.FrameTask(run_id="nope", cuts=[0, 5, 23], hop=0), grpc.StatusCode.FAILED_PRECONDITION),
-        (pb.FrameTask(run_id="bad", cuts=[0, 5], hop=0), grpc.StatusCode.INVALID_ARGUMENT),
-        (pb.FrameTask(run_id="bad", cuts=[0, 9, 5], hop=0), grpc.StatusCode.INVALID_ARGUMENT),
-        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=1), grpc.StatusCode.INVALID_ARGUMENT),
-        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, payload=pb.Tensor(cut=4)),
+        (pb.FrameTask(run_id="nope", cuts=[0, 5, 23], hop=0, route=[0, 1]), grpc.StatusCode.FAILED_PRECONDITION),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5], hop=0, route=[0]), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 9, 5], hop=0, route=[0, 1]), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=1, route=[0, 1]), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, route=[0, 1], payload=pb.Tensor(cut=4)),
          grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0), grpc.StatusCode.INVALID_ARGUMENT),  # no route
     ]
     for task, code in cases:
         with pytest.raises(grpc.RpcError) as err:
@@ -154,7 +155,7 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # garbage payload: refused at once from its headers (nothing queued)
     with pytest.raises(grpc.RpcError) as err:
-        stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0,
+        stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0, route=[0, 1],
                                       payload=pb.Tensor(cut=0, data=b"\x00garbage" * 10)), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "bad payload" in err.value.details()
     # headers fine but undecodable in sequence (an update with no keyframe before it): the run fails with a
@@ -167,7 +168,7 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     stages, calls = [], []
     t = threading.Thread(target=_collect, args=(stubs[0], "bad", "Stages", stages, calls), daemon=True)
     t.start()
-    stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0,
+    stubs[0].Process(pb.FrameTask(run_id="bad", cuts=[0, 5, 23], hop=0, seq=0, route=[0, 1],
                                   payload=pb.Tensor(cut=0, data=bytes(update))), timeout=10)
     t0 = time.time()
     while not stages and time.time() - t0 < 20:
@@ -180,10 +181,10 @@ def test_bad_input_gets_error_status_and_worker_keeps_serving(cluster):
     stubs[0].EndRun(pb.StreamRequest(run_id="bad"), timeout=10)
 
 
-def test_start_run_builds_the_stage_of_warm_cuts_before_it_answers(cluster):
-    """StartRun with warm_cuts: each worker builds its stage of that plan before it answers (its log says so, so
-    the first frame does not pay for an export); a warm plan that does not fit the chain is INVALID_ARGUMENT
-    naming warm_cuts."""
+def test_start_run_builds_the_stage_of_its_warm_plan_before_it_answers(cluster):
+    """StartRun with a warm plan: each worker builds its stage of that plan before it answers (its log says so, so
+    the first frame does not pay for an export); a warm plan that does not fit the cluster is INVALID_ARGUMENT
+    naming it."""
     import os
 
     from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -191,31 +192,32 @@ def test_start_run_builds_the_stage_of_warm_cuts_before_it_answers(cluster):
     cfg, stubs, _ = cluster
     for s in stubs:
         s.StartRun(pb.RunSetup(run_id="warm", mode="delta", n_workers=2, settings=master_settings(cfg),
-                               warm_cuts=[0, 7, 23]), timeout=60)
+                               warm=pb.StagePlan(cuts=[0, 7, 23], stage_of=[0, 1])), timeout=60)
     folder = os.path.dirname(os.path.expanduser(cfg.cache_dir))
     logs = [open(os.path.join(folder, "w%d.log" % w)).read() for w in range(2)]
     assert "worker 0: stage 0..7 ready on torch-fp32 before the run" in logs[0]
     assert "worker 1: stage 7..23 ready on torch-fp32 before the run" in logs[1]
     with pytest.raises(grpc.RpcError) as err:
         stubs[0].StartRun(pb.RunSetup(run_id="warm2", mode="delta", n_workers=2, settings=master_settings(cfg),
-                                      warm_cuts=[0, 30, 23]), timeout=60)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "warm_cuts" in err.value.details()
+                                      warm=pb.StagePlan(cuts=[0, 30, 23], stage_of=[0, 1])), timeout=60)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "warm:" in err.value.details()
 
 
 def test_prepare_builds_a_stage_in_the_background_and_says_when_it_is_ready(cluster):
     """Prepare (a re-plan's new cut): a stage the worker never built answers not ready at once and builds in the
-    background, later answers ready; an empty stage is ready at once; cuts that do not fit the chain are
-    INVALID_ARGUMENT naming them."""
+    background, later answers ready; an empty stage is ready at once; a plan that does not fit the cluster is
+    INVALID_ARGUMENT naming it."""
     import os
 
     from cnnvideo.rpc import cnnvideo_pb2 as pb
 
     cfg, stubs, _ = cluster
     plan = [0, 9, 23]  # no other test of this module runs stage 0..9 or 9..23
-    first = [s.Prepare(pb.PrepareRequest(cuts=plan), timeout=30) for s in stubs]
+    first = [s.Prepare(pb.PrepareRequest(plan=pb.StagePlan(cuts=plan, stage_of=[0, 1])), timeout=30) for s in stubs]
     assert [r.ready for r in first] == [False, False] and [r.error for r in first] == ["", ""]
     deadline = time.time() + 120
-    while not all(s.Prepare(pb.PrepareRequest(cuts=plan), timeout=30).ready for s in stubs):
+    while not all(s.Prepare(pb.PrepareRequest(plan=pb.StagePlan(cuts=plan, stage_of=[0, 1])), timeout=30).ready
+                  for s in stubs):
         assert time.time() < deadline, "stages of %s not built in 120 s" % plan
         time.sleep(0.2)
     folder = os.path.dirname(os.path.expanduser(cfg.cache_dir))
@@ -228,8 +230,10 @@ def test_prepare_builds_a_stage_in_the_background_and_says_when_it_is_ready(clus
 
     assert logged("w0.log", "worker 0: stage 0..9 built in the background on torch-fp32")
     assert logged("w1.log", "worker 1: stage 9..23 built in the background")
-    assert stubs[0].Prepare(pb.PrepareRequest(cuts=[0, 0, 23]), timeout=30).ready  # w0 only forwards
-    for bad in ([0, 30, 23], [0, 5], [3, 5, 23]):
+    assert stubs[0].Prepare(pb.PrepareRequest(plan=pb.StagePlan(cuts=[0, 0, 23], stage_of=[0, 1])),
+                            timeout=30).ready  # w0 only forwards
+    for cuts, stage_of in (([0, 30, 23], [0, 1]), ([0, 5], [0, 1]), ([3, 5, 23], [0, 1]), ([0, 5, 23], [0, 0]),
+                           ([0, 5, 23], [])):
         with pytest.raises(grpc.RpcError) as err:
-            stubs[1].Prepare(pb.PrepareRequest(cuts=bad), timeout=30)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prepare cuts" in err.value.details()
+            stubs[1].Prepare(pb.PrepareRequest(plan=pb.StagePlan(cuts=cuts, stage_of=stage_of)), timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prepare:" in err.value.details()

@@ -4,7 +4,8 @@ import numpy as np
 
 from cnnvideo.plan.costinputs import alike_key, cpu_model, pool_alike, share_cpu
 from cnnvideo.plan.costinputs import build as cost_inputs
-from cnnvideo.plan.costmodel import Plan, compute_costs
+from cnnvideo.plan.costmodel import compute_costs
+from cnnvideo.plan.plan import Plan
 
 
 def test_net_cpu_charge_follows_the_hop_bytes():

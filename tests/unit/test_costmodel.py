@@ -4,7 +4,6 @@ import pytest
 
 from cnnvideo.plan.costmodel import (
     CostInputs,
-    Plan,
     frame_stage_costs,
     per_frame_time,
     random_inputs,
@@ -12,6 +11,7 @@ from cnnvideo.plan.costmodel import (
     stage_costs,
     steady_period,
 )
+from cnnvideo.plan.plan import Plan
 
 
 def _inputs():
@@ -120,11 +120,16 @@ def test_per_frame_time_modes():
 
 
 def test_plan_helpers_and_validation():
-    """Plan exposes per-worker segments and round-trips through a list; bad cuts are rejected."""
+    """A plan from a list of cuts is the chain (stage s on worker s), exposes each stage's segments and round-trips
+    through a list and through its stage of each worker; bad cuts are rejected."""
     plan = Plan.from_list([0, 2, 2, 5], n_segments=5)
-    assert plan.n_workers == 3 and plan.worker_segments() == [(0, 2), (2, 2), (2, 5)]
-    assert list(plan.segments(1)) == [] and list(plan.segments(2)) == [2, 3, 4]
+    assert plan.n_stages == 3 and plan.stage_bounds() == [(0, 2), (2, 2), (2, 5)]
+    assert plan.groups == ((0,), (1,), (2,)) and plan.shape() == "chain" and plan.stage_of(4) == [0, 1, 2, -1]
     assert Plan.from_list(plan.to_list()) == plan
+    pool = Plan((0, 2, 5), ((0, 2), (1,)))
+    assert Plan.from_stage_of(pool.cuts, pool.stage_of(3)) == pool and pool.shape() == "hybrid"
+    with pytest.raises(ValueError, match="stage 1 has no worker"):
+        Plan.from_stage_of((0, 2, 5), [0, 0])
     with pytest.raises(ValueError):
         Plan((0, 3, 2))
     with pytest.raises(ValueError):

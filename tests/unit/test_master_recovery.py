@@ -10,7 +10,7 @@ from cnnvideo.master.dispatch import Dispatcher
 from cnnvideo.master.links import MasterError
 from cnnvideo.master.recovery import Recovery
 from cnnvideo.master.tracking import FrameTracker
-from cnnvideo.plan.costmodel import Plan
+from cnnvideo.plan.plan import Plan
 
 HYBRID = Plan((0, 1, 3), ((0, 1), (2,)))  # stage 0 on w0 and w1, stage 1 on w2
 

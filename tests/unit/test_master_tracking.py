@@ -7,7 +7,7 @@ def _send_all_ready(tr, at=0.0):
     sent = []
     while tr.ready() and tr.pending_fault is None and not tr.done():
         f, resend = tr.next_frame()
-        tr.sent(f, [0, 1, 2], at, resend)
+        tr.sent(f, [0, 1, 2], at, resend, [0, 1], [[0], [1]])
         sent.append((f, resend))
     return sent
 
@@ -55,9 +55,9 @@ def test_resync_resends_in_flight_frames_first_then_drops_them_after_retries():
 def test_state_and_main_plan():
     tr = FrameTracker(3, retries=0, cap=0)
     tr.t0 = 10.0
-    tr.sent(0, [0, 2, 3], 10.5, False)
-    tr.sent(1, [0, 1, 3], 10.6, False)
-    tr.sent(2, [0, 1, 3], 10.7, False)
+    tr.sent(0, [0, 2, 3], 10.5, False, [0, 1], [[0], [1]])
+    tr.sent(1, [0, 1, 3], 10.6, False, [0, 1], [[0], [1]])
+    tr.sent(2, [0, 1, 3], 10.7, False, [0, 1], [[0], [1]])
     tr.complete(0, 0, 1, 11.0)
     flying, done = tr.state()
     assert [round(t, 3) for t, _ in flying] == [0.6, 0.7] and done == [1.0]
@@ -91,7 +91,7 @@ def test_a_hybrid_replica_left_out_re_sends_the_frames_through_it_at_any_stage()
         tr.next_frame()
         tr.sent(f, [0, 4, 9], 0.0, False, route=route, groups=[[0, 1], [2, 3]])
     tr.next_frame()
-    tr.sent(5, [0, 4, 9], 0.0, False)  # a chain's frame: w0 then w1
+    tr.sent(5, [0, 4, 9], 0.0, False, [0, 1], [[0], [1]])  # a chain's frame: w0 then w1
     assert tr.route_of(5) == [0, 1] and tr.route_of(2) == [0, 3]
     assert tr.flying_through([3]) == [1, 2] and tr.flying_through([1]) == [1, 3, 5]
     again, dropped = tr.release_workers([3], "w3 is down")

@@ -16,8 +16,8 @@ class Workers:
         self.calls = []
         self.now = 0.0
 
-    def prepare(self, cuts):
-        self.calls.append(list(cuts))
+    def prepare(self, plan):
+        self.calls.append(list(plan.cuts))
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, Exception):
             raise answer
@@ -42,7 +42,7 @@ def test_switch_waits_until_every_worker_has_built_the_new_plan():
     assert w.choose(7, NEW, OLD) == NEW
     assert w.choose(8, NEW, NEW) == NEW and len(workers.calls) == 3  # built: never asked again
     assert w.report() == [{"cuts": NEW, "asked_frame": 5, "switched_frame": 7, "wait_s": 0.6, "polls": 3,
-                           "refused": None}]
+                           "refused": None, "groups": [[0], [1]]}]
 
 
 def test_workers_are_asked_at_most_every_poll_interval():

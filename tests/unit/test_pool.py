@@ -9,7 +9,8 @@ from cnnvideo.master.dispatch import Dispatcher, NoReplica
 from cnnvideo.master.ordering import ReorderBuffer
 from cnnvideo.master.results import plan_hops
 from cnnvideo.plan import pool
-from cnnvideo.plan.costmodel import CostInputs, Plan, random_inputs
+from cnnvideo.plan.costmodel import CostInputs, random_inputs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers import objective, optimal, schedule
 
 
@@ -28,7 +29,7 @@ def test_full_replication_of_equal_workers_is_near_n_times_one_worker():
     assert rep.fps == pytest.approx(4 * one.fps)
     assert optimal(inp, pool=True) == pool.full_replication(inp)
     assert objective(optimal(inp, pool=True), inp) < objective(optimal(inp, pool=False), inp)
-    assert optimal(inp, pool=False).is_pool is False  # with pool: false optimal stays a chain
+    assert optimal(inp, pool=False).shape() == "chain"  # with pool: false optimal stays a chain
 
 
 def test_a_chain_plan_costs_the_same_in_the_pool_model_and_the_chain_model():
@@ -181,3 +182,26 @@ def test_dispatcher_leave_out_forgets_the_replicas_outstanding_frames():
     assert all(d.route(plan) != [1] for _ in range(4))
     d.excluded.discard(1)
     assert d.route(plan) == [1]  # back with nothing outstanding: the next frame goes to it
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_cost_model_prices_a_chain_as_its_pipelined_recurrence(seed):
+    """pool_costs is the cost model of every plan: for a chain (one worker per stage) its period and stage costs
+    equal the steady period and stage costs of the chain's pipelined recurrence (costmodel), with the master's
+    time as a floor, for any cuts, in-flight cap and mode, codec times included."""
+    from cnnvideo.plan.costmodel import stage_costs, steady_period
+    from cnnvideo.plan.schedulers.groups import all_plans
+
+    rng = np.random.RandomState(seed)
+    inp = random_inputs(int(rng.randint(1, 4)), int(rng.randint(2, 6)), seed, codec=bool(seed % 2))
+    inp.master_time = float(rng.choice([0.0, 0.05]))
+    inp.turnaround = float(rng.uniform(0, 0.02))
+    for cuts in all_plans(inp.n_workers, inp.n_segments):
+        plan = Plan(tuple(cuts))
+        for in_flight in (0, 1, 3):
+            for delta in (True, False):
+                recurrence = stage_costs(plan, inp, delta)
+                pc = pool.pool_costs(plan, inp, in_flight, delta)
+                expected = max(float(steady_period(recurrence, in_flight, inp.turnaround)), inp.master_time)
+                assert pc.period == pytest.approx(expected, rel=1e-12, abs=1e-15)
+                np.testing.assert_allclose(pc.stage_costs(), recurrence, rtol=1e-12, atol=1e-15)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.wire.hop import HopError, HopReceiver, peek_header
-from cnnvideo.wire.protocol import HopPlanner, HopSettings, InputHop, OutputHop, check_plan, reporter
+from cnnvideo.wire.protocol import HopPlanner, HopSettings, InputHop, OutputHop, check_stage_of, reporter
 
 
 def test_reporter_is_the_last_worker_with_work():
@@ -14,12 +14,17 @@ def test_reporter_is_the_last_worker_with_work():
     assert reporter([0, 2, 2, 2]) == 0
 
 
-def test_check_plan_names_the_problem():
-    check_plan([0, 2, 4], 2, 4)
-    for cuts, workers, msg in (([0, 4], 2, "expected 3"), ([1, 2, 4], 2, "start at cut 0"),
-                               ([0, 3, 2, 4], 3, "non-decreasing")):
+def test_check_stage_of_names_the_problem():
+    """A plan that does not fit the cluster is refused with a message naming what is wrong."""
+    check_stage_of([0, 2, 4], [0, 1], 2, 4)
+    check_stage_of([0, 4], [0, 0, -1], 3, 4)
+    for cuts, stage_of, msg in (([0, 2, 4], [0], "1 entries for 2 workers|expected 2..2"),
+                                ([1, 2, 4], [0, 1], "start at cut 0"),
+                                ([0, 3, 2, 4], [0, 1, 2], "non-decreasing"),
+                                ([0, 2, 4], [0, 0], "stage 1 has no worker"),
+                                ([0, 2, 4], [0, 2], "outside 0..1")):
         with pytest.raises(ValueError, match=msg):
-            check_plan(cuts, workers, 4)
+            check_stage_of(cuts, stage_of, len(stage_of), 4)
 
 
 def test_cut0_gets_the_pixel_threshold_and_later_cuts_the_float_settings():
@@ -41,13 +46,14 @@ def test_hop_planner_keyframes_new_cuts_periodically_and_after_resync():
     assert HopPlanner(2, "full").plan(1, [0, 1, 2])[0] == [True, True]
 
 
-def test_input_hop_refuses_a_delta_in_a_new_epoch():
+def test_input_hop_refuses_a_delta_on_a_base_of_another_cut():
+    """A link whose cut moved must start again with a keyframe: a delta at the new cut is refused."""
     ih = InputHop(1)
-    ih.admit(0, True)
-    ih.admit(0, False)
-    ih.admit(1, True)
-    with pytest.raises(HopError, match="hop 1 moved to epoch 2 without a keyframe"):
-        ih.admit(2, False)
+    ih.admit(True, 3)
+    ih.admit(False, 3)
+    ih.admit(True, 5)
+    with pytest.raises(HopError, match="link into hop 1 moved from cut 5 to 4 without a keyframe"):
+        ih.admit(False, 4)
 
 
 def test_output_hop_keyframes_first_message_and_cut_changes_and_round_trips():

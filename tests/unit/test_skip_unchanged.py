@@ -11,7 +11,8 @@ import pytest
 from cnnvideo.master.results import ResultsLog
 from cnnvideo.master.telemetry import Telemetry
 from cnnvideo.plan import adapt, predict
-from cnnvideo.plan.costmodel import CostInputs, Plan, compute_costs, expected_compute, stage_costs
+from cnnvideo.plan.costmodel import CostInputs, compute_costs, expected_compute, stage_costs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers import InputDelta, create
 from cnnvideo.results import report as rpt
 from cnnvideo.wire import codec
@@ -152,7 +153,7 @@ class Chain:
         keyframe, epochs = self.plan.plan(f, cuts)
         data = self.sender.encode(x, keyframe=keyframe[0])
         self.w0.accept(Task("r1", f, list(cuts), Payload(0, data, keyframe[0]), hop=0, seq=self.seq,
-                            keyframe=keyframe, epoch=epochs, generation=self.settings.generation))
+                            keyframe=keyframe, epoch=epochs, generation=self.settings.generation, route=[0, 1]))
         self.seq += 1
         w = reporter(cuts)
         res = [self.w0, self.w1][w].results.get(timeout=10)

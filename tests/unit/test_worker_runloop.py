@@ -1,5 +1,5 @@
 """The worker run loop in-process (no gRPC): two run loops chained by their emit callables, fed by a stand-in master
-that follows cnnvideo.wire.protocol; out-of-order arrival, plan changes with epochs, a missed keyframe, resync."""
+that follows cnnvideo.wire.protocol; out-of-order arrival, plan changes, a delta on a moved cut, resync."""
 from __future__ import annotations
 
 import queue
@@ -74,7 +74,7 @@ class Chain:
         keyframe = planned if keyframe is None else keyframe
         data = self.sender.encode(x, keyframe=keyframe[0])
         t = Task("r1", f, list(cuts), Payload(0, data, keyframe[0]), hop=0, seq=self.seq, keyframe=keyframe,
-                 epoch=ep if epochs is None else epochs, generation=self.settings.generation)
+                 epoch=ep if epochs is None else epochs, generation=self.settings.generation, route=[0, 1])
         self.seq += 1
         return t
 
@@ -131,21 +131,21 @@ def test_out_of_order_arrival_runs_in_sequence_order():
         chain.close()
 
 
-def test_new_epoch_without_keyframe_fails_the_run_and_names_the_hop():
-    """A task whose hop-1 cut changed but is not marked whole is refused by worker 1 (never decoded on the
-    wrong base): it reports the error on its stage stream and refuses further tasks until a resync."""
+def test_a_delta_at_a_moved_cut_fails_the_run_and_names_the_hop():
+    """A task whose hop-1 cut moved but is not whole is refused by worker 1 (never decoded on the wrong base): it
+    reports the error on its stage stream and refuses further tasks until a resync."""
     chain = Chain()
     xs = frames(3)
     try:
         chain.w0.accept(chain.task(0, xs[0], [0, 1, 3]))
         chain.result([0, 1, 3])
-        t = chain.task(1, xs[1], [0, 1, 3], keyframe=[False, False], epochs=[0, 1])
-        chain.w0.accept(t)
+        chain.w1.accept(Task("r1", 1, [0, 2, 3], Payload(2, b"", False), hop=1, seq=1, keyframe=[False, False],
+                             route=[0, 1]))
         reports = _reports(chain.w1, 2)
         errors = [r.error for r in reports if isinstance(r, StageReport) and r.error]
-        assert errors and "hop 1 moved to epoch 1 without a keyframe" in errors[0]
+        assert errors and "link into hop 1 moved from cut 1 to 2 without a keyframe" in errors[0]
         with pytest.raises(TaskError, match="failed"):
-            chain.w1.accept(Task("r1", 2, [0, 1, 3], Payload(1, b""), hop=1, seq=1))
+            chain.w1.accept(Task("r1", 2, [0, 1, 3], Payload(1, b""), hop=1, seq=2, route=[0, 1]))
     finally:
         chain.close()
 
@@ -190,14 +190,16 @@ def test_bad_plans_and_wrong_hops_are_refused_at_intake():
     """Plans that do not fit the graph, and tasks for another hop, never reach the compute loop."""
     chain = Chain()
     try:
-        with pytest.raises(TaskError, match="expected 3"):
-            chain.w0.accept(Task("r1", 0, [0, 3], Payload(0, b"x")))
+        with pytest.raises(TaskError, match="end at cut 3"):
+            chain.w0.accept(Task("r1", 0, [0, 2], Payload(0, b"x"), route=[0]))
         with pytest.raises(TaskError, match="non-decreasing"):
-            chain.w0.accept(Task("r1", 0, [0, 4, 3], Payload(0, b"x")))
+            chain.w0.accept(Task("r1", 0, [0, 4, 3], Payload(0, b"x"), route=[0, 1]))
+        with pytest.raises(TaskError, match="route has 0 workers for 2 stages"):
+            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(0, b"x")))  # no route
         with pytest.raises(TaskError, match="task for hop 1 sent to worker 0"):
-            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x"), hop=1))
+            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x"), hop=1, route=[0, 1]))
         with pytest.raises(TaskError, match="payload is at cut 1"):
-            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x")))
+            chain.w0.accept(Task("r1", 0, [0, 1, 3], Payload(1, b"x"), route=[0, 1]))
     finally:
         chain.close()
 

@@ -156,7 +156,7 @@ def replan(inputs: CostInputs, est: Estimates, current, in_flight: int, delta: b
            gain: float = 0.1, pool: bool = True) -> Tuple[Optional[object], float, float, CostInputs]:
     """(new Plan or None, current period, best period, measured inputs) under the measured cost model; `current` is
     a Plan (or a chain's cuts); with `pool` the best plan may be one of stages x replicas."""
-    from cnnvideo.plan.costmodel import Plan
+    from cnnvideo.plan.plan import Plan
     from cnnvideo.plan.schedulers.plans import objective, optimal
 
     if not isinstance(current, Plan):

@@ -19,108 +19,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.plan.plan import Plan
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Cut points of a chain of W workers: cuts[0] = 0 <= ... <= cuts[W] = K; worker w runs c_w .. c_{w+1}-1.
-
-    With `groups` it is a pool plan (cnnvideo.plan.pool): S = len(cuts) - 1 stages, stage s (cuts[s] ..
-    cuts[s+1]) runs on every worker of groups[s] (its replicas; each frame visits one of them). The chain
-    functions of this module take chain plans only."""
-
-    cuts: Tuple[int, ...]
-    groups: Optional[Tuple[Tuple[int, ...], ...]] = None  # the workers of each stage (None: a chain)
-
-    def __post_init__(self) -> None:
-        cuts = tuple(int(c) for c in self.cuts)
-        object.__setattr__(self, "cuts", cuts)
-        if len(cuts) < 2 or cuts[0] != 0 or any(b < a for a, b in zip(cuts, cuts[1:])):
-            raise ValueError("plan cuts must start at 0 and be non-decreasing, got %r" % (cuts,))
-        if self.groups is not None:
-            groups = tuple(tuple(int(w) for w in g) for g in self.groups)
-            object.__setattr__(self, "groups", groups)
-            named = [w for g in groups for w in g]
-            if len(groups) != len(cuts) - 1:
-                raise ValueError("pool plan has %d stages of cuts and %d groups of workers" % (len(cuts) - 1,
-                                                                                              len(groups)))
-            if any(not g for g in groups):
-                raise ValueError("pool plan stage %d has no worker" % [len(g) for g in groups].index(0))
-            if len(set(named)) != len(named) or any(w < 0 for w in named):
-                raise ValueError("pool plan names a worker twice or a negative worker: %r" % (groups,))
-
-    @property
-    def is_pool(self) -> bool:
-        """A plan of stages x replicas (groups given), not a chain."""
-        return self.groups is not None
-
-    def stage_groups(self) -> Tuple[Tuple[int, ...], ...]:
-        """The workers of each stage (a chain: stage w on worker w)."""
-        return self.groups if self.groups is not None else tuple((w,) for w in range(len(self.cuts) - 1))
-
-    def stage_of(self, n_workers: int) -> List[int]:
-        """The stage of each of n_workers workers (-1: the plan leaves it out)."""
-        out = [-1] * int(n_workers)
-        for s, g in enumerate(self.stage_groups()):
-            for w in g:
-                if w < n_workers:
-                    out[w] = s
-        return out
-
-    def shape(self) -> str:
-        """What kind of plan: `chain`, `replicas` (one stage on several workers) or `hybrid`."""
-        if not self.is_pool or all(len(g) == 1 for g in self.groups):
-            return "chain"
-        return "replicas" if len(self.groups) == 1 else "hybrid"
-
-    @property
-    def n_workers(self) -> int:
-        """Number of workers W."""
-        return len(self.cuts) - 1
-
-    @property
-    def n_segments(self) -> int:
-        """Number of segments K the plan covers."""
-        return self.cuts[-1]
-
-    def segments(self, w: int) -> range:
-        """Segment indices run by worker w (empty range = it only forwards)."""
-        return range(self.cuts[w], self.cuts[w + 1])
-
-    def worker_segments(self) -> List[Tuple[int, int]]:
-        """(start cut, end cut) per worker."""
-        return [(self.cuts[w], self.cuts[w + 1]) for w in range(self.n_workers)]
-
-    def layers(self, graph) -> List[List[int]]:
-        """Layer indices per worker, from a LayerGraph's segment_layers."""
-        return [[i for k in self.segments(w) for i in graph.segment_layers(k)] for w in range(self.n_workers)]
-
-    def cut_names(self, graph) -> List[str]:
-        """Names of the cuts, for printing."""
-        return [graph.cuts[c].name for c in self.cuts]
-
-    def to_list(self) -> List[int]:
-        """Plain list (for JSON/proto)."""
-        return list(self.cuts)
-
-    @classmethod
-    def from_list(cls, cuts: Sequence[int], n_segments: Optional[int] = None) -> "Plan":
-        """Build from a list; check the last cut equals n_segments when given."""
-        plan = cls(tuple(int(c) for c in cuts))
-        if n_segments is not None and plan.cuts[-1] != n_segments:
-            raise ValueError("plan must end at cut %d, got %r" % (n_segments, plan.cuts))
-        return plan
-
-    def __str__(self) -> str:
-        if self.is_pool:
-            return "Plan(%s; %s)" % (",".join(str(c) for c in self.cuts),
-                                     " | ".join("+".join("w%d" % w for w in g) for g in self.groups))
-        return "Plan(%s)" % ",".join(str(c) for c in self.cuts)
 
 
 # Growth of a hop's delta bytes with the stride between the frames a receiver sees (a pool's replica sees every Rth
@@ -241,22 +146,34 @@ def expected_compute(seconds, p_unchanged: float) -> np.ndarray:
     return np.asarray(seconds, dtype=np.float64) * (1.0 - p)
 
 
+def _chain_workers(plan: Plan, inputs: CostInputs) -> np.ndarray:
+    """[S] the worker of each stage; ValueError unless the plan has one worker per stage, over K segments (the
+    per-frame recurrence follows one route; pool.pool_costs is the steady model of every plan)."""
+    if any(len(g) != 1 for g in plan.groups) or plan.cuts[-1] != inputs.n_segments:
+        raise ValueError("plan %s is not one worker a stage over %d segments" % (plan, inputs.n_segments))
+    rows = np.array([g[0] for g in plan.groups], dtype=int)
+    if np.any(rows >= inputs.n_workers):
+        raise ValueError("plan %s names a worker beyond the %d workers" % (plan, inputs.n_workers))
+    return rows
+
+
 def compute_costs(plan: Plan, inputs: CostInputs) -> np.ndarray:
-    """[W] work seconds per worker: decode + compute + encode (the last one includes the result transfer)."""
+    """[S] work seconds per stage: decode + compute + encode (the last one includes the result transfer)."""
     cuts = np.asarray(plan.cuts)
-    _check(plan, inputs)
+    rows = _chain_workers(plan, inputs)
     begin, end = inputs.work_bounds()
-    rows = np.arange(inputs.n_workers)
     comp = inputs.work_wall(end[rows, cuts[1:]] - begin[rows, cuts[:-1]], rows)
     comp[-1] += inputs.result_time()
     return comp
 
 
 def stage_costs(plan: Plan, inputs: CostInputs, delta: bool = True) -> np.ndarray:
-    """[2W] steady-state costs, alternating transfer into w and compute on w (empty stage = 0 compute)."""
+    """[2S] steady-state costs, alternating transfer into stage s's worker and work on it (empty stage = 0
+    compute)."""
     cuts = np.asarray(plan.cuts)
-    out = np.empty(2 * inputs.n_workers)
-    out[0::2] = inputs.hop_bytes(delta)[cuts[:-1]] / inputs.bandwidth
+    rows = _chain_workers(plan, inputs)
+    out = np.empty(2 * plan.n_stages)
+    out[0::2] = inputs.hop_bytes(delta)[cuts[:-1]] / inputs.bandwidth[rows]
     out[1::2] = compute_costs(plan, inputs)
     return out
 
@@ -268,31 +185,27 @@ def frame_stage_costs(
     prev: Optional[Plan] = None,
     delta: bool = True,
 ) -> np.ndarray:
-    """[F, 2W] per-frame costs: frame_bytes [F, K+1] delta bytes per frame; hops whose cut differs from prev
+    """[F, 2S] per-frame costs: frame_bytes [F, K+1] delta bytes per frame; hops whose cut differs from prev
     (or all hops when prev is None) carry a full tensor on the first frame."""
     if frame_bytes is None:
         frame_bytes = inputs.hop_bytes(delta)[None, :]
     frame_bytes = np.atleast_2d(np.asarray(frame_bytes, dtype=np.float64))
     cuts = np.asarray(plan.cuts)
+    rows = _chain_workers(plan, inputs)
     hop_bytes = (frame_bytes if delta else np.broadcast_to(inputs.bytes_full, frame_bytes.shape))[:, cuts[:-1]]
     hop_bytes = np.array(hop_bytes)
     hop_bytes[0] = np.where(_new_cuts(plan, prev), inputs.bytes_full[cuts[:-1]], hop_bytes[0])
-    out = np.empty((frame_bytes.shape[0], 2 * inputs.n_workers))
-    out[:, 0::2] = hop_bytes / inputs.bandwidth
+    out = np.empty((frame_bytes.shape[0], 2 * plan.n_stages))
+    out[:, 0::2] = hop_bytes / inputs.bandwidth[rows]
     out[:, 1::2] = compute_costs(plan, inputs)[None, :]
     return out
 
 
 def _new_cuts(plan: Plan, prev: Optional[Plan]) -> np.ndarray:
-    """[W] True where hop w's cut is not what its receiver already holds."""
-    if prev is None or prev.n_workers != plan.n_workers:
-        return np.ones(plan.n_workers, dtype=bool)
+    """[S] True where hop s's cut (or worker) is not what its receiver already holds."""
+    if prev is None or prev.groups != plan.groups:
+        return np.ones(plan.n_stages, dtype=bool)
     return np.asarray(plan.cuts[:-1]) != np.asarray(prev.cuts[:-1])
-
-
-def _check(plan: Plan, inputs: CostInputs) -> None:
-    if plan.n_workers != inputs.n_workers or plan.cuts[-1] != inputs.n_segments:
-        raise ValueError("plan %s does not fit %d workers x %d segments" % (plan, inputs.n_workers, inputs.n_segments))
 
 
 def best_path(layers: Sequence[np.ndarray], combine=np.add) -> Tuple[float, Optional[Tuple[int, ...]]]:

@@ -1,6 +1,6 @@
-"""Pool plans: stages x replicas, their cost model, and the search for the best of each shape (pure functions).
+"""The cost model of every plan (stages x replicas), and the search for the best of each shape (pure functions).
 
-A pool plan (costmodel.Plan with `groups`) has S stages; stage s runs segments cuts[s] .. cuts[s+1]-1 on each
+A plan (cnnvideo.plan.plan.Plan) has S stages; stage s runs segments cuts[s] .. cuts[s+1]-1 on each
 worker of groups[s], and each frame visits one replica of each stage (the master sends it to the one with the
 fewest frames outstanding). The two ends are the chain (one worker per stage) and full replication (one stage,
 the whole model, on every worker).
@@ -23,7 +23,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, Plan, best_path
+from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, best_path
+from cnnvideo.plan.plan import Plan
 
 INF = float("inf")
 
@@ -91,6 +92,7 @@ class PoolCosts:
     stage_period: List[float]  # per stage: 1 / (sum of its replicas' rates)
     replica_time: List[List[float]]  # per stage, per replica: max(transfer, work)
     transfer: List[List[float]]  # per stage, per replica: seconds of its input's transfer
+    work: List[List[float]]  # per stage, per replica: seconds of its work (decode, compute, encode, messages)
     link_bytes: List[float]  # per stage: predicted bytes per frame on one of its input links
     latency: float  # one frame through an empty pool (mean replica per stage)
     master: float  # the master's seconds per frame
@@ -100,15 +102,30 @@ class PoolCosts:
     def fps(self) -> float:
         return 1.0 / self.period if self.period > 0 else INF
 
+    def stage_costs(self) -> List[float]:
+        """[2S] each stage's transfer and work seconds a frame, alternating, its replicas' rates added up (a
+        chain's: costmodel.stage_costs)."""
+        out: List[float] = []
+        for transfer, work in zip(self.transfer, self.work):
+            out += [_combined(transfer), _combined(work)]
+        return out
+
+
+def _combined(seconds: Sequence[float]) -> float:
+    """Seconds a frame of replicas that each take `seconds` and share the frames (their rates add up)."""
+    t = np.asarray(seconds, dtype=np.float64)
+    return float(1.0 / np.sum(1.0 / t)) if np.all(t > 0) else 0.0
+
 
 def pool_costs(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> PoolCosts:
-    """The cost model of a pool plan (a chain plan counts as a pool of one worker per stage)."""
-    groups = plan.stage_groups()
+    """The cost model of a plan. A chain (one worker per stage) gets the steady period of the chain's pipelined
+    recurrence (costmodel.steady_period of costmodel.stage_costs), with the master's time as a floor."""
+    groups = plan.groups
     if plan.cuts[-1] != inputs.n_segments or any(w >= inputs.n_workers for g in groups for w in g):
         raise ValueError("plan %s does not fit %d workers x %d segments" % (plan, inputs.n_workers,
                                                                           inputs.n_segments))
     strides = link_strides(groups)
-    periods, times, transfers, link_bytes, latency = [], [], [], [], 0.0
+    periods, times, transfers, works, link_bytes, latency = [], [], [], [], [], 0.0
     begin, end = inputs.work_bounds()
     for s, g in enumerate(groups):
         i, j = plan.cuts[s], plan.cuts[s + 1]
@@ -122,12 +139,13 @@ def pool_costs(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool =
         periods.append(float(1.0 / np.sum(1.0 / np.maximum(each, 1e-12))))
         times.append([float(t) for t in each])
         transfers.append([float(t) for t in transfer])
+        works.append([float(t) for t in work])
         link_bytes.append(nbytes)
         latency += float(np.mean(transfer + work))
     period = max(max(periods), float(inputs.master_time))
     if in_flight > 0:
         period = max(period, (latency + inputs.turnaround) / in_flight)
-    return PoolCosts(periods, times, transfers, link_bytes, latency, float(inputs.master_time), period)
+    return PoolCosts(periods, times, transfers, works, link_bytes, latency, float(inputs.master_time), period)
 
 
 def pool_period(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> float:

@@ -87,8 +87,8 @@ class FrameRecord:
     reason: str = ""  # why it was dropped
     top5: Optional[List[list]] = None  # [[class index, name, softmax score], ...] of the result, best first
     reused: bool = False  # the result was unchanged (an empty update): the previous result stands
-    route: Optional[List[int]] = None  # a pool plan's worker of each stage for this frame (None: a chain)
-    groups: Optional[List[List[int]]] = None  # the pool plan's workers of each stage (None: a chain)
+    route: List[int] = field(default_factory=list)  # the worker of each stage for this frame
+    groups: List[List[int]] = field(default_factory=list)  # its plan's workers of each stage
 
     @property
     def latency(self) -> Optional[float]:

@@ -62,6 +62,11 @@ def from_arrays(msgs) -> Dict[str, np.ndarray]:
     return out
 
 
+def stage_plan_to_pb(cuts: Sequence[int], stage_of: Sequence[int]) -> pb.StagePlan:
+    """A plan for the wire: its cuts and the stage of each worker (-1: left out)."""
+    return pb.StagePlan(cuts=[int(c) for c in cuts], stage_of=[int(s) for s in stage_of])
+
+
 def settings_to_pb(settings) -> pb.Settings:
     """cnnvideo.wire.settings.Settings -> proto Settings (fields, their digest, who holds them)."""
     return pb.Settings(digest=settings.digest, fields=dict(settings.fields), role=settings.role)

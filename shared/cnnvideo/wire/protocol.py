@@ -68,16 +68,6 @@ def check_stage_of(cuts: Sequence[int], stage_of: Sequence[int], n_workers: int,
         raise ValueError("stage %d has no worker (stage_of %r)" % (empty[0], list(stage_of)))
 
 
-def check_plan(cuts: Sequence[int], n_workers: int, num_segments: int) -> None:
-    """ValueError unless `cuts` is a plan of n_workers workers over num_segments segments."""
-    if len(cuts) != n_workers + 1:
-        raise ValueError("plan has %d cuts, expected %d (workers + 1)" % (len(cuts), n_workers + 1))
-    if cuts[0] != 0 or cuts[-1] != num_segments:
-        raise ValueError("plan must start at cut 0 and end at cut %d, got %r" % (num_segments, list(cuts)))
-    if any(a > b for a, b in zip(cuts, cuts[1:])):
-        raise ValueError("plan cuts must be non-decreasing, got %r" % list(cuts))
-
-
 @dataclass(frozen=True)
 class HopSettings:
     """The settings that decide what a hop sends (they change results: every role must use the same)."""
@@ -134,25 +124,19 @@ class HopPlanner:
 
 
 class InputHop:
-    """A receiver's check of one link: a delta applies only to a base of the same cut, and (in a chain, where the
-    master's per-hop epochs describe this very link) a new epoch must start with a keyframe."""
+    """A receiver's check of one link (one sender into this worker): a delta applies only to a base of the same cut.
+    (A re-plan that moves the link's cut keyframes it; a resync starts a new generation, which drops the link.)"""
 
     def __init__(self, hop: int) -> None:
         self.hop = hop
-        self.epoch: Optional[int] = None
         self.cut: Optional[int] = None
 
-    def admit(self, epoch: int, keyframe: bool, cut: Optional[int] = None, epochs: bool = True) -> None:
-        """Accept a payload of `epoch` at `cut`; HopError if it is a delta on a base of another cut, or (with
-        `epochs`) the epoch moved and the payload is not whole."""
-        if not keyframe and cut is not None and self.cut is not None and cut != self.cut:
+    def admit(self, keyframe: bool, cut: int) -> None:
+        """Accept a payload at `cut`; HopError if it is a delta on a base of another cut."""
+        if not keyframe and self.cut is not None and cut != self.cut:
             raise HopError("link into hop %d moved from cut %d to %d without a keyframe (resync needed)"
                            % (self.hop, self.cut, cut))
-        if epochs and self.epoch is not None and epoch != self.epoch and not keyframe:
-            raise HopError("hop %d moved to epoch %d without a keyframe (resync needed)" % (self.hop, epoch))
-        self.epoch = epoch
-        if cut is not None:
-            self.cut = cut
+        self.cut = cut
 
 
 class OutputHop:
@@ -199,5 +183,5 @@ class OutputHop:
         return data, False
 
 
-__all__ = ["HopPlanner", "HopSettings", "InputHop", "OutputHop", "chain_route", "check_plan", "check_route",
+__all__ = ["HopPlanner", "HopSettings", "InputHop", "OutputHop", "chain_route", "check_route",
            "check_stage_of", "reporter"]

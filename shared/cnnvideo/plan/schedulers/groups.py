@@ -8,11 +8,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import (
-    CostInputs,
-    Plan,
-    simulate,
-)
+from cnnvideo.plan.costmodel import CostInputs, simulate
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers.plans import INF, lbs, optimal
 
 log = logging.getLogger(__name__)
@@ -48,7 +45,7 @@ def group_costs(
     hop_cut = cuts[:, :-1]  # [P, W]
     per_frame = frame_bytes if delta else np.broadcast_to(inputs.bytes_full, frame_bytes.shape)
     hop_bytes = np.array(per_frame[:, hop_cut].transpose(1, 0, 2))  # [P, G, W]
-    if prev is None or prev.n_workers != w1 - 1:
+    if prev is None or prev.n_stages != w1 - 1:
         new = np.ones(hop_cut.shape, dtype=bool)
     else:
         new = hop_cut != np.asarray(prev.cuts[:-1])[None, :]
@@ -118,7 +115,7 @@ def das_decide(
         return Plan(tuple(cuts[best])), float(times[best])
     starts = [_das_dp(inputs, frame_bytes, prev, ready_arr, start, delta),
               np.array(optimal(inputs, in_flight, delta, pool=False).cuts), np.array(lbs(inputs).cuts)]
-    if prev is not None and prev.n_workers == inputs.n_workers and prev.cuts[-1] == inputs.n_segments:
+    if prev is not None and prev.n_stages == inputs.n_workers and prev.cuts[-1] == inputs.n_segments:
         starts.append(np.array(prev.cuts))
     return _refine(starts, finish, inputs.n_segments)
 
@@ -154,7 +151,7 @@ def _das_dp(
     tri = np.tril(np.ones((n, n), dtype=bool), -1)
     for w in range(n_workers):
         hop = np.array(per_frame.T, dtype=np.float64)  # [n, G] bytes at cut i per frame
-        if prev is None or prev.n_workers != n_workers:
+        if prev is None or prev.n_stages != n_workers:
             hop[:, 0] = inputs.bytes_full
         else:
             hop[:, 0] = np.where(np.arange(n) != prev.cuts[w], inputs.bytes_full, hop[:, 0])

@@ -8,14 +8,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import (
-    CostInputs,
-    Plan,
-    frame_stage_costs,
-    per_frame_time,
-    simulate,
-    stage_costs,
-)
+from cnnvideo.plan.costmodel import CostInputs, simulate, stage_costs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.pool import pool_costs, pool_period
 from cnnvideo.plan.schedulers.groups import das_decide
 from cnnvideo.plan.schedulers.registry import check_options, schedule
@@ -114,33 +108,25 @@ class Scheduler:
         """Steady seconds per frame of the current plan, from the cost model."""
         if self.current is None:
             return None
-        if self.current.is_pool:
-            return pool_period(self.current, self.inputs, self.in_flight, self.delta)
-        return per_frame_time(self.current, self.inputs, self.in_flight, delta=self.delta)
+        return pool_period(self.current, self.inputs, self.in_flight, self.delta)
 
     def report(self, frames: int, cuts) -> Dict[str, object]:
-        """Cost-model figures for the report: predicted stage costs and makespan of the plan `cuts` (a Plan, or a
-        chain's cuts) over `frames` frames (first frame a keyframe on every hop); a pool plan's steady figures."""
+        """Cost-model figures for the report of the plan `cuts` (a Plan, or a chain's cuts) over `frames` frames:
+        each stage's transfer and work (alternating), each replica's time, the bytes a link carries, the latency,
+        and the fps of `frames` frames whose first is a keyframe on every hop (its latency, then the steady
+        period a frame)."""
         plan = cuts if isinstance(cuts, Plan) else Plan(tuple(int(c) for c in cuts))
-        if plan.is_pool:
-            pc = pool_costs(plan, self.inputs, self.in_flight, self.delta)
-            return {
-                "predicted_stage_s": [round(float(c), 6) for c in pc.stage_period],
-                "predicted_replica_s": [[round(float(t), 6) for t in ts] for ts in pc.replica_time],
-                "predicted_link_bytes": [round(float(b), 1) for b in pc.link_bytes],
-                "predicted_latency_s": round(pc.latency, 6),
-                "predicted_fps": round(pc.fps, 5),
-                "configured_bandwidth_Bps": [float(b) for b in self.inputs.bandwidth],
-            }
-        stages = stage_costs(plan, self.inputs, self.delta)
-        first = frame_stage_costs(plan, self.inputs, None, None, self.delta)[0]
-        costs = np.tile(stages, (max(int(frames), 1), 1))
-        costs[0] = first
-        done = simulate(costs, self.in_flight, turnaround=self.inputs.turnaround)
+        pc = pool_costs(plan, self.inputs, self.in_flight, self.delta)
+        first = pool_costs(plan, self.inputs, 0, delta=False).latency if self.delta else pc.latency
+        makespan = first + max(int(frames) - 1, 0) * pc.period
         return {
-            "predicted_stage_s": [round(float(c), 6) for c in stages],
-            "predicted_makespan_s": round(float(done[-1, -1]), 6),
-            "predicted_fps": round(float(frames) / float(done[-1, -1]), 5) if done[-1, -1] > 0 else None,
+            "predicted_stage_s": [round(float(c), 6) for c in pc.stage_costs()],
+            "predicted_period_s": round(pc.period, 6),
+            "predicted_replica_s": [[round(float(t), 6) for t in ts] for ts in pc.replica_time],
+            "predicted_link_bytes": [round(float(b), 1) for b in pc.link_bytes],
+            "predicted_latency_s": round(pc.latency, 6),
+            "predicted_makespan_s": round(makespan, 6),
+            "predicted_fps": round(float(frames) / makespan, 5) if makespan > 0 else None,
             "configured_bandwidth_Bps": [float(b) for b in self.inputs.bandwidth],
         }
 
@@ -220,8 +206,7 @@ class AdaptiveScheduler(Scheduler):
             log.info("adaptive: measured period %.3f s -> %.3f s", cur, best)
             self._use(frame, new)
             entry["switched_to"] = list(new.cuts)
-            if new.is_pool:
-                entry["switched_to_groups"] = [list(g) for g in new.groups]
+            entry["switched_to_groups"] = [list(g) for g in new.groups]
         self.measured_inputs = measured
         self.log.append(entry)
         return self.current

@@ -10,14 +10,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from cnnvideo.plan.costmodel import (
-    CostInputs,
-    Plan,
-    best_path,
-    per_frame_time,
-    stage_costs,
-    steady_period,
-)
+from cnnvideo.plan.costmodel import CostInputs, best_path, per_frame_time, stage_costs, steady_period
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.pool import best_pool, full_replication, pool_period
 
 log = logging.getLogger(__name__)
@@ -283,9 +277,7 @@ def adaptive(inputs: CostInputs, in_flight: int = 0, delta: bool = True, alpha: 
 
 
 def objective(plan: Plan, inputs: CostInputs, in_flight: int = 0, delta: bool = True) -> float:
-    """The common yardstick: steady-state seconds per frame (what `optimal` minimises); a pool plan's is the pool
-    model's, and no plan is faster than the master's own time per frame."""
-    if plan.is_pool:
-        return pool_period(plan, inputs, in_flight, delta)
-    period = float(steady_period(stage_costs(plan, inputs, delta), in_flight, inputs.turnaround))
-    return max(period, float(inputs.master_time))
+    """The common yardstick: steady-state seconds per frame (what `optimal` minimises), by the one cost model of
+    every plan (cnnvideo.plan.pool.pool_period: a chain's is its recurrence's steady period), never below the
+    master's own time per frame."""
+    return pool_period(plan, inputs, in_flight, delta)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, Tuple
 
-from cnnvideo.plan.costmodel import (
-    CostInputs,
-    Plan,
-)
+from cnnvideo.plan.costmodel import CostInputs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers.groups import das
 from cnnvideo.plan.schedulers.plans import adaptive, cloud, edge, fixed, lbs, nsc, optimal, replicas
 
