@@ -418,7 +418,7 @@ def run(args) -> int:
     if cfg.local.links == "tc" and not os.environ.get(linkemu.NETNS_ENV):
         check_weights(cfg)  # a bad model or weights file stops here, before the namespace is made
         return _run_in_netns(cfg, cfg_path, args)
-    from cnnvideo.wire import tls
+    from cnnvideo.rpc import tls
 
     print("[local] %s, weights: %s" % (cfg.model, check_weights(cfg).describe()), file=sys.stderr, flush=True)
 

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Tuple
 
 from cnnvideo import hostnet, tcrules
 from cnnvideo.config import Config, ConfigError
-from cnnvideo.plan.profiling import own_cgroup
+from cnnvideo.cpucap import own_cgroup
 
 log = logging.getLogger(__name__)
 

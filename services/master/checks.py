@@ -7,8 +7,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cnnvideo.master.links import MasterError
 from cnnvideo.rpc import convert
+
+from .links import MasterError
 
 log = logging.getLogger(__name__)
 

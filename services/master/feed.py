@@ -36,6 +36,7 @@ class Feed:
                              limit=self.limit if not cfg.source.realtime else 0)
         self.pixels: Dict[int, np.ndarray] = {}
         self.captured_at: Dict[int, float] = {}
+        self.first_read_at: Optional[float] = None  # when the master read its first frame (report.json start)
         self.capture_seq: Dict[int, int] = {}
         self.next_id = 0
         self.window: Deque[np.ndarray] = collections.deque(maxlen=WINDOW)
@@ -109,6 +110,8 @@ class Feed:
                 continue
             f = self.next_id
             self.next_id += 1
+            if f == 0:
+                self.first_read_at = time.time()
             self.pixels[f] = item.rgb
             self.captured_at[f] = item.t
             self.capture_seq[f] = item.seq

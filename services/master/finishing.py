@@ -7,9 +7,10 @@ import os
 import time
 from typing import Any, Dict, Optional
 
-from cnnvideo.master import reporting
-from cnnvideo.master.links import MasterError
 from cnnvideo.results import report as rpt
+
+from . import reporting
+from .links import MasterError
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Finisher:
             "engines": tel.engines_report(m.infos, m.W),
             "predicted_period_s": m.scheduler.predicted_period(),
             "setup_s": {k: round(v, 3) for k, v in m.setup_s.items()},
+            "start": rpt.start_figures(records, m.feed.first_read_at),
             "error": m.failure or m.source_error,
             "weights_used": m.weights_used,
             "top1_agreement": agreement[0],
@@ -134,6 +136,11 @@ class Finisher:
         m.publish("failed" if m.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, m.out)
+        start = report.get("start") or {}
+        if start.get("first_result_s") is not None:
+            log.info("start: first result %.2f s after the first frame was read; %s fps over the first half of the "
+                     "results, %s over the second", start["first_result_s"], start["fps_first_half"],
+                     start["fps_second_half"])
         if report.get("detector"):  # the lines `cnnvideo local` prints: people per frame, boxes, F1 vs unsplit
             for line in reporting.detector_lines(report):
                 log.info("%s", line)

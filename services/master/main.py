@@ -7,8 +7,9 @@ import os
 import sys
 
 from cnnvideo import config
-from cnnvideo.master.role import MasterError, MasterRole
-from cnnvideo.wire import tls
+from cnnvideo.rpc import tls
+
+from .role import MasterError, MasterRole
 
 log = logging.getLogger(__name__)
 

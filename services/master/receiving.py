@@ -8,13 +8,14 @@ import time
 import grpc
 import numpy as np
 
-from cnnvideo.master.outputs import OutputError
-from cnnvideo.master.view import describe, describe_detections
 from cnnvideo.plan.schedulers import Compute, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.results.detections import label_counts
 from cnnvideo.rpc import net
 from cnnvideo.wire.hop import HopReceiver
+
+from .outputs import OutputError
+from .view import describe, describe_detections
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class StreamReader:
         m = self.m
         receiver = HopReceiver(m.max_bytes)  # one per stream: the worker's result sender starts with a keyframe
         name = "worker w%d at %s" % (w, m.addresses[w])
-        who = dict(worker=w, epoch=m.stream_epochs[w])  # opened just before this thread started
+        who = dict(worker=w, epoch=m.pool.membership.stream_epochs[w])  # opened just before this thread started
         y = None  # the stream's previous result: an unchanged one (an empty update) is reused as it is
         try:
             for res in call:
@@ -69,7 +70,7 @@ class StreamReader:
                 return True
             rec = m.tracker.records[f]
             rec.reused = reused
-            m.dispatcher.release(rec.route)
+            m.pool.dispatcher.release(rec.route)
             try:
                 m.outputs.put(f, y)
             except OutputError as exc:
@@ -84,7 +85,7 @@ class StreamReader:
             m.events.hop_sent(hop, len(res.output.data))
             m.telemetry.span(rpt.StageSpan(f, "m", "receive", res.sent_at, now, len(res.output.data)))
             m.telemetry.span(rpt.StageSpan(f, "m", "decode", now, t_dec))
-            m.ordering.add(f, (y, reused, captured, t_dec, hop, len(res.output.data)))
+            m.pool.ordering.add(f, (y, reused, captured, t_dec, hop, len(res.output.data)))
             m.cond.notify_all()
         self.deliver()
         return True
@@ -96,7 +97,7 @@ class StreamReader:
         m = self.m
         with m.delivering:
             with m.cond:
-                ready = m.ordering.drain() if final else m.ordering.pop_ready(m.tracker.oldest_pending())
+                ready = m.pool.ordering.drain() if final else m.pool.ordering.pop_ready(m.tracker.oldest_pending())
             for f, item in ready:
                 self._deliver(f, *item)
 
@@ -130,7 +131,7 @@ class StreamReader:
         m = self.m
         actor = "w%d" % w
         name = "worker w%d at %s" % (w, m.addresses[w])
-        who = dict(worker=w, epoch=m.stream_epochs[w])
+        who = dict(worker=w, epoch=m.pool.membership.stream_epochs[w])
         try:
             for rep in call:
                 if rep.run_id != m.run_id or rep.generation != gen:

@@ -91,8 +91,6 @@ def pool_report(m, plan) -> Dict[str, object]:
     return {
         "shape": plan.shape(),
         "groups": [list(g) for g in plan.groups],
-        "frames_sent_per_worker": {"w%d" % w: n for w, n in enumerate(m.dispatcher.sent)},
         "results_per_worker": {"w%d" % w: reporters.get(w, 0) for w in range(m.W)},
-        "left_out": list(m.left_out_events),
-        "ordering": m.ordering.report(),
+        **m.pool.report(),
     }

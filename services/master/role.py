@@ -17,24 +17,6 @@ import uuid
 from typing import Dict, List, Optional
 
 from cnnvideo.config import Config
-from cnnvideo.master import reporting
-from cnnvideo.master.dispatch import Dispatcher
-from cnnvideo.master.events import MasterEvents
-from cnnvideo.master.feed import Feed
-from cnnvideo.master.finishing import Finisher
-from cnnvideo.master.links import MasterError, WorkerLinks
-from cnnvideo.master.ordering import ReorderBuffer
-from cnnvideo.master.outputs import OutputStore
-from cnnvideo.master.receiving import StreamReader
-from cnnvideo.master.recovery import Recovery, wait_watching
-from cnnvideo.master.results import ResultsLog
-from cnnvideo.master.sending import FrameSender
-from cnnvideo.master.setup import SETUP_TIMEOUT_S, Setup
-from cnnvideo.master.telemetry import Telemetry
-from cnnvideo.master.thumbs import Thumbnails
-from cnnvideo.master.tracking import FrameTracker
-from cnnvideo.master.view import LivePage, ViewState
-from cnnvideo.master.warming import StageWarmer
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.plan import Plan
 from cnnvideo.results import labels
@@ -42,6 +24,24 @@ from cnnvideo.results.progress import ProgressFile
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
+
+from . import reporting
+from .events import MasterEvents
+from .feed import Feed
+from .finishing import Finisher
+from .links import MasterError, WorkerLinks
+from .outputs import OutputStore
+from .pool import Pool
+from .receiving import StreamReader
+from .recovery import Recovery, wait_watching
+from .results import ResultsLog
+from .sending import FrameSender
+from .setup import SETUP_TIMEOUT_S, Setup
+from .telemetry import Telemetry
+from .thumbs import Thumbnails
+from .tracking import FrameTracker
+from .view import LivePage, ViewState
+from .warming import StageWarmer
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,7 @@ class MasterRole:
         self.failure: Optional[str] = None
         self.closing = False
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
-        self.dispatcher = Dispatcher(self.W)  # a pool plan's routes (frames outstanding per worker, workers left out)
-        self.ordering = ReorderBuffer(max_wait_s=max(cfg.limits.worker_down_s, 1.0))  # results in frame order
-        self.left_out_events: List[Dict[str, object]] = []  # resyncs that left workers out or took them back
-        self.stream_epochs = [0] * self.W  # per worker: bumped by each opening of its streams (older ones are stale)
+        self.pool = Pool(cfg, self.W)  # membership, routes, input links, results in frame order
         self.delivering = threading.Lock()  # one thread hands results on at a time (never taken holding `cond`)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
         self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
@@ -203,13 +200,12 @@ class MasterRole:
     def open_streams(self, gen: int, only: Optional[List[int]] = None) -> None:
         """The result and stage streams of generation `gen` on every worker of `only` (default all)."""
         with self.cond:
-            for w in (range(self.W) if only is None else only):
-                self.stream_epochs[w] += 1
+            self.pool.membership.opened_streams(range(self.W) if only is None else only)
         self.links.open_streams(self.run_id, gen, self.reader.results, self.reader.stages, only=only)
 
     def live_workers(self) -> List[int]:
-        """The workers frames may go to: all but those a pool plan runs without after a fault."""
-        return [w for w in range(self.W) if w not in self.dispatcher.excluded]
+        """The workers frames may go to: all but those left out after a fault."""
+        return self.pool.live()
 
     def settings_pb(self, keys) -> pb.Settings:
         """The master's settings that change results, for a request (a role whose own differ refuses it)."""
@@ -240,8 +236,8 @@ class MasterRole:
             if gen is not None and gen != self.tracker.generation:
                 log.debug("stale fault of generation %d: %s", gen, message)
                 return
-            if worker is not None and (worker in self.dispatcher.excluded or
-                                       (epoch is not None and epoch != self.stream_epochs[worker])):
+            if worker is not None and (worker in self.pool.membership.out or
+                                       (epoch is not None and epoch != self.pool.membership.stream_epochs[worker])):
                 log.debug("stale fault of w%d (left out, or streams since reopened): %s", worker, message)
                 return
             if not self.cfg.reliability.restart:

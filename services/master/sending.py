@@ -1,9 +1,9 @@
 """Sending frames: take the next frame from the source, choose its plan and route, encode the input hop's delta
 and send it to the first stage's worker (paced like a shaped link under `local.links: paced`).
 
-A chain's frames all go to worker 0. A pool plan's frame goes to the replica of each stage with the fewest frames
-outstanding (dispatch.Dispatcher); the master keeps one closed-loop input sender per first-stage replica, so each
-replica gets deltas against the frame it saw last.
+A frame goes to the replica of each stage with the fewest frames outstanding (the pool's dispatcher); the pool keeps
+one closed-loop input sender per first-stage replica (pool.InputLinks), so each replica gets deltas against the
+frame it saw last.
 
 The `Process` calls run on threads of their own: frame f+1 is taken and encoded while frame f is on the wire. Done in
 line, the loop took 37 ms a frame for the detector at caps 0.4 (5 ms encode, 19 ms send, the rest taking and
@@ -18,65 +18,42 @@ import logging
 import queue
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import grpc
 import numpy as np
 
-from cnnvideo.master.dispatch import NoReplica
-from cnnvideo.master.feed import SourceError
 from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.schedulers import InputDelta, PipelineState, Transfer
 from cnnvideo.results import report as rpt
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import net
-from cnnvideo.wire.pacing import pacer_for
-from cnnvideo.wire.protocol import HopPlanner, HopSettings, OutputHop
+from cnnvideo.rpc.link import LinkError, send_with_retry
+from cnnvideo.wire.protocol import HopPlanner
+
+from .feed import SourceError
+from .pool import NoReplica
 
 log = logging.getLogger(__name__)
 
 SEND_DEPTH = 2  # Process calls in flight on the input hop (per worker it may go to)
 
 
-class LinkClock:
-    """When each transfer on a link with overlapping calls began, for honest transfer times."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.free_at = 0.0  # when the link finished its newest transfer
-
-    def busy_start(self, sent_at: float, done_at: float) -> float:
-        """A finished call's transfer began when it was sent, or when the link finished the transfer before it if
-        that was later: counted from the send, an overlapped message would carry the other's wire time and the
-        scheduler would see a slower link."""
-        with self.lock:
-            start = max(sent_at, min(self.free_at, done_at))
-            self.free_at = max(self.free_at, done_at)
-        return start
-
-
 class FrameSender:
-    """The input hop of the role `m`: its delta sender, hop plan (keyframes, epochs) and sequence numbers."""
+    """The input hop of the role `m`: the hop plan (keyframes), the frames waiting to go and the threads sending
+    them; each link's sender state is the pool's (m.pool.inputs)."""
 
     def __init__(self, m) -> None:
         self.m = m
         cfg = m.cfg
-        self.hops = HopSettings.from_delta(cfg.delta, cfg.mode)
-        self.inputs: Dict[int, OutputHop] = {}  # receiving worker -> the input hop's sender to it (uint8 frame)
-        self.seqs: Dict[int, int] = {}  # receiving worker -> next sequence number on that link
+        self.links = m.pool.inputs
         self.hop_plan = HopPlanner(m.W, cfg.mode, cfg.delta.keyframe_every)
-        # `local.links: paced`: the input hop waits bytes / rate like a shaped link (the rate into each worker)
-        self.pacers = [pacer_for(cfg, w) for w in range(m.W)]
         self.cut0_shape: tuple = ()
         self.sent_plan: Optional[Plan] = None  # the plan of the newest frame sent
         self.outbox: queue.Queue = queue.Queue(1)  # encoded frames waiting for the transmit thread
         self.unsent = 0  # frames queued or on the wire (under `done`)
         self.done = threading.Condition()
         self.threads: List[threading.Thread] = []
-        self.clocks = [LinkClock() for _ in range(m.W)]  # per first-stage worker's link
-        self.link_epochs = [0] * m.W  # per receiving worker: bumped when its link alone starts over
         self.outages_seen = 0  # the source's outages so far: after each, every input link sends a keyframe
-        self.key_due: set = set()  # receiving workers whose next input is a keyframe (the camera came back)
 
     @property
     def sent_cuts(self) -> Optional[List[int]]:
@@ -84,17 +61,14 @@ class FrameSender:
 
     def reset(self) -> None:
         """After a resync every hop starts with a keyframe (fresh senders), no frame is outstanding anywhere."""
-        self.inputs.clear()
-        self.seqs.clear()
+        self.links.reset()
         self.hop_plan.resync()
-        self.m.dispatcher.reset()
+        self.m.pool.dispatcher.reset()
 
     def reset_link(self, w: int) -> None:
         """The link to worker w alone starts over (a replica left out or taken back): a fresh sender (its next
         message is a keyframe) and sequence; frames already encoded for the old link are not sent."""
-        self.inputs.pop(w, None)
-        self.seqs.pop(w, None)
-        self.link_epochs[w] += 1
+        self.links.reset_link(w)
 
     def _after_outage(self) -> None:
         """The camera came back after an outage (a stream that stopped and was reopened): its next frame to every
@@ -102,7 +76,7 @@ class FrameSender:
         outages = self.m.feed.source.outages
         if outages != self.outages_seen:
             self.outages_seen = outages
-            self.key_due = set(range(self.m.W))
+            self.links.all_key_due()
             log.info("the source came back after an outage (%d so far): every input link sends a keyframe", outages)
 
     def take(self):
@@ -144,7 +118,7 @@ class FrameSender:
         """The worker of each stage for the next frame of `plan`; NoReplica when a stage has no worker left (all out
         after faults)."""
         with self.m.cond:
-            return self.m.dispatcher.route(plan)
+            return self.m.pool.dispatcher.route(plan)
 
     def send(self, f: int, resend: bool) -> None:
         m = self.m
@@ -161,21 +135,17 @@ class FrameSender:
         t0 = time.time()
         x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape)
         first = route[0]
-        hop = self.inputs.get(first)
-        if hop is None:
-            hop = self.inputs[first] = OutputHop(self.hops)
+        hop = self.links.sender(first)
         if not resend:
             self._after_outage()
-        data, whole = hop.encode(0, x, planned=keyframe[0] or first in self.key_due)
-        self.key_due.discard(first)
+        data, whole = hop.encode(0, x, planned=self.links.key_first(first) or keyframe[0])
         unchanged = not whole and hop.last_nnz() == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
-        seq = self.seqs.get(first, 0)
-        self.seqs[first] = seq + 1
+        seq = self.links.next_seq(first)
         with m.cond:
             gen = m.tracker.generation
             m.tracker.sent(f, cuts, t0, resend, route, plan.groups)
-            m.dispatcher.take(route)
+            m.pool.dispatcher.take(route)
             if not resend:
                 self.sent_plan = plan
             if m.results is not None:
@@ -191,7 +161,7 @@ class FrameSender:
         self._start()
         with self.done:
             self.unsent += 1
-        self.outbox.put((task, x.size * 4, unchanged, self.link_epochs[first]))
+        self.outbox.put((task, x.size * 4, unchanged, self.links.epoch(first)))
         if m.view is not None:
             m.view.plan = list(cuts)
         m.publish()
@@ -233,22 +203,25 @@ class FrameSender:
         task's generation."""
         m = self.m
         f, gen, n = task.frame_id, task.generation, len(task.payload.data)
-        w = task.route[0] if task.route else 0
+        w = task.route[0]
         with m.cond:
-            if gen != m.tracker.generation or m.failure is not None or link_epoch != self.link_epochs[w]:
+            if gen != m.tracker.generation or m.failure is not None or link_epoch != self.links.epoch(w):
                 return  # a resync came between (of every link, or of this one): it re-sends the frame
         t1 = time.time()
         task.sent_at = t1
         try:
-            if self.pacers[w] is not None:
-                self.pacers[w].wait(task.ByteSize())
-            m.links.stubs[w].Process(task, timeout=m.timeout)
-        except grpc.RpcError as exc:
-            m.fault("worker w%d at %s is down (cannot send frame %d: %s)" % (w, m.addresses[w], f,
-                                                                          net.code_name(exc)), gen, worker=w)
+            if self.links.pacers[w] is not None:
+                self.links.pacers[w].wait(task.ByteSize())
+            # no retry here: a worker that is down is a fault, and the recovery re-sends the frame
+            send_with_retry(lambda: m.links.stubs[w], task, m.timeout, net.Backoff(0.0), lambda: False,
+                            lambda stub: None,
+                            lambda problem: "worker w%d at %s is down (cannot send frame %d: %s)"
+                            % (w, m.addresses[w], f, problem))
+        except LinkError as exc:
+            m.fault(str(exc), gen, worker=w)
             return
         t2 = time.time()
-        t1 = self.clocks[w].busy_start(t1, t2)
+        t1 = self.links.clocks[w].busy_start(t1, t2)
         keyframe = bool(task.payload.keyframe)
         with m.cond:
             m.telemetry.span(rpt.StageSpan(f, "m", "send", t1, t2, n))

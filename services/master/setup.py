@@ -11,11 +11,6 @@ import grpc
 import numpy as np
 
 from cnnvideo.artifacts import onnx_model_path, trains_on_master_frames
-from cnnvideo.master.checks import check_infos, codec_times
-from cnnvideo.master.feed import SourceError
-from cnnvideo.master.links import MasterError, WorkerLinks
-from cnnvideo.master.outputs import OutputStore
-from cnnvideo.master.overheads import Overheads
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.costinputs import (
     alike_key,
@@ -29,6 +24,12 @@ from cnnvideo.plan.costinputs import build as cost_inputs
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
+
+from .checks import check_infos, codec_times
+from .feed import SourceError
+from .links import MasterError, WorkerLinks
+from .outputs import OutputStore
+from .overheads import Overheads
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class Setup:
             m.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
             self.load_onnx_outputs()
         else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
-            from cnnvideo.master.detecting import MasterDetections
+            from .detecting import MasterDetections
 
             m.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
@@ -136,8 +137,9 @@ class Setup:
     def load_onnx_outputs(self) -> None:
         """An ONNX model's graph (its last cut says how the outputs are packed) and, for a detector, the part that
         decodes each result into boxes."""
-        from cnnvideo.master.detecting import MasterDetections
         from cnnvideo.model.loading import load_graph
+
+        from .detecting import MasterDetections
 
         m = self.m
         m.onnx_graph = load_graph(m.cfg)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from cnnvideo import config
 from cnnvideo.model.loading import check_weights
-from cnnvideo.trainer.role import TrainerRole
-from cnnvideo.wire import tls
+from cnnvideo.rpc import tls
+
+from .role import TrainerRole
 
 
 def run(args) -> int:

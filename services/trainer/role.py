@@ -57,7 +57,7 @@ class TrainerRole:
         self.thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        from cnnvideo.trainer.servicer import TrainerServicer
+        from .servicer import TrainerServicer
 
         self.server = net.Server(self.cfg.cluster.trainer, self.cfg.max_message_bytes, threads=8,
                                  service_name="cnnvideo.Trainer")

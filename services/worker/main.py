@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 
 from cnnvideo import config
-from cnnvideo.wire import tls
-from cnnvideo.worker.role import WorkerRole
+from cnnvideo.rpc import tls
+
+from .role import WorkerRole
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
+from cnnvideo.cpucap import cfs_quota
 from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
 from cnnvideo.model.engines.auto import AutoStages, auto_factories
 from cnnvideo.model.loading import load_graph
 from cnnvideo.plan.profiling import (
     WorkerProfile,
-    cfs_quota,
     device_tag,
     fastest_profile,
     profile_worker,
@@ -27,11 +27,13 @@ from cnnvideo.plan.profiling import (
 )
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
+from cnnvideo.rpc.link import LinkError, send_with_retry
 from cnnvideo.wire.protocol import check_stage_of
-from cnnvideo.worker import wire
-from cnnvideo.worker.peers import Peers
-from cnnvideo.worker.runloop import EmitError, Run, RunSettings, StagePlan, StaleError, Task
-from cnnvideo.worker.servicer import WorkerServicer
+
+from . import wire
+from .peers import Peers
+from .runloop import EmitError, Run, RunSettings, StagePlan, StaleError, Task
+from .servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
 
@@ -184,29 +186,25 @@ class WorkerRole:
         unreachable (down, restarting, or the hop cut off) try again with backoff on a fresh channel, up to
         reliability.peer_wait_s, as long as the task's run is still the current one and the master has not left the
         receiver out (Run.peer); EmitError if it stays unreachable or refuses."""
-        import grpc
-
-        retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
         backoff = net.Backoff(self.cfg.reliability.peer_wait_s if self.cfg.reliability.restart else 0.0)
         dest = task.receiver()
         msg = wire.task_to_pb(task)
         pacer = self.peers.pacer(dest)
         if pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
             pacer.wait(msg.ByteSize())
-        while True:
-            stub = self.peers.stub(dest)
-            try:
-                ack = stub.Process(msg, timeout=self.cfg.limits.rpc_timeout_s)
-                break
-            except grpc.RpcError as exc:
-                problem = "cannot forward frame %d to worker w%d at %s: %s" % (
-                    task.frame_id, dest, self.cfg.cluster.workers[dest], net.code_name(exc))
-                run = self.find(task.run_id)
-                current = run is not None and run.generation == task.generation and not run.link_dropped(task)
-                if exc.code() not in retryable or not current or self.stopping.is_set() or not backoff.wait():
-                    raise EmitError(problem) from None
-                log.warning("%s; trying again", problem)
-                self.peers.renew(dest, stub)  # a fresh channel: no reconnect backoff from the dead connection
+
+        def current() -> bool:
+            run = self.find(task.run_id)
+            return (run is not None and run.generation == task.generation and not run.link_dropped(task)
+                    and not self.stopping.is_set())
+
+        try:
+            ack = send_with_retry(lambda: self.peers.stub(dest), msg, self.cfg.limits.rpc_timeout_s, backoff, current,
+                                  lambda stub: self.peers.renew(dest, stub),
+                                  lambda problem: "cannot forward frame %d to worker w%d at %s: %s" % (
+                                      task.frame_id, dest, self.cfg.cluster.workers[dest], problem))
+        except LinkError as exc:
+            raise EmitError(str(exc)) from None
         if not ack.ok:
             raise EmitError("worker w%d refused frame %d: %s" % (dest, task.frame_id, ack.message))
 

@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from cnnvideo.model.engines import QParams
+from cnnvideo.rpc.link import LinksOut
 from cnnvideo.wire import protocol
 from cnnvideo.wire.hop import HopReceiver
 from cnnvideo.wire.protocol import HopSettings, InputHop, OutputHop
@@ -215,12 +216,12 @@ class Run:
         self.emit = emit
         self.max_bytes = max_bytes
         self.links_in: Dict[int, LinkIn] = {}  # sender (MASTER or a worker id) -> its link into this worker
-        self.links_out: Dict[int, OutputHop] = {}  # receiving worker -> this worker's link to it
+        # receiving worker -> this worker's link to it (sender, sequence, and its epoch: how often the master made
+        # it start over, Run.peer)
+        self.links_out = LinksOut(settings.hops)
         self.result_hop = OutputHop(settings.hops)  # to the master
-        self.out_seq: Dict[int, int] = {}  # receiving worker -> next sequence number on that link
         self.n_pending = 0
         self.tags: Dict[int, int] = {}  # id(OutputHop) -> tag of the last message encoded on it
-        self.restarts: Dict[int, int] = {}  # peer worker -> times the master made its links start over (Run.peer)
         self.out: set = set()  # replicas the master left out: nothing goes to them, nothing from them is taken
         self.n_tags = 0
         self.cond = threading.Condition()
@@ -353,10 +354,8 @@ class Run:
                 link.held_out = ((start, end), y, q_out, None, 0) if start < end else None
                 log.info("frame %d not sent to worker %d: the master left it out", task.frame_id, dest)
                 return
-            hop = self.links_out.get(dest)
-            if hop is None:
-                hop = self.links_out[dest] = OutputHop(self.settings.hops)
-            restarts = self.restarts.get(dest, 0)
+            hop = self.links_out.get(dest).sender
+            restarts = self.links_out.epoch(dest)
         planned = len(task.keyframe) > nxt and bool(task.keyframe[nxt])
         data, keyframe = self._encode(hop, end, y, planned, skip, (start, end), q_out, link)
         t3 = time.time()
@@ -428,8 +427,7 @@ class Run:
             with self.cond:
                 dropped = self.link_dropped(out)
                 if not dropped:
-                    out.seq = self.out_seq.get(dest, 0)
-                    self.out_seq[dest] = out.seq + 1
+                    out.seq = self.links_out.get(dest).next_seq()
             if dropped:
                 log.info("frame %d not sent to worker %d: the master left it out (or its link started over)",
                          out.frame_id, dest)
@@ -456,9 +454,7 @@ class Run:
         do the receive state from it and its tasks still waiting here; while it is out, tasks from it are refused
         (StaleError) and none go to it."""
         with self.cond:
-            self.restarts[worker] = self.restarts.get(worker, 0) + 1
-            self.links_out.pop(worker, None)
-            self.out_seq.pop(worker, None)
+            self.links_out.restart(worker)
             link = self.links_in.pop(worker, None)
             if link is not None:
                 self.n_pending -= len(link.pending)
@@ -474,7 +470,7 @@ class Run:
         """Whether `task` (encoded here for its receiver) is not to be sent: the receiver is left out, or its link
         started over since the task was encoded."""
         dest = task.receiver()
-        return dest in self.out or task.link != self.restarts.get(dest, 0)
+        return dest in self.out or task.link != self.links_out.epoch(dest)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str, frame_id: int = -1) -> None:

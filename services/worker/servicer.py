@@ -10,8 +10,9 @@ from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.wire import settings
-from cnnvideo.worker import wire
-from cnnvideo.worker.runloop import Result, StageReport, StaleError, TaskError
+
+from . import wire
+from .runloop import Result, StageReport, StaleError, TaskError
 
 log = logging.getLogger(__name__)
 

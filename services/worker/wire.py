@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.wire.protocol import HopSettings
-from cnnvideo.worker.runloop import Payload, Result, RunSettings, StagePlan, StageReport, Task
+
+from .runloop import Payload, Result, RunSettings, StagePlan, StageReport, Task
 
 
 def settings_from_pb(msg: pb.RunSetup) -> RunSettings:

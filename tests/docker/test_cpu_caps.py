@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.serial]  # a timed ratio under cap
 PROFILE = (
     "import json, torch; torch.set_num_threads(1);"
     "from cnnvideo.model.zoo import build_model; from cnnvideo.model.graph import LayerGraph;"
-    "from cnnvideo.model.executor import profile_segments;"
+    "from cnnvideo.plan.profiling import profile_segments;"
     "g = LayerGraph.from_model(build_model('alexnet', 'random', 0), (240, 320));"
     "print(json.dumps(float(profile_segments(g, iters=5).sum())))"
 )

@@ -30,8 +30,7 @@ def certs(tmp_path_factory):
 def tls_server(certs):
     """An in-process net.Server (health service only) that requires mutual TLS with our CA."""
     from cnnvideo import config
-    from cnnvideo.rpc import net
-    from cnnvideo.wire import tls
+    from cnnvideo.rpc import net, tls
 
     cfg = config.from_dict({"tls": {"enabled": True, "dir": certs[0]}}, check_files=False)
     addr = "127.0.0.1:%d" % net.free_port()
@@ -85,8 +84,7 @@ def test_client_with_our_cert_is_served(certs, tls_server):
 
 def test_net_helpers_use_the_configured_identity(certs, tls_server):
     from cnnvideo import config
-    from cnnvideo.rpc import net
-    from cnnvideo.wire import tls
+    from cnnvideo.rpc import net, tls
 
     assert not net.check_health(tls_server, timeout=3)  # plaintext helper: refused
     tls.setup(config.from_dict({"tls": {"enabled": True, "dir": certs[0]}}, check_files=False), "master")
@@ -115,7 +113,7 @@ def test_bad_clients_are_refused(certs, tls_server, client):
 
 def test_tls_config_errors_name_the_key(tmp_path, certs):
     from cnnvideo import config
-    from cnnvideo.wire import tls
+    from cnnvideo.rpc import tls
 
     with pytest.raises(config.ConfigError, match="'tls'"):
         config.from_dict({"tls": {"enabled": True}}, check_files=False)

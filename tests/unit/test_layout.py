@@ -158,3 +158,58 @@ def test_master_role_is_glue():
     assert lines <= 300, "services/master/role.py has %d lines" % lines
     for part in ("setup", "sending", "receiving", "recovery", "finishing", "view"):
         assert os.path.isfile(os.path.join(ROOT, "services", "master", part + ".py")), part
+
+
+# The core's layers, lowest first: a module may import its own part and the parts of lower layers, never a part of
+# its own layer or a higher one. config_checks sits above the parts whose keys it checks (each part checking its own
+# keys would let it move down); config (the loader) runs the checks, so it is on top.
+CORE_LAYERS = [
+    ("errors", "config_types", "cpucap", "hostnet", "tcrules"),
+    ("config_upgrade", "config_cameras"),
+    ("video", "wire", "events"),
+    ("artifacts",),
+    ("model", "plan"),
+    ("results", "rpc"),
+    ("config_checks",),
+    ("config",),
+]
+
+
+def core_part(module: str) -> str:
+    """The part of the core a module belongs to: its subpackage (`cnnvideo.plan.pool` -> plan) or its top-level
+    module (`cnnvideo.cpucap` -> cpucap)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(graph, layers=CORE_LAYERS):
+    """'a imports b' for every import of a core module into a part of its own layer or a higher one."""
+    rank = {part: i for i, names in enumerate(layers) for part in names}
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        src = core_part(mod)
+        if src not in rank:
+            continue
+        for dep in sorted(deps):
+            dst = core_part(dep)
+            if dst in rank and dst != src and rank[dst] >= rank[src]:
+                bad.append("%s imports %s" % (mod, dep))
+    return bad
+
+
+def test_layer_rule_flags_an_upward_and_a_sideways_arrow():
+    """The layer check can fail: model importing plan (same layer) and wire importing rpc (upward) are flagged."""
+    graph = {"cnnvideo.model.executor": {"cnnvideo.plan.profiling"}, "cnnvideo.wire.tls": {"cnnvideo.rpc.net"},
+             "cnnvideo.plan.pool": {"cnnvideo.wire.protocol", "cnnvideo.plan.plan"}}
+    assert layer_violations(graph) == ["cnnvideo.model.executor imports cnnvideo.plan.profiling",
+                                       "cnnvideo.wire.tls imports cnnvideo.rpc.net"]
+
+
+def test_core_imports_only_downward():
+    """Every part of the core is in a layer, and no core module imports a part of its own layer or above (imports
+    inside functions count): the engines read the CPU cap from cpucap, not from plan/, and TLS sits in rpc/."""
+    graph = {m: d for m, d in _module_graph().items() if m.startswith("cnnvideo.") and
+             core_part(m) not in ("master", "worker", "trainer")}
+    known = {p for names in CORE_LAYERS for p in names} | {"", "__main__"}
+    assert sorted({core_part(m) for m in graph} - known) == []
+    assert layer_violations(graph) == []

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from cnnvideo.master.dispatch import Dispatcher
 from cnnvideo.master.links import MasterError
+from cnnvideo.master.pool import Dispatcher, Membership
 from cnnvideo.master.recovery import Recovery
 from cnnvideo.master.tracking import FrameTracker
 from cnnvideo.plan.plan import Plan
@@ -66,19 +66,19 @@ class Master:
         self.faults = []
         self.t_run = self.last_event = time.time()
         self.tracker = FrameTracker(6, retries=2)
-        self.dispatcher = Dispatcher(3)
-        self.left_out_events = []
+        membership = Membership(3)
+        self.pool = type("Pool", (), {"membership": membership, "dispatcher": Dispatcher(3, membership)})()
         self.links = Links(self.calls, down, refuse)
         self.sending = Sending(self.calls, plan)
         self.setup = type("Setup", (), {"check_infos": lambda s: None})()
         self.feed = type("Feed", (), {"release": lambda s, f: None})()
         for f in range(6):
-            route = self.dispatcher.route(plan)
+            route = self.pool.dispatcher.route(plan)
             self.tracker.sent(f, plan.cuts, 0.0, False, route, plan.groups)
-            self.dispatcher.take(route)
+            self.pool.dispatcher.take(route)
 
     def live_workers(self):
-        return [w for w in range(self.W) if w not in self.dispatcher.excluded]
+        return [w for w in range(self.W) if w not in self.pool.membership.out]
 
     def fault(self, message, gen=None, worker=None, epoch=None):
         self.faults.append((message, gen))
@@ -90,7 +90,7 @@ class Master:
         return ("setup", gen)
 
     def open_streams(self, gen, only=None):
-        self.calls.append(("open_streams", list(only), set(self.dispatcher.excluded)))
+        self.calls.append(("open_streams", list(only), set(self.pool.membership.out)))
 
 
 def _through(m, w):
@@ -106,13 +106,13 @@ def test_a_first_stage_replica_of_a_hybrid_is_left_out_alone():
     through = _through(m, 1)
     assert through and len(through) < 6
     try:
-        assert rec.replica_out("w1 is down")
+        assert rec.replicas.replica_out("w1 is down")
         tr = m.tracker
         assert tr.generation == 0 and tr.resyncs == 0 and tr.replica_resyncs == 1 and tr.pending_fault is None
         assert sorted(tr.retry_q) == through and sorted(tr.flying) == sorted(set(range(6)) - set(through))
-        assert m.dispatcher.excluded == {1} and m.dispatcher.route(HYBRID) == [0, 2]
+        assert m.pool.membership.out == {1} and m.pool.dispatcher.route(HYBRID) == [0, 2]
         assert m.calls == [("reset_link", 1), ("peer", 0, [1], True, [0, 2])]
-        assert m.left_out_events[-1]["left_out"] == [1] and m.left_out_events[-1]["scope"] == "replica"
+        assert m.pool.membership.events[-1]["left_out"] == [1] and m.pool.membership.events[-1]["scope"] == "replica"
         assert not m.faults
     finally:
         m.closing = True  # ends the return watch
@@ -123,11 +123,11 @@ def test_a_stage_whose_last_live_replica_is_down_is_not_left_out_alone():
     live replica, so replica_out declines (the global resync handles it) and changes nothing."""
     for down, excluded in (([2], set()), ([1], {0})):
         m = Master(down=down)
-        m.dispatcher.excluded = set(excluded)
+        m.pool.membership.out = set(excluded)
         before = (sorted(m.tracker.flying), m.tracker.replica_resyncs)
-        assert not Recovery(m).replica_out("down")
+        assert not Recovery(m).replicas.replica_out("down")
         assert (sorted(m.tracker.flying), m.tracker.replica_resyncs) == before
-        assert m.calls == [] and m.dispatcher.excluded == excluded and m.tracker.generation == 0
+        assert m.calls == [] and m.pool.membership.out == excluded and m.tracker.generation == 0
 
 
 def test_a_later_stage_replica_is_left_out_alone_and_a_peer_that_cannot_be_told_is_a_fault():
@@ -137,7 +137,7 @@ def test_a_later_stage_replica_is_left_out_alone_and_a_peer_that_cannot_be_told_
     plan = Plan((0, 1, 3), ((0,), (1, 2)))
     m = Master(plan=plan, down=[1], refuse=[2])
     try:
-        assert Recovery(m).replica_out("w1 is down")
+        assert Recovery(m).replicas.replica_out("w1 is down")
         assert sorted(m.tracker.retry_q) == _through(m, 1) and m.tracker.generation == 0
         assert ("peer", 0, [1], True, [0, 2]) in m.calls
         assert len(m.faults) == 1 and "w2" in m.faults[0][0] and m.faults[0][1] == 0
@@ -151,14 +151,14 @@ def test_a_replica_taken_back_gets_a_fresh_run_and_the_others_are_told_before_it
     m = Master(down=[1])
     rec = Recovery(m)
     try:
-        assert rec.replica_out("w1 is down")
+        assert rec.replicas.replica_out("w1 is down")
         del m.calls[:]
-        rec.take_back(1, 0)
+        rec.replicas.take_back(1, 0)
         names = [c[0] for c in m.calls]
         assert names == ["refresh", "start_run", "reset_link", "peer", "open_streams"], m.calls
         assert m.calls[1] == ("start_run", [1]) and m.calls[3] == ("peer", 0, [1], False, [0, 2])
         assert m.calls[4][2] == {1}  # still left out while the others are told
-        assert m.dispatcher.excluded == set() and m.tracker.generation == 0
-        assert m.left_out_events[-1]["back"] == [1] and m.left_out_events[-1]["scope"] == "replica"
+        assert m.pool.membership.out == set() and m.tracker.generation == 0
+        assert m.pool.membership.events[-1]["back"] == [1] and m.pool.membership.events[-1]["scope"] == "replica"
     finally:
         m.closing = True

@@ -1,12 +1,11 @@
 """cnnvideo.plan.pool (stages x replicas cost model and search), the pool schedulers, and the master's pure parts
-of a pool: routes (dispatch.Dispatcher), results in frame order (ordering.ReorderBuffer), results.jsonl hops."""
+of a pool: routes (pool.Dispatcher), results in frame order (pool.ReorderBuffer), membership, results.jsonl hops."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cnnvideo.master.dispatch import Dispatcher, NoReplica
-from cnnvideo.master.ordering import ReorderBuffer
+from cnnvideo.master.pool import Dispatcher, Membership, NoReplica, ReorderBuffer
 from cnnvideo.master.results import plan_hops
 from cnnvideo.plan import pool
 from cnnvideo.plan.costmodel import CostInputs, random_inputs
@@ -121,9 +120,9 @@ def test_dispatcher_sends_to_the_replica_with_the_fewest_outstanding_and_skips_t
     d.take(r2)
     d.release([1, 2])  # w1's frame came back, w0's did not
     assert d.route(plan) == [1, 2]
-    d.excluded = {1}
+    d.membership.out = {1}
     assert d.route(plan) == [0, 2]
-    d.excluded = {2}
+    d.membership.out = {2}
     with pytest.raises(NoReplica, match="stage 1"):
         d.route(plan)
     assert not d.usable(plan)
@@ -171,17 +170,23 @@ def test_fewer_stages_win_when_predicted_within_five_percent():
                if c.period <= fastest * (1 + pool.SIMPLER_WITHIN))
 
 
-def test_dispatcher_leave_out_forgets_the_replicas_outstanding_frames():
-    """A replica left out by itself gets no frame, and its outstanding count does not weigh on its return."""
-    d = Dispatcher(3)
+def test_a_replica_left_out_gets_no_frame_and_its_outstanding_frames_do_not_weigh_on_its_return():
+    """A replica the membership leaves out by itself gets no frame, the dispatcher forgets its outstanding frames,
+    and taken back it gets the next frame; the membership records both, and live() follows."""
+    members = Membership(3)
+    d = Dispatcher(3, members)
     plan = Plan((0, 9), ((0, 1, 2),))
     for _ in range(3):
         d.take(d.route(plan))
-    d.leave_out([1])
-    assert d.outstanding[1] == 0 and 1 in d.excluded
+    members.leave_out([1], gen=0, at_s=1.0)
+    d.forget([1])
+    assert d.outstanding[1] == 0 and members.live() == [0, 2]
     assert all(d.route(plan) != [1] for _ in range(4))
-    d.excluded.discard(1)
+    members.take_back(1, gen=0, at_s=2.0)
     assert d.route(plan) == [1]  # back with nothing outstanding: the next frame goes to it
+    assert [(e["left_out"], e["back"]) for e in members.events] == [([1], []), ([], [1])]
+    assert members.resync([2], gen=1, at_s=3.0) == [] and members.live() == [0, 1]
+    assert members.resync([], gen=2, at_s=4.0) == [2] and members.events[-1]["back"] == [2]
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -80,7 +80,7 @@ def test_rescale_scales_every_part_by_one_factor():
 def test_cfs_quota_reads_cgroup_v2_and_v1(tmp_path):
     """cpu.max (v2) or cpu/cpu.cfs_quota_us + cfs_period_us (v1) give (quota, period) seconds; 'max', -1 or
     nothing readable mean uncapped (0, 0)."""
-    from cnnvideo.plan.profiling import cfs_quota
+    from cnnvideo.cpucap import cfs_quota
 
     v2 = tmp_path / "v2"
     v2.mkdir()

@@ -69,3 +69,21 @@ def test_master_cpu_field():
     rep = rpt.build(frames_total=1, records=[], hops=[], spans=[], model="m", mode="full", scheduler="edge",
                     workers=[], plan_layers=[], wall_s=1.0, extra={"master": m})
     assert json.loads(json.dumps(rep.to_dict()))["master"]["cpu_per_frame_ms"] == 10.288
+
+
+def test_start_figures_time_the_first_result_and_each_half_of_the_results():
+    """report.json `start`: seconds from the first frame read to the first result, and the fps over each half of
+    the results in the order they came (a slow start shows as a first half slower than the second)."""
+    from cnnvideo.results.report import FrameRecord, start_figures
+
+    recs = [FrameRecord(f, [0, 1], sent_at=10.0 + 0.1 * f) for f in range(8)]
+    for f, done in enumerate([12.0, 12.5, 13.0, 14.0, 14.25, 14.5, 14.75, 15.0]):
+        recs[f].done_at = done
+    recs.append(FrameRecord(8, [0, 1], sent_at=10.8))  # never completed: not counted
+    out = start_figures(recs, first_read_at=9.5)
+    assert out["first_result_s"] == 2.5
+    assert out["fps_first_half"] == 1.0  # 4 results from the first send (10.0) to the 4th result (14.0)
+    assert out["fps_second_half"] == 4.0  # 4 more in the next second
+    assert out["second_over_first"] == 4.0
+    assert start_figures(recs[8:], 9.5) == {"first_result_s": None, "fps_first_half": None, "fps_second_half": None,
+                                            "second_over_first": None}

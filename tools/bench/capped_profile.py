@@ -25,7 +25,8 @@ import json, sys
 from cnnvideo.model import engines
 from cnnvideo.model.graph import LayerGraph
 from cnnvideo.model.zoo import build_model
-from cnnvideo.plan.profiling import cfs_quota, profile_compute
+from cnnvideo.cpucap import cfs_quota
+from cnnvideo.plan.profiling import profile_compute
 cache, model, h, w, precision, profiles = sys.argv[1:7]
 g = LayerGraph.from_model(build_model(model, seed=0), (int(h), int(w)))
 stages = engines.StageFactory(g, engines.EngineSpec("onnxruntime", precision, threads=1), cache, "bench", None)

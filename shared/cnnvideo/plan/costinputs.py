@@ -8,11 +8,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.cpucap import CFS_PERIOD_S
 from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, cfs_capped, with_network_cpu
 
 log = logging.getLogger(__name__)
 
-CFS_PERIOD_S = 0.1  # the kernel's default CFS period (docker --cpus keeps it)
 # Payload bytes per byte a shaped link carries: a rate limit (tc htb, a Wi-Fi link) counts whole frames, and at a
 # 1500-byte MTU a TCP segment carries 1448 payload bytes (20 IP + 20 TCP + 12 timestamp option) in a 1514-byte
 # Ethernet frame (htb counts the 14-byte header too; the netem helper turns GSO off so every frame is one MSS).

@@ -105,6 +105,28 @@ def percentile(values: Sequence[float], q: float) -> float:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
+def start_figures(records: Sequence[FrameRecord], first_read_at: Optional[float]) -> Dict[str, Optional[float]]:
+    """report.json `start`: how fast a run gets going. Seconds from the master reading its first frame to the first
+    result, and the fps over the first and the second half of the results (in the order they came: the first half
+    from the first send to the middle result, the second from there to the last)."""
+    done = sorted(r.done_at for r in records if r.done_at is not None)
+    out: Dict[str, Optional[float]] = {"first_result_s": None, "fps_first_half": None, "fps_second_half": None,
+                                       "second_over_first": None}
+    if not done:
+        return out
+    if first_read_at is not None:
+        out["first_result_s"] = round(done[0] - first_read_at, 4)
+    half = (len(done) + 1) // 2
+    start = min(r.sent_at for r in records)
+    first = half / (done[half - 1] - start) if done[half - 1] > start else None
+    second = (len(done) - half) / (done[-1] - done[half - 1]) if done[-1] > done[half - 1] else None
+    out["fps_first_half"] = None if first is None else round(first, 4)
+    out["fps_second_half"] = None if second is None else round(second, 4)
+    if first and second:
+        out["second_over_first"] = round(second / first, 4)
+    return out
+
+
 def latency_summary(values: Sequence[float]) -> Dict[str, Optional[float]]:
     if not values:
         return {"mean": None, "p50": None, "p95": None, "max": None}

@@ -15,13 +15,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-# Mutual TLS for every channel and server this process makes (cnnvideo.wire.tls.setup sets it from the config);
+# Mutual TLS for every channel and server this process makes (cnnvideo.rpc.tls.setup sets it from the config);
 # None = plaintext, which only happens when the config says `tls.enabled: false`.
 _TLS = None
 
 
 def use_tls(identity) -> None:
-    """Make later channels/servers of this process use `identity` (a wire.tls.Identity), or plaintext if None."""
+    """Make later channels/servers of this process use `identity` (a rpc.tls.Identity), or plaintext if None."""
     global _TLS
     _TLS = identity
     if identity is not None:

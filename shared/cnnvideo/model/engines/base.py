@@ -9,6 +9,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.cpucap import cfs_quota
+
 log = logging.getLogger(__name__)
 
 ENGINES = ("torch", "onnxruntime")
@@ -72,8 +74,6 @@ def cpu_threads(threads: int = 0, root: str = "/sys/fs/cgroup") -> int:
     the cores this process may run on, at least 1."""
     if threads > 0:
         return int(threads)
-    from cnnvideo.plan.profiling import cfs_quota
-
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -45,6 +45,8 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set
 
 import numpy as np
 
+from cnnvideo.cpucap import CFS_PERIOD_S, cfs_quota
+
 SEGMENT_SCOPE = "s%d"  # the torch module name each segment is exported under (node names start /s<k>/)
 _SEGMENT = re.compile(r"(?:^|/)s(\d+)[/.]")  # a node's scope (/s3/...) or a weight's name (s3.model...)
 _OP_PREFIXES = ("QLinear", "Fused", "Nhwc", "Nchwc", "Dynamic", "Q")
@@ -210,7 +212,6 @@ def plain_seconds(run: Callable[[], object], threads: int, runs: int, pause: ran
     """The fastest of `runs` runs of `run` without the profiler, each after a random pause like the profiled runs:
     its thread's CPU time on one thread (a CFS throttle does not count in it, as it does not in a node's fastest
     run), wall time on more (their work is on other threads)."""
-    from cnnvideo.plan.costinputs import CFS_PERIOD_S
 
     clock = time.thread_time if int(threads) == 1 else time.perf_counter
     best = float("inf")
@@ -246,8 +247,6 @@ def segment_kernel_seconds(data: bytes, start: int, end: int, x: np.ndarray, thr
     import onnx
 
     from cnnvideo.model.engines.ort_session import session
-    from cnnvideo.plan.costinputs import CFS_PERIOD_S
-    from cnnvideo.plan.profiling import cfs_quota
 
     locate: Callable[[str], Optional[int]] = segment_of
     if names is not None:  # a stage extracted from an ONNX-file model: its node names carry no scopes

@@ -9,9 +9,9 @@ import torch
 
 from cnnvideo.model import graph as graph_mod
 from cnnvideo.model.engines.torch_engine import TorchStage
-from cnnvideo.model.executor import profile_segments
 from cnnvideo.model.graph import GraphError, LayerGraph
 from cnnvideo.model.zoo import MODEL_NAMES, Preprocess, build_model
+from cnnvideo.plan.profiling import profile_segments
 
 FRAME = (64, 64)  # small enough for speed, large enough for every zoo model (vgg16/alexnet need >= 32 + pools)
 

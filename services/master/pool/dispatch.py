@@ -1,11 +1,13 @@
-"""Routes of a pool plan: for each frame, one replica of each stage, the one with the fewest frames outstanding
-(not round-robin: a slower or busier device has more frames outstanding and so gets fewer). Workers left out after
-a fault get none until a resync takes them back. Pure bookkeeping: the master calls it holding its condition."""
+"""Routes: for each frame, one replica of each stage of its plan, the one with the fewest frames outstanding (not
+round-robin: a slower or busier device has more frames outstanding and so gets fewer). Workers the membership left
+out get none until they are taken back. Pure bookkeeping: the master calls it holding its condition."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from cnnvideo.plan.plan import Plan
+
+from .membership import Membership
 
 
 class NoReplica(LookupError):
@@ -13,27 +15,27 @@ class NoReplica(LookupError):
 
 
 class Dispatcher:
-    """Frames outstanding per worker, the workers left out, and the route of each new send."""
+    """Frames outstanding per worker, and the route of each new send."""
 
-    def __init__(self, n_workers: int) -> None:
+    def __init__(self, n_workers: int, membership: Optional[Membership] = None) -> None:
+        self.membership = membership if membership is not None else Membership(n_workers)
         self.outstanding = [0] * int(n_workers)
         self.sent = [0] * int(n_workers)  # frames each worker was given (the report's per-worker share)
-        self.excluded: set = set()
         self._ticks = [0] * int(n_workers)  # when each worker was last picked: ties go to the longest idle
         self._clock = 0
 
     def usable(self, plan: Plan) -> bool:
         """Whether every stage of `plan` keeps a worker that is not left out."""
-        return all(set(g) - self.excluded for g in plan.groups)
+        return all(set(g) - self.membership.out for g in plan.groups)
 
     def route(self, plan: Plan) -> List[int]:
         """The worker of each stage for the next frame of `plan`; NoReplica if a stage has none left."""
         out = []
         for s, group in enumerate(plan.groups):
-            live = [w for w in group if w not in self.excluded]
+            live = [w for w in group if w not in self.membership.out]
             if not live:
                 raise NoReplica("stage %d of plan %s has no worker left (out: %s)"
-                                % (s, plan, ", ".join("w%d" % w for w in sorted(self.excluded))))
+                                % (s, plan, ", ".join("w%d" % w for w in sorted(self.membership.out))))
             out.append(min(live, key=lambda w: (self.outstanding[w], self._ticks[w], w)))
         return out
 
@@ -50,10 +52,9 @@ class Dispatcher:
         for w in route:
             self.outstanding[w] = max(self.outstanding[w] - 1, 0)
 
-    def leave_out(self, workers: Sequence[int]) -> None:
-        """Replicas `workers` get no frame from now on (their frames in flight were queued again)."""
+    def forget(self, workers: Sequence[int]) -> None:
+        """Replicas `workers` left: none of their frames is outstanding (those in flight were queued again)."""
         for w in workers:
-            self.excluded.add(w)
             self.outstanding[w] = 0
 
     def reset(self) -> None:

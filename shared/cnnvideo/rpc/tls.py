@@ -12,6 +12,7 @@ from typing import Optional
 
 from cnnvideo.config_types import Tls
 from cnnvideo.errors import ConfigError
+from cnnvideo.rpc import net
 
 
 class Identity:
@@ -74,8 +75,6 @@ def load(tls: Tls, role: str) -> Optional[Identity]:
 
 def setup(cfg, role: str) -> Optional[Identity]:
     """Load the role's identity from `cfg.tls` and make every channel/server of this process use it."""
-    from cnnvideo.rpc import net
-
     ident = load(cfg.tls, role)
     net.use_tls(ident)
     return ident

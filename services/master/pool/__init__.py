@@ -1,0 +1,32 @@
+"""The pool part of the master: membership (who is in, left out, or back), routes and dispatch to the least-loaded
+replica, each input link's sender state, the reorder buffer, and a replica leaving and coming back
+(`replicas.Replicas`). A worker that joins at run time is added here."""
+from __future__ import annotations
+
+from typing import Dict
+
+from .dispatch import Dispatcher, NoReplica
+from .inputs import InputLinks
+from .membership import Membership
+from .ordering import ReorderBuffer
+
+__all__ = ["Dispatcher", "InputLinks", "Membership", "NoReplica", "Pool", "ReorderBuffer"]
+
+
+class Pool:
+    """The pool's state for one run of `n_workers` workers (the master calls it holding its condition)."""
+
+    def __init__(self, cfg, n_workers: int) -> None:
+        self.membership = Membership(n_workers)
+        self.dispatcher = Dispatcher(n_workers, self.membership)
+        self.inputs = InputLinks(cfg, n_workers)
+        self.ordering = ReorderBuffer(max_wait_s=max(cfg.limits.worker_down_s, 1.0))  # results in frame order
+
+    def live(self):
+        """The workers not left out."""
+        return self.membership.live()
+
+    def report(self) -> Dict[str, object]:
+        """report.json `pool`'s share of it: the frames each worker got, every leave and return, the ordering."""
+        return {"frames_sent_per_worker": {"w%d" % w: n for w, n in enumerate(self.dispatcher.sent)},
+                "left_out": list(self.membership.events), "ordering": self.ordering.report()}

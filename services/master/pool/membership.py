@@ -1,0 +1,46 @@
+"""Who is in the pool: the workers left out after a fault, when each left or came back, and each worker's stream
+epoch (a result stream opened before the newest opening is stale). Pure bookkeeping: the master calls it holding
+its condition. A worker that joins at run time is added here."""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Set
+
+
+class Membership:
+    """The workers of the pool, those left out, and the record of every leave and return."""
+
+    def __init__(self, n_workers: int) -> None:
+        self.n = int(n_workers)
+        self.out: Set[int] = set()  # left out: routed no frame until taken back
+        self.events: List[Dict[str, object]] = []  # report.json pool.left_out: every leave and return
+        self.stream_epochs = [0] * self.n  # per worker: bumped by each opening of its streams
+
+    def live(self) -> List[int]:
+        """The workers not left out, in order."""
+        return [w for w in range(self.n) if w not in self.out]
+
+    def leave_out(self, workers: Sequence[int], gen: int, at_s: float) -> None:
+        """Replicas `workers` leave by themselves (their frames in flight go to the other replicas)."""
+        self.out |= set(workers)
+        self.events.append({"generation": gen, "left_out": list(workers), "back": [], "scope": "replica",
+                            "at_s": round(at_s, 3)})
+
+    def take_back(self, w: int, gen: int, at_s: float) -> None:
+        """Replica w serves again and is back by itself."""
+        self.out.discard(w)
+        self.events.append({"generation": gen, "left_out": [], "back": [w], "scope": "replica",
+                            "at_s": round(at_s, 3)})
+
+    def resync(self, leave_out: Sequence[int], gen: int, at_s: float) -> List[int]:
+        """A resync of every link in generation `gen` runs without `leave_out`: the workers it takes back."""
+        back = sorted(self.out - set(leave_out))
+        self.out = set(leave_out)
+        if leave_out or back:
+            self.events.append({"generation": gen, "left_out": list(leave_out), "back": back,
+                                "at_s": round(at_s, 3)})
+        return back
+
+    def opened_streams(self, workers: Sequence[int]) -> None:
+        """The streams of `workers` were opened again: older ones are stale."""
+        for w in workers:
+            self.stream_epochs[w] += 1
