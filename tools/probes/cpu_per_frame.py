@@ -54,8 +54,10 @@ def thread_counts(pid: str) -> dict:
 
 def main(cfg_path: str) -> None:
     cfg = yaml.safe_load(open(cfg_path))
+    # each role its own program (no fork server): its /proc cmdline then names its role and config (role_of)
+    env = dict(os.environ, CNNVIDEO_PREFORK="0")
     run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     tick, samples, threads = os.sysconf("SC_CLK_TCK"), {}, {}
     run_cfg = os.path.abspath(os.path.join(cfg["out"], "config.yml"))  # `cnnvideo local` starts every role on this copy
     while run.poll() is None:
