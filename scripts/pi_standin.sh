@@ -24,9 +24,9 @@ WITH_RPC=${CNNVIDEO_STANDIN_RPC:-1}
 # the shared library's tests that need neither torch.fx-only features nor the host's tools
 # (vermin, scripts/, services/netem); fx-only cases skip or assert the clear GraphError themselves
 DEFAULT_TESTS=(tests/unit/test_codec.py tests/unit/test_hop.py tests/unit/tools/test_chain.py
-  tests/unit/test_graph.py tests/unit/test_executor.py tests/unit/test_costmodel.py
+  tests/unit/test_graph.py tests/unit/test_torch_stage.py tests/unit/test_costmodel.py
   tests/unit/test_schedulers.py tests/unit/test_predict.py tests/unit/test_config.py
-  tests/unit/test_config_checks.py tests/unit/test_config_upgrade.py tests/unit/test_models.py tests/unit/test_adapt.py)
+  tests/unit/test_config_validation.py tests/unit/test_config_upgrade.py tests/unit/test_models.py tests/unit/test_adapt.py)
 RPC_TESTS=(tests/unit/test_video.py tests/unit/tools/test_planner.py tests/unit/tools/test_bench_codec.py)
 
 log() { echo "pi_standin: $*" >&2; }

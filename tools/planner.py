@@ -235,7 +235,7 @@ def _weights(cfg: config_mod.Config) -> str:
 
 def run(args) -> int:
     """CLI entry: print a table (or JSON with --json) of every scheduler's plan."""
-    cfg = _load(args)  # scheduler_options are checked by config_checks.validate (schedulers.check_options)
+    cfg = _load(args)  # scheduler_options are checked by config_validation.validate (schedulers.check_options)
     ctx = build_context(cfg)
     rows = evaluate(cfg, ctx)
     inputs = ctx.inputs

@@ -34,7 +34,7 @@ from .outputs import OutputStore
 from .pool import Pool
 from .receiving import StreamReader
 from .recovery import Recovery, wait_watching
-from .results import ResultsLog
+from .results_log import ResultsLog
 from .sending import FrameSender
 from .setup import SETUP_TIMEOUT_S, Setup
 from .telemetry import Telemetry

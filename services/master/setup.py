@@ -25,11 +25,11 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
-from .checks import check_infos, codec_times
 from .feed import SourceError
 from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
-from .overheads import Overheads
+from .overhead_meter import Overheads
+from .worker_answers import check_infos, codec_times
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Setup:
                                                   output_names=list(last.tensors))
 
     def start_checker(self) -> None:
-        from cnnvideo.results.checking import OnlineChecker
+        from cnnvideo.results.exactness import OnlineChecker
 
         m = self.m
         block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked

@@ -28,7 +28,8 @@ class Telemetry:
         self.on_span: Optional[Callable[[rpt.StageSpan], None]] = None
         # (worker, start cut, end cut) -> [frames computed, their compute seconds, frames skipped, their seconds]
         self.computes: Dict[Tuple[int, int, int], List[float]] = {}
-        self.overheads = None  # the run's measured per-frame overhead (master.overheads.Overheads; set up at setup)
+        # the run's measured per-frame overhead (master.overhead_meter.Overheads; set up at setup)
+        self.overheads = None
 
     def span(self, span: rpt.StageSpan) -> None:
         """Count a stage span; keep the span itself only up to the limit."""

@@ -90,7 +90,7 @@ class LivePage:
 
         m.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
         m.telemetry.on_span = m.view.note_span
-        from cnnvideo.config_checks import view_token
+        from cnnvideo.config_validation import view_token
 
         ev = m.events
         m.live_view = LiveView(lv.port, self.state, lv.host, token=view_token(m.cfg),

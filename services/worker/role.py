@@ -30,7 +30,7 @@ from cnnvideo.rpc import net
 from cnnvideo.rpc.link import LinkError, send_with_retry
 from cnnvideo.wire.protocol import check_stage_of
 
-from . import wire
+from . import messages
 from .peers import Peers
 from .runloop import EmitError, Run, RunSettings, StagePlan, StaleError, Task
 from .servicer import WorkerServicer
@@ -188,7 +188,7 @@ class WorkerRole:
         receiver out (Run.peer); EmitError if it stays unreachable or refuses."""
         backoff = net.Backoff(self.cfg.reliability.peer_wait_s if self.cfg.reliability.restart else 0.0)
         dest = task.receiver()
-        msg = wire.task_to_pb(task)
+        msg = messages.task_to_pb(task)
         pacer = self.peers.pacer(dest)
         if pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
             pacer.wait(msg.ByteSize())

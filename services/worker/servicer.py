@@ -6,12 +6,12 @@ import queue
 
 import grpc
 
-from cnnvideo.rpc import checks, convert
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import convert, payload_checks
 from cnnvideo.wire import settings
 
-from . import wire
+from . import messages
 from .runloop import Result, StageReport, StaleError, TaskError
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self.role = role
 
     def Info(self, request, context):
-        return wire.worker_info(self.role)
+        return messages.worker_info(self.role)
 
     def _refuse_other_settings(self, request, context) -> None:
         """FAILED_PRECONDITION naming the first key where the request's settings differ from this worker's."""
@@ -50,7 +50,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def StartRun(self, request, context):
         self._refuse_other_settings(request, context)
         try:
-            self.role.start_run(wire.settings_from_pb(request))
+            self.role.start_run(messages.settings_from_pb(request))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.Ack(ok=True)
@@ -64,7 +64,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if problem:  # headers only: nothing is queued or allocated for a payload that cannot be right
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
-            run.accept(wire.task_from_pb(request))
+            run.accept(messages.task_from_pb(request))
         except (LookupError, StaleError) as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except TaskError as exc:
@@ -80,7 +80,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         # an int8 tensor (scale > 0) at an inner cut travels as its uint8 values
         dtype = "uint8" if task.payload.scale > 0 and 0 < c < len(cuts) - 1 else cuts[c].dtype
         try:
-            checks.check_hop_payload(task.payload.data, cuts[c].shape, dtype, self.role.cfg.max_message_bytes)
+            payload_checks.check_hop_payload(task.payload.data, cuts[c].shape, dtype, self.role.cfg.max_message_bytes)
         except ValueError as exc:  # HopError, CodecError
             return "bad payload at cut %d: %s" % (c, exc)
         return ""
@@ -101,7 +101,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 continue
             if not isinstance(item, (Result, StageReport)):  # the run was closed
                 return
-            yield wire.to_pb(item)
+            yield messages.to_pb(item)
 
     def Results(self, request, context):
         return self._stream(request, context, "results")
@@ -111,7 +111,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def Prepare(self, request, context):
         try:
-            ready, error = self.role.prepare(wire.stage_plan_from_pb(request.plan))
+            ready, error = self.role.prepare(messages.stage_plan_from_pb(request.plan))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PrepareReply(ready=ready, error=error)

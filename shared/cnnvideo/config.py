@@ -9,11 +9,11 @@ all of them:
 
 - config_types: the dataclasses (Config and its sections) and the allowed values of choice keys;
 - config_upgrade: renamed keys (RENAMED: the old name still loads, with a warning naming the new one);
-- config_checks: option validation (validate, with the `cameras:` rules), the model `fallback` rule, the live view's
+- config_validation: option validation (validate, with the `cameras:` rules), the model `fallback` rule, the live view's
   token;
 - config_cameras: the configs several cameras run (camera_configs, pick_camera, require_one_camera).
 
-The imports go config -> config_checks -> config_cameras / config_upgrade / config_types, never back
+The imports go config -> config_validation -> config_cameras / config_upgrade / config_types, never back
 (tests/unit/test_layout.py counts imports inside functions too): from_dict calls the checks, the checks need the
 dataclasses, so the dataclasses cannot live here. The demo config (`cnnvideo local` without -c, and
 configs/local.yml) is the package file DEMO_PATH.
@@ -28,14 +28,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from cnnvideo.config_cameras import camera_configs, pick_camera, require_one_camera
-from cnnvideo.config_checks import (
-    VIEW_TOKEN_ENV,
-    is_loopback,
-    model_unavailable,
-    resolve_fallback,
-    validate,
-    view_token,
-)
 from cnnvideo.config_types import (
     CAMERA_NAME,
     CAMERA_NAME_RULE,
@@ -65,6 +57,14 @@ from cnnvideo.config_types import (
     TrainerOptions,
 )
 from cnnvideo.config_upgrade import CPUS_OLD, RENAMED, upgrade
+from cnnvideo.config_validation import (
+    VIEW_TOKEN_ENV,
+    is_loopback,
+    model_unavailable,
+    resolve_fallback,
+    validate,
+    view_token,
+)
 from cnnvideo.errors import ConfigError
 
 # Names callers reach as `config.<name>`: defined here, or re-exported from the module that owns them.
@@ -75,7 +75,7 @@ __all__ = [
     "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls", "TrainerOptions",
     # config_upgrade
     "CPUS_OLD", "RENAMED", "upgrade",
-    # config_checks
+    # config_validation
     "VIEW_TOKEN_ENV", "camera_configs", "is_loopback", "model_unavailable", "pick_camera", "require_one_camera",
     "resolve_fallback",
     "validate", "view_token",

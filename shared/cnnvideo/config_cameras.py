@@ -1,7 +1,7 @@
 """The configs a cluster of several cameras runs, derived from one checked config: a single camera applied to the
 top level (apply_one_camera), one config per camera (camera_configs, what each camera's master runs), the camera
 a master given `--camera NAME` runs (pick_camera), and the refusal where only one camera can run
-(require_one_camera). The `cameras:` section's values are checked by config_checks, which owns option validation.
+(require_one_camera). The `cameras:` section's values are checked by config_validation, which owns option validation.
 """
 from __future__ import annotations
 

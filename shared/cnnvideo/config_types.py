@@ -1,7 +1,7 @@
 """The typed config: one dataclass per section of a config file (field names are the YAML keys, comments give
 units), and the allowed values of its choice keys.
 
-A leaf: it imports no other cnnvideo module, so config_checks (which checks these types) and config (which builds
+A leaf: it imports no other cnnvideo module, so config_validation (which checks these types) and config (which builds
 them from YAML and calls the checks) both import it without an import cycle. Callers import the types from
 cnnvideo.config, the public entry, which re-exports them.
 """
@@ -22,7 +22,7 @@ ON_ERROR = ("fallback", "stop")
 # on its own). Old spellings (config_upgrade.CPUS_OLD) still load, with a warning naming the canonical one.
 CPUS_ROLES = ("master", "trainer", "workers")
 # A camera's name (the keys of `cameras:`) goes into MQTT topics, file names and URLs: 1-32 ASCII letters, digits,
-# '_' or '-', starting with a letter or a digit (config_checks also refuses two names that differ only in case).
+# '_' or '-', starting with a letter or a digit (config_validation also refuses two names that differ only in case).
 CAMERA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 CAMERA_NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
 
@@ -202,13 +202,13 @@ class ModelChoice:
 @dataclass
 class Events:
     """Events from the master's results (cnnvideo.events, issue 23): `enabled` null (unset) = on when any other key
-    is set (config_checks resolves it when loaded); `false` = off, the other keys checked either way. A classifier
+    is set (config_validation resolves it when loaded); `false` = off, the other keys checked either way. A classifier
     (no boxes) makes one event track per run of the same top-1 label (`label_change`); a detector's boxes go through
     the `tracker`. `tracker`, `zones`, `snapshots` and
     `mqtt` are the mappings `cnnvideo.events.pipeline_from_config` reads (it names a bad key); snapshots go to
     `<out>/snapshots` unless `snapshots.dir` says otherwise (`snapshots: null` = none); no `mqtt`: no MQTT."""
 
-    enabled: Optional[bool] = None  # null = on when another events key is set (config_checks.events_keys_set)
+    enabled: Optional[bool] = None  # null = on when another events key is set (config_validation.events_keys_set)
     camera: str = "cam"
     recent_max: int = 200
     label_change: Dict[str, Any] = field(default_factory=dict)  # LabelChangeSettings fields
@@ -272,7 +272,7 @@ class Config:
     frame_size: Tuple[int, int] = (480, 720)  # height, width
     mode: str = "delta"
     # torch | onnxruntime | auto: what runs each worker's stage (auto: the fastest profiled); null (unset) = by model:
-    # onnxruntime for an ONNX model file, torch otherwise (resolved by config_checks.validate when loaded)
+    # onnxruntime for an ONNX model file, torch otherwise (resolved by config_validation.validate when loaded)
     engine: Optional[str] = None
     precision: str = "fp32"  # fp32 | int8 (static per-channel quantisation; inner-cut tensors travel as uint8)
     engine_options: EngineOptions = field(default_factory=EngineOptions)
@@ -303,7 +303,7 @@ class Config:
     cost_model: CostModel = field(default_factory=CostModel)
     events: Events = field(default_factory=Events)
     # name -> Camera, in file order; empty = one camera, `video` (Config.camera_list). With exactly one camera the
-    # loader applies its settings to the top level (config_checks), so a one-camera cluster runs it unchanged.
+    # loader applies its settings to the top level (config_validation), so a one-camera cluster runs it unchanged.
     cameras: Dict[str, Camera] = field(default_factory=dict)
 
     def camera_list(self) -> List[ResolvedCamera]:

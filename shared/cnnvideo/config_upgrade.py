@@ -2,10 +2,10 @@
 
 RENAMED (old dotted key -> new dotted key) is applied by `upgrade` to the raw mapping before it is built, so a file
 with an old key loads as if it named the new one; CPUS_OLD and `cpus_role_name` give the canonical spelling of a
-`cpus` role name, which config_checks applies once it knows the number of workers. Each rename logs a warning
-naming the new key. Renaming is this module's one job: refusing bad values is config_checks'; the one error here
+`cpus` role name, which config_validation applies once it knows the number of workers. Each rename logs a warning
+naming the new key. Renaming is this module's one job: refusing bad values is config_validation'; the one error here
 is an old and its new key set at once, which only the renaming sees. It imports only cnnvideo.errors, so config
-and config_checks both import it without a cycle.
+and config_validation both import it without a cycle.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ CPUS_OLD = {"worker": "workers"}  # plus w<i> -> worker<i>
 
 def cpus_role_name(key: str) -> str:
     """The canonical spelling of a `cpus` key: w<i> -> worker<i>, CPUS_OLD renamed, any other key as it is (whether
-    it names a role is config_checks' question)."""
+    it names a role is config_validation' question)."""
     m = re.match(r"^w(\d+)$", key)
     return "worker%d" % int(m.group(1)) if m else CPUS_OLD.get(key, key)
 

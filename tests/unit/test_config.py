@@ -127,7 +127,7 @@ MOVED = {
                      "TrainerOptions", "Limits", "Tls", "Reliability", "Detect", "Source", "LiveView", "Local",
                      "EngineOptions", "Int8Options", "CostModel", "ModelChoice", "Events", "Config"],
     "config_upgrade": ["RENAMED", "CPUS_OLD", "upgrade"],
-    "config_checks": ["validate", "resolve_fallback", "model_unavailable", "VIEW_TOKEN_ENV", "view_token",
+    "config_validation": ["validate", "resolve_fallback", "model_unavailable", "VIEW_TOKEN_ENV", "view_token",
                       "is_loopback"],
     "errors": ["ConfigError"],
 }

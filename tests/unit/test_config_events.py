@@ -8,7 +8,7 @@ import stat
 import pytest
 import yaml
 
-from cnnvideo import config, config_checks
+from cnnvideo import config, config_validation
 from cnnvideo.config import ConfigError
 
 TOKEN = "0123456789abcdef0123"
@@ -22,7 +22,7 @@ def _no_env_token(monkeypatch):
 def test_defaults_off():
     """No events, no token, metrics closed; the default pipeline config puts snapshots under <out>/snapshots."""
     cfg = config.from_dict({}, check_files=False)
-    assert cfg.events.enabled is False and cfg.events.mqtt is None and config_checks.view_token(cfg) is None
+    assert cfg.events.enabled is False and cfg.events.mqtt is None and config_validation.view_token(cfg) is None
     assert cfg.live_view.metrics_open is False
     assert cfg.events.pipeline_config("/o")["snapshots"] == {"dir": os.path.join("/o", "snapshots")}
 
@@ -82,7 +82,7 @@ def test_turning_events_on_or_ignoring_keys_is_said_once(caplog, tmp_path):
     them; the dumped config says `enabled: true` and loads back without a second line."""
     caplog.set_level(logging.INFO, logger="cnnvideo.config")
     cfg = config._build(config.Config, {"events": {"mqtt": {"host": "broker"}, "camera": "yard"}})
-    config_checks._validate_events(cfg, check_files=True)
+    config_validation._validate_events(cfg, check_files=True)
     lines = [r.getMessage() for r in caplog.records if "events" in r.getMessage()]
     assert cfg.events.enabled is True and len(lines) == 1 and "events.camera, events.mqtt" in lines[0], lines
     path = str(tmp_path / "c.yml")
@@ -91,10 +91,10 @@ def test_turning_events_on_or_ignoring_keys_is_said_once(caplog, tmp_path):
     with open(path) as fh:
         again = config._build(config.Config, yaml.safe_load(fh))
     assert again.events.enabled is True
-    config_checks._validate_events(again, check_files=True)
+    config_validation._validate_events(again, check_files=True)
     assert not caplog.records
     off = config._build(config.Config, {"events": {"enabled": False, "mqtt": {"host": "broker"}}})
-    config_checks._validate_events(off, check_files=True)
+    config_validation._validate_events(off, check_files=True)
     [rec] = caplog.records
     assert rec.levelno == logging.WARNING and "'events.enabled' is false: events.mqtt" in rec.getMessage()
 
@@ -128,7 +128,7 @@ def test_non_loopback_view_needs_a_token(monkeypatch):
         config.from_dict({"live_view": {"port": 8080, "token": TOKEN + ";x"}}, check_files=False)
     monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", TOKEN)
     cfg = config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
-    assert config_checks.view_token(cfg) == TOKEN
+    assert config_validation.view_token(cfg) == TOKEN
     monkeypatch.setenv("CNNVIDEO_VIEW_TOKEN", "bad token")
     with pytest.raises(ConfigError, match="'environment variable CNNVIDEO_VIEW_TOKEN' must be"):
         config.from_dict({"live_view": {"port": 8080, "host": "0.0.0.0"}}, check_files=False)
@@ -155,5 +155,5 @@ def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
     data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
     cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
     with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
-        config_checks._validate_events(cfg, check_files=True)
+        config_validation._validate_events(cfg, check_files=True)
     config.from_dict(data, check_files=False)

@@ -60,7 +60,7 @@ def test_upgrade_renames_a_copy_and_leaves_a_bad_section_to_the_builder():
 @pytest.mark.parametrize("key, name", [
     ("w0", "worker0"), ("w01", "worker1"), ("worker", "workers"),  # old spellings
     ("worker3", "worker3"), ("workers", "workers"), ("master", "master"),  # canonical already
-    ("gpu", "gpu"), ("w", "w"),  # not roles: config_checks refuses them
+    ("gpu", "gpu"), ("w", "w"),  # not roles: config_validation refuses them
 ])
 def test_cpus_role_names_are_spelled_canonically(key, name):
     """An old `cpus` spelling gives its canonical role name; any other key comes back as it is."""

@@ -13,7 +13,7 @@ from cnnvideo.config import Detect
 from cnnvideo.errors import ConfigError
 from cnnvideo.events.types import Detection
 from cnnvideo.master.detecting import MasterDetections
-from cnnvideo.master.results import ResultsLog
+from cnnvideo.master.results_log import ResultsLog
 from cnnvideo.master.thumbs import Thumbnails
 from cnnvideo.master.view import ViewState
 from cnnvideo.results import detections as dt

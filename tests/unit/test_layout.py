@@ -161,7 +161,7 @@ def test_master_role_is_glue():
 
 
 # The core's layers, lowest first: a module may import its own part and the parts of lower layers, never a part of
-# its own layer or a higher one. config_checks sits above the parts whose keys it checks (each part checking its own
+# its own layer or a higher one. config_validation sits above the parts whose keys it checks (each part checking its own
 # keys would let it move down); config (the loader) runs the checks, so it is on top.
 CORE_LAYERS = [
     ("errors", "config_types", "cpucap", "hostnet", "tcrules"),
@@ -170,7 +170,7 @@ CORE_LAYERS = [
     ("artifacts",),
     ("model", "plan"),
     ("results", "rpc"),
-    ("config_checks",),
+    ("config_validation",),
     ("config",),
 ]
 

@@ -46,7 +46,7 @@ def test_results_log_notes_the_process_cpu_when_the_run_starts(tmp_path):
     """The results log, opened as the run starts, keeps the process's CPU seconds at that moment."""
     import time
 
-    from cnnvideo.master.results import ResultsLog
+    from cnnvideo.master.results_log import ResultsLog
 
     before = time.process_time()
     log = ResultsLog(str(tmp_path / "results.jsonl"))

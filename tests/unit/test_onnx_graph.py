@@ -335,7 +335,7 @@ def test_frame_input_matches_torch_preprocess_and_model(tmp_path):
 def test_config_and_cache_names_for_an_onnx_file(tmp_path):
     """`model: <path>.onnx` runs on onnxruntime with no `engine` key; a missing file or engine torch is a
     ConfigError naming the key; cache file names use a path-free tag of the file, and check_weights names the file."""
-    from cnnvideo import artifacts, config, config_checks
+    from cnnvideo import artifacts, config, config_validation
     from cnnvideo.config import ConfigError
     from cnnvideo.model.loading import check_weights
 
@@ -343,7 +343,7 @@ def test_config_and_cache_names_for_an_onnx_file(tmp_path):
     cfg = config.from_dict({"model": path, "engine": "onnxruntime"}, check_files=False)
     missing = config.from_dict({"model": str(tmp_path / "nope.onnx"), "engine": "onnxruntime"}, check_files=False)
     with pytest.raises(ConfigError, match="'model': ONNX file not found"):
-        config_checks.validate(missing)  # checking files: the model is checked before the (default) video
+        config_validation.validate(missing)  # checking files: the model is checked before the (default) video
     assert config.from_dict({"model": path}, check_files=False).engine == "onnxruntime"
     with pytest.raises(ConfigError, match="'engine' must be onnxruntime"):
         config.from_dict({"model": path, "engine": "torch"}, check_files=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cnnvideo.master.pool import Dispatcher, Membership, NoReplica, ReorderBuffer
-from cnnvideo.master.results import plan_hops
+from cnnvideo.master.results_log import plan_hops
 from cnnvideo.plan import pool
 from cnnvideo.plan.costmodel import CostInputs, random_inputs
 from cnnvideo.plan.plan import Plan

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from cnnvideo.master.results import ResultsLog
+from cnnvideo.master.results_log import ResultsLog
 from cnnvideo.master.telemetry import Telemetry
 from cnnvideo.plan import adapt, predict
 from cnnvideo.plan.costmodel import CostInputs, compute_costs, expected_compute, stage_costs

@@ -9,8 +9,8 @@ GET /api/events  recent events as JSON (when the caller passes `events`); the pa
 GET /api/events/<id>/snapshot.jpg  the snapshot JPEG of event track <id> (an integer), 404 if none
 GET /login, POST /login, POST /logout  the login form, its token (a session cookie back), the session's end
 
-Auth (`token`): without one the server is meant for 127.0.0.1 (config_checks.validate refuses another address without
-a token). With one (cnnvideo.results.liveauth): scripts send `Authorization: Bearer <token>`; a browser opening
+Auth (`token`): without one the server is meant for 127.0.0.1 (config_validation.validate refuses another address
+without a token). With one (cnnvideo.results.liveauth): scripts send `Authorization: Bearer <token>`; a browser opening
 the page is sent to GET /login, a form that POSTs the token once to /login and gets a session cookie (a random id
 kept server-side with an expiry; HttpOnly, SameSite=Strict, Path=/, Max-Age; Secure over TLS or behind a proxy
 sending `X-Forwarded-Proto: https`), which then carries the page, its JSON and images; POST /logout ends it.

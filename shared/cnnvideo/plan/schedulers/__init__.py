@@ -2,7 +2,8 @@
 
 Every scheduler has the signature fn(inputs, in_flight=0, delta=True, **options) -> Plan and is
 registered in SCHEDULERS (the names a config may use); `schedule(name, ...)` dispatches. OPTIONS lists what a
-config's `scheduler_options` may set, and check_options is the one validator of them (config_checks.validate calls it).
+config's `scheduler_options` may set, and check_options is the one validator of them (config_validation.validate
+calls it).
 
 The package: `plans` (one-plan schedulers and the objective), `groups` (das), `registry` (names, options, the
 validator, schedule) and `objects` (schedulers over a run, create).

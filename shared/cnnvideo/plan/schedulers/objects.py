@@ -238,5 +238,5 @@ def create(name: str, inputs: CostInputs, in_flight: int = 0, delta: bool = True
            frame_nz: Optional[np.ndarray] = None) -> Scheduler:
     """The named scheduler over one run (ValueError on an unknown name or option); `predictors` and
     `frame_nz` ([N, 3] input change rates per frame) let a group scheduler predict each group's sizes."""
-    check_options(name, options or {}, runtime=True)  # a config's options were checked by config_checks.validate
+    check_options(name, options or {}, runtime=True)  # a config's options were checked by config_validation.validate
     return RUNTIME.get(name, Scheduler)(name, inputs, in_flight, delta, options, group_size, predictors, frame_nz)

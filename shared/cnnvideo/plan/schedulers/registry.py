@@ -1,5 +1,5 @@
 """The scheduler names a config may use (SCHEDULERS), the options each takes (OPTIONS; RUNTIME_OPTIONS are the
-master's per-group arguments), check_options (the one validator: config_checks.validate calls it) and schedule(); a
+master's per-group arguments), check_options (the one validator: config_validation.validate calls it) and schedule(); a
 scheduler without an OPTIONS entry fails at import."""
 from __future__ import annotations
 

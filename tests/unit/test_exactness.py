@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from cnnvideo.results.checking import OnlineChecker
+from cnnvideo.results.exactness import OnlineChecker
 
 
 def ref(x):

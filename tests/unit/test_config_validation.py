@@ -1,4 +1,4 @@
-"""Option validation (cnnvideo.config_checks) through config.from_dict: scheduler options, `cpus` role names and the
+"""Option validation (cnnvideo.config_validation) through config.from_dict: scheduler options, `cpus` role names and the
 model `fallback` rule; each bad value is one ConfigError line naming the key."""
 import pytest
 

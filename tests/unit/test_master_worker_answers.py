@@ -4,8 +4,8 @@ ones."""
 import numpy as np
 import pytest
 
-from cnnvideo.master.checks import check_infos, codec_times
 from cnnvideo.master.links import MasterError
+from cnnvideo.master.worker_answers import check_infos, codec_times
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert
 

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from cnnvideo.master.results import ResultsLog, plan_hops
+from cnnvideo.master.results_log import ResultsLog, plan_hops
 from cnnvideo.results import report as rpt
 
 TOP5 = [[249, "malamute", 0.7], [248, "Eskimo dog", 0.1], [250, "Siberian husky", 0.05], [1, "goldfish", 0.01],

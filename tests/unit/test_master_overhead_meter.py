@@ -9,7 +9,7 @@ import numpy as np
 
 from cnnvideo.artifacts import overhead_path
 from cnnvideo.config_types import Config
-from cnnvideo.master.overheads import Overheads
+from cnnvideo.master.overhead_meter import Overheads
 from cnnvideo.plan import overhead
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 
@@ -145,7 +145,7 @@ def test_a_run_off_the_history_is_refused_kept_apart_and_the_next_plan_uses_the_
     x1.2)."""
     cfg = _cfg(tmp_path)
     _run(cfg, overhead.MIN_FRAMES).finish("good")
-    with caplog.at_level("WARNING", logger="cnnvideo.master.overheads"):
+    with caplog.at_level("WARNING", logger="cnnvideo.master.overhead_meter"):
         out = _sick(cfg, overhead.MIN_FRAMES).finish("sick")
     assert out["stored"] == [] and out["finished_normally"] is True
     row = out["figures"]["pi/cap 0.1"]
