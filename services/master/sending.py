@@ -68,7 +68,7 @@ class FrameSender:
     def reset_link(self, w: int) -> None:
         """The link to worker w alone starts over (a replica left out or taken back): a fresh sender (its next
         message is a keyframe) and sequence; frames already encoded for the old link are not sent."""
-        self.links.reset_link(w)
+        self.links.restart(w)
 
     def _after_outage(self) -> None:
         """The camera came back after an outage (a stream that stopped and was reopened): its next frame to every
@@ -135,13 +135,13 @@ class FrameSender:
         t0 = time.time()
         x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape)
         first = route[0]
-        hop = self.links.sender(first)
+        link = self.links.get(first)
         if not resend:
             self._after_outage()
-        data, whole = hop.encode(0, x, planned=self.links.key_first(first) or keyframe[0])
-        unchanged = not whole and hop.last_nnz() == 0  # empty input delta: every stage skips the frame
+        data, whole = link.sender.encode(0, x, planned=link.key_first() or keyframe[0])
+        unchanged = not whole and link.sender.last_nnz() == 0  # empty input delta: every stage skips the frame
         t1 = time.time()
-        seq = self.links.next_seq(first)
+        seq = link.next_seq()
         with m.cond:
             gen = m.tracker.generation
             m.tracker.sent(f, cuts, t0, resend, route, plan.groups)

@@ -36,13 +36,14 @@ def test_input_links_keep_each_links_sender_and_sequence_and_start_one_over_alon
 
     links = InputLinks(Config(), 3)
     x = np.zeros((1, 4, 4, 3), np.uint8)
-    assert [links.next_seq(0), links.next_seq(0), links.next_seq(2)] == [0, 1, 0]
-    first = links.sender(0)
+    assert [links.get(0).next_seq(), links.get(0).next_seq(), links.get(2).next_seq()] == [0, 1, 0]
+    first = links.get(0).sender
     assert first.encode(0, x)[1] and not first.encode(0, x)[1]  # a link's first message is whole, then deltas
-    links.reset_link(0)
-    assert [links.epoch(w) for w in range(3)] == [1, 0, 0] and links.next_seq(0) == 0 and links.next_seq(2) == 1
-    assert links.sender(0) is not first and links.sender(0).encode(0, x)[1]
+    links.restart(0)
+    assert [links.epoch(w) for w in range(3)] == [1, 0, 0] and links.get(0).next_seq() == 0
+    assert links.get(2).next_seq() == 1
+    assert links.get(0).sender is not first and links.get(0).sender.encode(0, x)[1]
     links.all_key_due()
-    assert links.key_first(1) and not links.key_first(1) and links.key_first(2)
+    assert links.get(1).key_first() and not links.get(1).key_first() and links.get(2).key_first()
     links.reset()
-    assert links.next_seq(2) == 0 and [links.epoch(w) for w in range(3)] == [1, 0, 0]
+    assert links.get(2).next_seq() == 0 and [links.epoch(w) for w in range(3)] == [1, 0, 0]

@@ -7,7 +7,7 @@ import threading
 
 from cnnvideo.rpc.link import LinksOut
 from cnnvideo.wire.pacing import pacer_for
-from cnnvideo.wire.protocol import HopSettings, OutputHop
+from cnnvideo.wire.protocol import HopSettings
 
 
 class LinkClock:
@@ -27,40 +27,15 @@ class LinkClock:
         return start
 
 
-class InputLinks:
+class InputLinks(LinksOut):
     """The master's links to the workers it sends frames to (rpc.link.LinksOut), with each one's pacer and clock."""
 
     def __init__(self, cfg, n_workers: int) -> None:
+        super().__init__(HopSettings.from_delta(cfg.delta, cfg.mode))
         self.n = n_workers
-        self.links = LinksOut(HopSettings.from_delta(cfg.delta, cfg.mode))
         self.pacers = [pacer_for(cfg, w) for w in range(n_workers)]
         self.clocks = [LinkClock() for _ in range(n_workers)]
 
-    def sender(self, w: int) -> OutputHop:
-        """The delta sender of the link to worker w (a fresh one sends a keyframe first)."""
-        return self.links.get(w).sender
-
-    def next_seq(self, w: int) -> int:
-        """The sequence number of the next message to worker w."""
-        return self.links.get(w).next_seq()
-
-    def key_first(self, w: int) -> bool:
-        """Whether the next frame to worker w must be whole (the camera came back); asked once per frame."""
-        return self.links.get(w).key_first()
-
     def all_key_due(self) -> None:
         """Every link's next frame is whole (the source came back after an outage)."""
-        self.links.key_due(range(self.n))
-
-    def epoch(self, w: int) -> int:
-        """How often the link to worker w alone started over."""
-        return self.links.epoch(w)
-
-    def reset(self) -> None:
-        """A resync: every link starts over with a keyframe."""
-        self.links.reset()
-
-    def reset_link(self, w: int) -> None:
-        """The link to worker w alone starts over (a replica left out or taken back): a fresh sender and sequence;
-        frames already encoded for the old link are not sent."""
-        self.links.restart(w)
+        self.key_due(range(self.n))

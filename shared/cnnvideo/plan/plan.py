@@ -8,7 +8,7 @@ frame a route: no code needs to know which kind it holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 Groups = Tuple[Tuple[int, ...], ...]
 
@@ -46,10 +46,6 @@ class Plan:
         """Number of segments K the plan covers."""
         return self.cuts[-1]
 
-    def workers(self) -> List[int]:
-        """Every worker the plan uses, in order."""
-        return sorted(w for g in self.groups for w in g)
-
     def stage_of(self, n_workers: int) -> List[int]:
         """The stage of each of n_workers workers (-1: the plan leaves it out)."""
         out = [-1] * int(n_workers)
@@ -81,10 +77,6 @@ class Plan:
     def to_list(self) -> List[int]:
         """The cuts as a plain list (for JSON/proto)."""
         return list(self.cuts)
-
-    def to_dict(self) -> Dict[str, List]:
-        """Cuts and groups as plain lists (for JSON)."""
-        return {"cuts": list(self.cuts), "groups": [list(g) for g in self.groups]}
 
     @classmethod
     def from_list(cls, cuts: Sequence[int], n_segments: Optional[int] = None) -> "Plan":
