@@ -54,7 +54,7 @@ class Finisher:
         log.info("checked %d of %d results online against the unsplit model (share %g, %d missed): max abs error "
                  "%s", s["checked"], m.tracker.completed, s["share"], s["missed"], s["max_abs_err"])
         if m.checker.problem:
-            m.failure = m.failure or m.checker.problem
+            m.run.fail(m.checker.problem)
         return s["max_abs_err"]
 
     def finish(self, wall: float) -> int:
@@ -172,7 +172,7 @@ class Finisher:
             "check": m.checker.summary() if m.checker is not None else None,
             "interrupted_by_signal": m.interrupted,
             "source_error": m.source_error,
-            "live_view_port": m.live_view.port if m.live_view is not None else None,
+            "live_view_port": m.page.port,
             "das_input_change": ("recent sent frames (running window)" if m.live else "the clip ahead (offline)")
             if m.cfg.scheduler == "das" else None,
         }

@@ -10,12 +10,11 @@ import numpy as np
 
 from cnnvideo.plan.schedulers import Compute, Transfer
 from cnnvideo.results import report as rpt
-from cnnvideo.results.detections import label_counts
 from cnnvideo.rpc import net
 from cnnvideo.wire.hop import HopReceiver
 
+from .delivery import Completed
 from .outputs import OutputError
-from .view import describe, describe_detections
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +73,11 @@ class StreamReader:
             try:
                 m.outputs.put(f, y)
             except OutputError as exc:
-                m.failure = m.failure or str(exc)
+                m.run.fail_locked(str(exc))
             captured = m.feed.captured_at.get(f, t_dec)
             m.capture_latency.append(t_dec - captured)
             m.events.processed(captured, t_dec)
-            m.last_event = now
+            m.run.progressed(now)
             hop = "w%d->m" % w
             m.telemetry.hop(hop).add(len(res.output.data), res.output.bytes_dense, now - res.sent_at,
                                      res.output.keyframe)
@@ -103,29 +102,16 @@ class StreamReader:
 
     def _deliver(self, f: int, y: np.ndarray, reused: bool, captured: float, t_dec: float, hop: str,
                  nbytes: int) -> None:
-        """One completed frame to the detections, the live view, the thumbnails, results.jsonl, the checker and
-        the events."""
+        """One completed frame, decoded into boxes for a detector, to the consumers registered for results
+        (delivery.ResultConsumers); the feed then lets go of its pixels."""
         m = self.m
         with m.cond:
-            rgb = m.feed.pixels.get(f)
-            dets = m.detecting.frame(f, m.model_outputs(y)) if m.detecting is not None else None
-            if m.view is not None:
-                if dets is None:
-                    m.view.note_result(f, t_dec - captured, describe(y), t_dec)
-                else:
-                    m.view.note_result(f, t_dec - captured, describe_detections(dets), t_dec,
-                                       detections=label_counts(dets))
-                if m.live_view is not None:
-                    m.live_view.set_frame(rgb, dets)
-            m.thumbs.add(f, rgb, dets)
+            done = Completed(f, y, reused, captured, t_dec, hop, nbytes, rgb=m.feed.pixels.get(f),
+                             detections=m.detecting.frame(f, m.model_outputs(y)) if m.detecting is not None else None,
+                             top5=m.tracker.records[f].top5 or [])
+            m.consumers.deliver_locked(done)
             m.feed.release(f)
-            if m.results is not None:
-                m.results.result(f, t_dec, m.tracker.records[f].top5 or [], hop, nbytes, reused, boxes=dets)
-        if m.checker is not None and rgb is not None:  # outside the lock: an offline check may wait
-            m.checker.offer(f, rgb, y)
-        # outside the lock too (a snapshot is written on a track's end): a detector's boxes (frame pixels) become
-        # tracks, a classifier's top-1 label changes (dets None)
-        m.events_hook(f, captured, dets, rgb)
+        m.consumers.deliver_unlocked(done)
 
     def stages(self, w: int, call, gen: int) -> None:
         m = self.m
@@ -152,7 +138,7 @@ class StreamReader:
     def _stage_report(self, w: int, actor: str, rep) -> None:
         """Spans, engine, hop bytes and observations of one StageReport (holding the role's lock)."""
         m = self.m
-        m.last_event = time.time()
+        m.run.progressed()
         if rep.engine:
             m.telemetry.engine(w, rep.engine, rep.engine_note)
         m.events.stage_report(w, rep)

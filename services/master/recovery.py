@@ -65,7 +65,7 @@ class Recovery:
                 m.fail("%s and did not come back within %.0f s (fault: %s)" % (problem, rel.peer_wait_s, fault))
                 return
         with m.cond:
-            m.last_event = time.time()
+            m.run.progressed()
 
     def resync(self, gen: int, leave_out: Sequence[int] = ()) -> None:
         """Fresh channels (no reconnect backoff), restart detection, StartRun(gen) on every worker not left out,
@@ -95,9 +95,7 @@ class Recovery:
         m = self.m
         down = m.links.down(only=m.live_workers())
         if down:
-            tag = "%s is down" % m.links.name(down[0])
-            if not m.failure.startswith(tag):
-                m.failure = "%s: %s" % (tag, m.failure)
+            m.run.name_failure("%s is down" % m.links.name(down[0]))
 
 
 def wait_watching(m, predicate) -> None:

@@ -89,6 +89,10 @@ class ResultsLog:
         self.order.append(frame)
         self._maybe_write(frame)
 
+    def on_result(self, done) -> None:
+        """A completed frame (delivery.Completed) from the master's result consumers."""
+        self.result(done.frame, done.t_result, done.top5, done.hop, done.nbytes, done.reused, boxes=done.detections)
+
     def _complete(self, frame: int) -> bool:
         e = self.pending.get(frame)
         return (e is not None and "result_time" in e and "cuts" in e

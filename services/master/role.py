@@ -1,10 +1,11 @@
-"""The master's lifecycle, as glue: set up, run the frames through the chain, resync after faults, report.
+"""The master's lifecycle, as glue: set up, run the frames through the pool, resync after faults, report.
 
-Each job is a part beside it that can be tested alone: `setup` (links, costs, predictors, source, scheduler),
-`sending` (take a frame, plan it, send the input hop), `receiving` (the result and stage streams), `recovery`
-(resync after a fault, the stall watch), `finishing` (report and exit policy) and `view` (the live page). The
-state they share lives here: `tracking` (frame records, in flight, re-sends, generations), `links`, `outputs`,
-`results` (results.jsonl), `telemetry` (spans, hop totals, engines) and `thumbs` (report.html's strip)."""
+Each job is a part beside it that can be tested alone: `setup` (links, costs, predictors, source, scheduler: the
+role takes over what it makes), `sending` (take a frame, plan and route it, send the input hop), `receiving` (the
+result and stage streams), `recovery` (resync after a fault, the stall watch), `finishing` (report and exit policy)
+and `view` (the live page). Parts never assign into the role: the run's flags change through `runstate.RunState`,
+the pool's state is `pool.Pool`'s, and a completed frame goes to the consumers registered with
+`delivery.ResultConsumers`."""
 from __future__ import annotations
 
 import array
@@ -26,6 +27,7 @@ from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
 from . import reporting
+from .delivery import ResultConsumers
 from .events import MasterEvents
 from .feed import Feed
 from .finishing import Finisher
@@ -35,12 +37,13 @@ from .pool import Pool
 from .receiving import StreamReader
 from .recovery import Recovery, wait_watching
 from .results_log import ResultsLog
+from .runstate import RunState
 from .sending import FrameSender
 from .setup import SETUP_TIMEOUT_S, Setup
 from .telemetry import Telemetry
 from .thumbs import Thumbnails
 from .tracking import FrameTracker
-from .view import LivePage, ViewState
+from .view import LivePage
 from .warming import StageWarmer
 
 log = logging.getLogger(__name__)
@@ -61,9 +64,7 @@ class MasterRole:
         self.timeout = cfg.limits.rpc_timeout_s
         self.wait_s = cfg.reliability.peer_wait_s if cfg.reliability.restart else 0.0  # for a restarting peer
         self.links: Optional[WorkerLinks] = None
-        self.cond = threading.Condition()
-        self.failure: Optional[str] = None
-        self.closing = False
+        self.run = RunState()  # lock, failure, closing, intake ended, start, last progress: the parts end it
         self.tracker = FrameTracker(0, cfg.reliability.retries, cfg.in_flight)
         self.pool = Pool(cfg, self.W)  # membership, routes, input links, results in frame order
         self.delivering = threading.Lock()  # one thread hands results on at a time (never taken holding `cond`)
@@ -73,21 +74,16 @@ class MasterRole:
         self.results: Optional[ResultsLog] = None  # opened at the start of the run
         self.weights_used: Optional[str] = None  # which weights the master's check model has
         self.telemetry = Telemetry()  # spans, hop totals, engines (under cond)
-        self.last_event = time.time()
         self.feed = Feed(cfg)  # frames as they arrive; pixels held only while in flight
         self.live = cfg.source.mode == "live"  # schedulers see only the past (else offline look-ahead)
-        self.feed_done = False  # no new frames: the run has its frames, the source ended or a signal came
-        self.source_error: Optional[str] = None
-        self.interrupted: Optional[int] = None  # the signal that ended the run
         self.capture_latency = array.array("d")  # capture-to-result seconds of completed frames (8 bytes each)
         self.checker = None  # OnlineChecker with check: true
-        self.view: Optional[ViewState] = None
-        self.live_view = None
+        self.consumers = ResultConsumers()  # where each completed frame goes, in frame order
         self.thumbs = Thumbnails()  # report.html's strip of labelled frames
+        self.consumers.register(lambda d: self.thumbs.add(d.frame, d.rgb, d.detections), holding_lock=True)
         self.scheduler: Optional[schedulers.Scheduler] = None
         self.predictors = None
-        self.setup_s: Dict[str, float] = {}
-        self.t_run = 0.0
+        self.setup_s: Dict[str, float] = {}  # each setup step's time
         self.reference = None  # the unsplit model for the exactness check
         self.onnx_graph = None  # an ONNX model's graph (how its outputs are packed)
         self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
@@ -103,13 +99,28 @@ class MasterRole:
         self.page = LivePage(self)
         self.events = MasterEvents(self)  # events (events.enabled) and the Prometheus metrics (/metrics)
 
+    # the run's shared flags, read by every part (they change only through `run`'s methods)
+    cond = property(lambda self: self.run.cond)
+    failure = property(lambda self: self.run.failure)
+    closing = property(lambda self: self.run.closing)
+    feed_done = property(lambda self: self.run.feed_done)
+    source_error = property(lambda self: self.run.source_error)
+    interrupted = property(lambda self: self.run.interrupted)
+    t_run = property(lambda self: self.run.t_run)
+    last_event = property(lambda self: self.run.last_event)
+
     @property
     def infos(self) -> List[pb.WorkerInfo]:
         return self.links.infos if self.links is not None else []
 
     def start(self) -> None:
-        """Everything before the first frame (see `setup.Setup`)."""
-        self.setup.run()
+        """Everything before the first frame (see `setup.Setup`); the role takes over what it made."""
+        got = self.setup.run()
+        self.links, self.scheduler, self.predictors = got.links, got.scheduler, got.predictors
+        self.onnx_graph, self.detecting, self.reference = got.onnx_graph, got.detecting, got.reference
+        self.checker, self.weights_used, self.setup_s = got.checker, got.weights_used, got.seconds
+        self.telemetry.overheads = got.overheads
+        self.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
 
     def serve(self) -> int:
         """Run every frame through the chain, then report; 0 when every frame completed, else MasterError."""
@@ -127,11 +138,21 @@ class MasterRole:
                 raise
             self.fault(str(exc), 0)  # the run loop resyncs first, waiting for the worker
         self.results = ResultsLog(os.path.join(self.out, "results.jsonl"), self.cfg.events.camera)
+        self.consumers.register(self.results.on_result, holding_lock=True)
+        if self.checker is not None:  # outside the lock: an offline check may wait
+            checker = self.checker
+            self.consumers.register(lambda d: d.rgb is not None and checker.offer(d.frame, d.rgb, d.output),
+                                    holding_lock=False)
+        # outside the lock too (a snapshot is written on a track's end): a detector's boxes (frame pixels) become
+        # tracks, a classifier's top-1 label changes (no boxes)
+        self.consumers.register(lambda d: self.events.hook(d.frame, d.captured, d.detections, d.rgb),
+                                holding_lock=False)
         # setup's objects (models, graphs: ~200K) move out of the collector's reach: a full collection over them
         # cost 89 ms when one landed inside the run
         gc.collect()
         gc.freeze()
-        t0 = self.t_run = self.tracker.t0 = time.time()
+        t0 = self.tracker.t0 = time.time()
+        self.run.started(t0)
         self._run_loop()
         wall = time.time() - t0
         if self.failure is None:
@@ -139,8 +160,7 @@ class MasterRole:
         else:
             self.recovery.name_dead_worker()
         self.reader.deliver(final=True)  # results still held for frame order
-        with self.cond:
-            self.closing = True
+        self.run.close()
         self.links.end_run(self.run_id)
         return self.finisher.finish(wall)
 
@@ -174,8 +194,7 @@ class MasterRole:
 
     def _on_signal(self, signum: int) -> None:
         """First signal: take no new frame, drain those in flight, report. A second one stops at once."""
-        if self.interrupted is None:
-            self.interrupted = signum
+        if self.run.interrupt(signum):
             log.info("signal %d: no new frames; draining %d in flight", signum, self.tracker.in_flight())
             self.feed.stop()
             with self.cond:
@@ -220,11 +239,7 @@ class MasterRole:
 
     def fail(self, message: str) -> None:
         """The run cannot go on: stop with `message`."""
-        with self.cond:
-            if self.failure is None:
-                self.failure = message
-                log.debug("failure: %s", message)
-            self.cond.notify_all()
+        self.run.fail(message)
 
     def fault(self, message: str, gen: Optional[int] = None, worker: Optional[int] = None,
               epoch: Optional[int] = None) -> None:
@@ -241,8 +256,7 @@ class MasterRole:
                 log.debug("stale fault of w%d (left out, or streams since reopened): %s", worker, message)
                 return
             if not self.cfg.reliability.restart:
-                if self.failure is None:
-                    self.failure = message
+                self.run.fail_locked(message)
             elif self.tracker.fault(message, gen):
                 log.warning("fault: %s", message)
             self.cond.notify_all()
@@ -254,13 +268,6 @@ class MasterRole:
 
             return unpack_outputs(y, self.onnx_graph.cuts[-1])
         return y
-
-    def events_hook(self, frame: int, capture_time: float, detections=None, rgb=None) -> list:
-        """One completed frame into the events pipeline (call without holding `cond`): `capture_time` in epoch
-        seconds (feed.captured_at), `detections` a detector's decoded List[Detection] in frame pixels, or None
-        for a classifier (its top-1 label from the frame record's top5 then makes "label changed" events),
-        `rgb` the frame's pixels (H x W x 3 uint8) for snapshots, or None. Returns the frame's events."""
-        return self.events.hook(frame, capture_time, detections, rgb)
 
     def _label(self, frame: int, output) -> None:
         """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record (a classifier's
@@ -283,11 +290,8 @@ class MasterRole:
         self.feed.close()
         if self.checker is not None:
             self.checker.close(timeout=0)
-        if self.live_view is not None:
-            self.live_view.stop()
-            self.live_view = None
-        with self.cond:
-            self.closing = True
+        self.page.stop()
+        self.run.close()
         self.outputs.close()
         if self.results is not None:
             self.results.close()

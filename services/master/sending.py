@@ -47,7 +47,7 @@ class FrameSender:
         cfg = m.cfg
         self.links = m.pool.inputs
         self.hop_plan = HopPlanner(m.W, cfg.mode, cfg.delta.keyframe_every)
-        self.cut0_shape: tuple = ()
+        self._cut0_shape: tuple = ()
         self.sent_plan: Optional[Plan] = None  # the plan of the newest frame sent
         self.outbox: queue.Queue = queue.Queue(1)  # encoded frames waiting for the transmit thread
         self.unsent = 0  # frames queued or on the wire (under `done`)
@@ -58,6 +58,12 @@ class FrameSender:
     @property
     def sent_cuts(self) -> Optional[List[int]]:
         return list(self.sent_plan.cuts) if self.sent_plan is not None else None
+
+    def cut0_shape(self) -> tuple:
+        """The shape of the model's input tensor (cut 0), as the workers gave it."""
+        if not self._cut0_shape:
+            self._cut0_shape = tuple(self.m.infos[0].cuts[0].shape)
+        return self._cut0_shape
 
     def reset(self) -> None:
         """After a resync every hop starts with a keyframe (fresh senders), no frame is outstanding anywhere."""
@@ -83,18 +89,18 @@ class FrameSender:
         """The next new frame from the source as (frame, False), or None when there are no more (the run then
         drains); a source failure ends the intake the same way and is reported at the end."""
         m = self.m
+        error = None
         try:
             f = m.feed.take()
         except SourceError as exc:
-            m.source_error = str(exc)
+            error = str(exc)
             log.error("%s; draining the frames in flight", exc)
             f = None
+        if f is None:
+            m.run.intake_ended(error)
+            return None
         with m.cond:
-            if f is None:
-                m.feed_done = True
-                m.cond.notify_all()
-                return None
-            m.tracker.n_frames = f + 1
+            m.tracker.known_frames(f + 1)
             return m.tracker.next_frame()
 
     def plan(self, f: int, resend: bool) -> Plan:
@@ -133,7 +139,7 @@ class FrameSender:
             return
         keyframe, epochs = self.hop_plan.plan(f, cuts)
         t0 = time.time()
-        x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape)
+        x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape())
         first = route[0]
         link = self.links.get(first)
         if not resend:
@@ -151,7 +157,7 @@ class FrameSender:
             if m.results is not None:
                 m.results.sent(f, cuts, m.feed.captured_at.get(f, t0), len(data), route)
             if m.tracker.completed == 0 and f == 0:
-                m.last_event = t0
+                m.run.progressed(t0)
         task = pb.FrameTask(run_id=m.run_id, generation=gen, frame_id=f, cuts=cuts, keyframe=keyframe,
                             epoch=epochs, hop=0, seq=seq, created_at=t0, sent_at=t1,
                             route=route,
@@ -162,8 +168,7 @@ class FrameSender:
         with self.done:
             self.unsent += 1
         self.outbox.put((task, x.size * 4, unchanged, self.links.epoch(first)))
-        if m.view is not None:
-            m.view.plan = list(cuts)
+        m.page.show_plan(cuts)
         m.publish()
         if f % 10 == 0 and not resend:
             log.info("sent frame %d/%s (plan %s, to w%d, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", plan,

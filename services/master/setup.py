@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 import grpc
 import numpy as np
@@ -39,21 +40,42 @@ SETUP_TIMEOUT_S = 1800.0  # trainer fitting on a slow machine
 DEFER_QUEUE = 64
 
 
+@dataclass
+class SetupProducts:
+    """What setup makes for the run: the role takes them over when setup is done."""
+
+    links: Optional[WorkerLinks] = None
+    overheads: Optional[Overheads] = None  # the run's measured overheads, and the stored ones planned with
+    weights_used: Optional[str] = None  # the file and hash of the weights the check model has
+    onnx_graph: object = None  # an ONNX model's graph (how its outputs are packed)
+    detecting: object = None  # MasterDetections for a detector, None for a classifier
+    predictors: object = None
+    reference: object = None  # the unsplit model for the exactness check
+    checker: object = None  # results.exactness.OnlineChecker with check: true
+    scheduler: object = None
+    seconds: Dict[str, float] = field(default_factory=dict)  # each setup step's time
+
+
 class Setup:
-    """The master's setup steps, on the role `m` (its links, feed, scheduler and setup timings are set here)."""
+    """The master's setup steps, reading the role `m`'s config, feed and settings; what they make is kept in
+    `products` (the role takes them over)."""
 
     def __init__(self, m) -> None:
         self.m = m
+        self.products = SetupProducts()
 
-    def run(self) -> None:
-        m, cfg = self.m, self.m.cfg
+    @property
+    def links(self) -> WorkerLinks:
+        return self.products.links
+
+    def run(self) -> SetupProducts:
+        m, cfg, got = self.m, self.m.cfg, self.products
         OutputStore.remove_stale(m.out, keep=m.outputs.path)
         t0 = time.time()
-        m.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
-        m.links.wait_serving(STARTUP_TIMEOUT_S)
-        m.links.fetch_infos(m.wait_s)
+        got.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
+        self.links.wait_serving(STARTUP_TIMEOUT_S)
+        self.links.fetch_infos(m.wait_s)
         self.check_infos()
-        m.sending.cut0_shape = tuple(m.infos[0].cuts[0].shape)
         request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                  settings=m.settings_pb(settings.WORKER_KEYS))
         costs = self.all_costs(request)
@@ -61,19 +83,19 @@ class Setup:
         if cfg.cost_model.alike_profiles:
             seg_time = self.pool_alike(costs, seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
-        m.telemetry.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs],
+        got.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs],
                                           [(c.cfs_quota_s, c.cfs_period_s) for c in costs], codec_time)
-        seg_time, message_us = m.telemetry.overheads.plan_inputs(seg_time)
-        m.setup_s["connect_info_costs"] = time.time() - t0
+        seg_time, message_us = got.overheads.plan_inputs(seg_time)
+        got.seconds["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
             from cnnvideo.model.loading import check_weights
 
-            m.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
+            got.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
             self.load_onnx_outputs()
         else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
             from .detecting import MasterDetections
 
-            m.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
+            got.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             self.load_reference()
         training = None
@@ -84,10 +106,10 @@ class Setup:
                 training = m.feed.training_frames(cfg.trainer.frames)
             except SourceError as exc:
                 raise MasterError(str(exc)) from None
-            m.setup_s["open_source"] = time.time() - t1
+            got.seconds["open_source"] = time.time() - t1
         t2 = time.time()
-        m.predictors = self.get_predictors(training)
-        m.setup_s["predictors"] = time.time() - t2
+        got.predictors = self.get_predictors(training)
+        got.seconds["predictors"] = time.time() - t2
         t1 = time.time()
         try:
             if training is None:
@@ -96,43 +118,44 @@ class Setup:
                 m.feed.warm_up(min(cfg.group_size, 8) + 1)
         except SourceError as exc:
             raise MasterError(str(exc)) from None
-        m.setup_s["open_source"] = m.setup_s.get("open_source", 0.0) + time.time() - t1
+        got.seconds["open_source"] = got.seconds.get("open_source", 0.0) + time.time() - t1
         if cfg.check:
             self.start_checker()
-        dense = np.array([c.bytes_dense for c in m.infos[0].cuts], dtype=np.float64)
+        dense = np.array([c.bytes_dense for c in self.links.infos[0].cuts], dtype=np.float64)
         frame_nz = m.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
         delta = cfg.mode == "delta"
-        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, m.predictors, m.feed.mean_change(), *codec_time,
+        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, got.predictors, m.feed.mean_change(), *codec_time,
                              delta_mode=delta, share=payload_share(cfg.local.links),
                              turnaround=cfg.cost_model.master_turnaround_s, master_time=master_time(cfg),
                              input_stride_exponent=input_stride_exponent(cfg),
                              p_unchanged=None if delta and cfg.delta.skip_unchanged else 0.0,
                              **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte, message_us))
-        m.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
-                                        cfg.group_size, m.predictors, frame_nz)
-        m.scheduler.initial_plan()
-        m.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
+        got.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
+                                          cfg.group_size, got.predictors, frame_nz)
+        got.scheduler.initial_plan()
         log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
                  len(dense), cfg.scheduler)
+        return got
 
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
-        m = self.m
-        if m.onnx_graph is not None:  # the unsplit ONNX model in one ORT session (its weights_used: set up above)
+        got = self.products
+        if got.onnx_graph is not None:  # the unsplit ONNX model in one ORT session (its weights_used: set up above)
             from cnnvideo.model.onnx_stage import OnnxStage
 
-            m.reference = OnnxStage(m.onnx_graph, 0, len(m.onnx_graph.cuts) - 1)
+            got.reference = OnnxStage(got.onnx_graph, 0, len(got.onnx_graph.cuts) - 1)
             return
         from cnnvideo.model.engines.torch_engine import TorchStage
         from cnnvideo.model.graph import LayerGraph
         from cnnvideo.model.zoo import load_model
 
-        model, info = load_model(m.cfg.model, m.cfg.weights, m.cfg.seed)
-        m.weights_used = info.describe()
-        log.info("weights: %s", m.weights_used)
-        graph = LayerGraph.from_model(model, tuple(m.cfg.frame_size))
-        m.reference = TorchStage(graph, 0, len(graph.cuts) - 1)
+        cfg = self.m.cfg
+        model, info = load_model(cfg.model, cfg.weights, cfg.seed)
+        got.weights_used = info.describe()
+        log.info("weights: %s", got.weights_used)
+        graph = LayerGraph.from_model(model, tuple(cfg.frame_size))
+        got.reference = TorchStage(graph, 0, len(graph.cuts) - 1)
 
     def load_onnx_outputs(self) -> None:
         """An ONNX model's graph (its last cut says how the outputs are packed) and, for a detector, the part that
@@ -141,26 +164,28 @@ class Setup:
 
         from .detecting import MasterDetections
 
-        m = self.m
-        m.onnx_graph = load_graph(m.cfg)
-        last = m.onnx_graph.cuts[-1]
-        m.detecting = MasterDetections.for_config(m.cfg.model, m.cfg.detect, m.cfg.frame_size,
-                                                  output_names=list(last.tensors))
+        cfg, got = self.m.cfg, self.products
+        got.onnx_graph = load_graph(cfg)
+        last = got.onnx_graph.cuts[-1]
+        got.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size,
+                                                    output_names=list(last.tensors))
 
     def start_checker(self) -> None:
         from cnnvideo.results.exactness import OnlineChecker
 
-        m = self.m
+        m, got = self.m, self.products
         block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked
         defer = block and m.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
         compare = error = None
-        if m.detecting is not None:
+        if got.detecting is not None:
+            detecting = got.detecting
+
             def compare(out, ref):
-                return m.detecting.check(m.model_outputs(out), m.model_outputs(ref))
+                return detecting.check(m.model_outputs(out), m.model_outputs(ref))
 
             def error(out, ref):
-                return m.detecting.raw_error(m.model_outputs(out), m.model_outputs(ref))
-        m.checker = OnlineChecker(m.reference.run, m.cfg.check_share,
+                return detecting.raw_error(m.model_outputs(out), m.model_outputs(ref))
+        got.checker = OnlineChecker(got.reference.run, m.cfg.check_share,
                                   queue=DEFER_QUEUE if defer else 16 if block else 4, block=block, defer=defer,
                                   compare=compare, error=error)
 
@@ -196,12 +221,12 @@ class Setup:
         """A setup call to worker w that waits out a restart of it (reliability.restart)."""
         m = self.m
         if m.wait_s > 0:
-            return m.links.call_waiting(w, method, request, timeout, m.wait_s)
-        return m.links.call(w, method, request, timeout)
+            return self.links.call_waiting(w, method, request, timeout, m.wait_s)
+        return self.links.call(w, method, request, timeout)
 
     def check_infos(self) -> None:
         m = self.m
-        check_infos(m.infos, m.cfg.model, m.cfg.frame_size, m.addresses)
+        check_infos(self.links.infos, m.cfg.model, m.cfg.frame_size, m.addresses)
 
     def get_predictors(self, training: Optional[List[np.ndarray]] = None):
         """The trainer's predictors; `training`: the frames it fits on (sent first, again after a restart of it)."""
@@ -213,8 +238,8 @@ class Setup:
         while True:
             try:
                 if training is not None:
-                    m.links.trainer.PutFrames(self.training_messages(training), timeout=SETUP_TIMEOUT_S)
-                msg = m.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
+                    self.links.trainer.PutFrames(self.training_messages(training), timeout=SETUP_TIMEOUT_S)
+                msg = self.links.trainer.GetPredictors(req, timeout=SETUP_TIMEOUT_S)
                 break
             except grpc.RpcError as exc:
                 retry = cfg.reliability.restart and exc.code() in (grpc.StatusCode.UNAVAILABLE,

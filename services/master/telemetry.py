@@ -3,7 +3,7 @@ all), per-hop totals, the engines each worker's stages ran on and the stages it 
 Callers hold the master's lock."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from cnnvideo.results import report as rpt
 
@@ -17,7 +17,7 @@ def hop_order(n_workers: int) -> List[str]:
 
 
 class Telemetry:
-    """Spans, hop totals and engines of one run; `on_span` (the live view's hook) sees every span."""
+    """Spans, hop totals and engines of one run; each of `span_listeners` (the live page) sees every span."""
 
     def __init__(self, limit: int = SPAN_LIMIT) -> None:
         self.limit = limit
@@ -25,7 +25,7 @@ class Telemetry:
         self.hops: Dict[str, rpt.HopStats] = {}
         self.stage_totals = rpt.StageTotals()
         self.engines_ran: Dict[int, Dict[str, str]] = {}  # worker -> engine-precision that ran stages -> why
-        self.on_span: Optional[Callable[[rpt.StageSpan], None]] = None
+        self.span_listeners: List[Callable[[rpt.StageSpan], None]] = []  # the live page's, when it is on
         # (worker, start cut, end cut) -> [frames computed, their compute seconds, frames skipped, their seconds]
         self.computes: Dict[Tuple[int, int, int], List[float]] = {}
         # the run's measured per-frame overhead (master.overhead_meter.Overheads; set up at setup)
@@ -36,8 +36,8 @@ class Telemetry:
         self.stage_totals.add(span)
         if len(self.spans) < self.limit:
             self.spans.append(span)
-        if self.on_span is not None:
-            self.on_span(span)
+        for listen in self.span_listeners:
+            listen(span)
 
     def hop(self, name: str) -> rpt.HopStats:
         """The totals of hop `name` ('m->w0', 'w0->w1', 'w1->m'), created on first use."""

@@ -39,6 +39,10 @@ class FrameTracker:
     def done(self) -> bool:
         return self.ended >= self.n_frames
 
+    def known_frames(self, n: int) -> None:
+        """The source has given `n` frames so far (frames are taken one by one: the total is known at the end)."""
+        self.n_frames = int(n)
+
     def in_flight(self) -> int:
         return len(self.flying)
 

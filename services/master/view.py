@@ -9,6 +9,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 import numpy as np
 
 from cnnvideo.results import report as rpt
+from cnnvideo.results.detections import caption, label_counts
 
 WINDOW_S = 10.0  # the rolling Gantt chart's width
 RECENT = 4000  # spans kept for it
@@ -17,8 +18,6 @@ LATENCIES = 500  # capture-to-result latencies in the figures shown
 
 def describe_detections(detections) -> str:
     """A detector's one-line result: the count caption, e.g. "3 people"."""
-    from cnnvideo.results.detections import caption
-
     return caption(detections)
 
 
@@ -80,23 +79,50 @@ class LivePage:
 
     def __init__(self, m) -> None:
         self.m = m
+        self.view: Optional[ViewState] = None  # recent history, with live_view.port set
+        self.server = None  # the page's HTTP server (results.liveview.LiveView)
+
+    @property
+    def port(self) -> Optional[int]:
+        return self.server.port if self.server is not None else None
 
     def start(self) -> None:
+        """Serve the page (live_view.port set): it sees every span and every completed frame."""
         m = self.m
         lv = m.cfg.live_view
         if not lv.port:
             return
         from cnnvideo.results.liveview import LiveView
 
-        m.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
-        m.telemetry.on_span = m.view.note_span
+        self.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
+        m.telemetry.span_listeners.append(self.view.note_span)
+        m.consumers.register(self.on_result, holding_lock=True)
         from cnnvideo.config_validation import view_token
 
         ev = m.events
-        m.live_view = LiveView(lv.port, self.state, lv.host, token=view_token(m.cfg),
+        self.server = LiveView(lv.port, self.state, lv.host, token=view_token(m.cfg),
                                metrics=ev.render if ev.metrics is not None else None,
                                metrics_open=lv.metrics_open, events=ev.recent, snapshot=ev.snapshot)
-        m.live_view.start()
+        self.server.start()
+
+    def show_plan(self, cuts) -> None:
+        """The plan the latest frame was sent with."""
+        if self.view is not None:
+            self.view.plan = list(cuts)
+
+    def on_result(self, done) -> None:
+        """A completed frame (delivery.Completed): its latency and one-line result, and the frame with its boxes."""
+        if done.detections is None:
+            self.view.note_result(done.frame, done.t_result - done.captured, describe(done.output), done.t_result)
+        else:
+            self.view.note_result(done.frame, done.t_result - done.captured, describe_detections(done.detections),
+                                  done.t_result, detections=label_counts(done.detections))
+        self.server.set_frame(done.rgb, done.detections)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def state(self):
         """The live page's JSON (from the HTTP thread)."""
@@ -108,10 +134,10 @@ class LivePage:
                         "captured": st["captured"], "skipped": st["skipped"],
                         "skipped_share": round(st["skipped"] / st["captured"], 4) if st["captured"] else None,
                         "in_flight": tr.in_flight(), "dropped": tr.dropped,
-                        "plan_layers": " | ".join(str(len(x)) for x in m.plan_layers(m.view.plan))
-                        if m.view.plan else ""}
+                        "plan_layers": " | ".join(str(len(x)) for x in m.plan_layers(self.view.plan))
+                        if self.view.plan else ""}
             chk = m.checker.summary() if m.checker is not None else {}
             counters["checked"] = chk.get("checked")
             counters["max_abs_err"] = chk.get("max_abs_err")
             hops = [m.telemetry.hops[n] for n in sorted(m.telemetry.hops)]
-            return m.view.state(m.t_run or time.time(), counters, hops, dict)
+            return self.view.state(m.t_run or time.time(), counters, hops, dict)

@@ -5,6 +5,7 @@ and no tool (`cnnvideo.tools`). Roles import no tool either, so the direction is
 """
 import ast
 import os
+from typing import List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = ("cnnvideo.master", "cnnvideo.worker", "cnnvideo.trainer")
@@ -158,6 +159,44 @@ def test_master_role_is_glue():
     assert lines <= 300, "services/master/role.py has %d lines" % lines
     for part in ("setup", "sending", "receiving", "recovery", "finishing", "view"):
         assert os.path.isfile(os.path.join(ROOT, "services", "master", part + ".py")), part
+
+
+def _role_targets(node) -> List[str]:
+    """`m.x` / `m.x.y` / `self.m.x` targets of an assignment: attributes of the role or of its parts."""
+    out = []
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    for t in targets:
+        for sub in ast.walk(t):
+            if not isinstance(sub, ast.Attribute):
+                continue
+            base = sub.value
+            while isinstance(base, ast.Attribute) and not (isinstance(base.value, ast.Name) and
+                                                           base.value.id == "self" and base.attr == "m"):
+                base = base.value
+            if (isinstance(base, ast.Name) and base.id == "m") or (
+                    isinstance(base, ast.Attribute) and base.attr == "m" and isinstance(base.value, ast.Name)):
+                out.append(ast.unparse(sub))
+                break
+    return out
+
+
+def test_no_master_part_assigns_into_the_role():
+    """Each part of the master owns its fields: no file in services/master/ but role.py assigns an attribute of
+    the role or of a part reached through it (`m.x = ...`, `m.tracker.n = ...`, `self.m.x += ...`); the run's flags
+    change through RunState's methods, setup's products are taken over by the role."""
+    found = []
+    folder = os.path.join(ROOT, "services", "master")
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if not name.endswith(".py") or path == os.path.join(folder, "role.py"):
+                continue
+            with open(path) as fh:
+                tree = ast.parse(fh.read())
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    found += ["%s:%d %s" % (os.path.relpath(path, ROOT), node.lineno, t) for t in _role_targets(node)]
+    assert not found, "parts assign into the role:\n" + "\n".join(found)
 
 
 # The core's layers, lowest first: a module may import its own part and the parts of lower layers, never a part of

@@ -3,12 +3,12 @@ that is down is left out alone (no new generation, only its frames queued again,
 their links with it over) and taken back alone; when a stage would keep no live replica, every link resyncs."""
 from __future__ import annotations
 
-import threading
 import time
 
 from cnnvideo.master.links import MasterError
 from cnnvideo.master.pool import Dispatcher, Membership
 from cnnvideo.master.recovery import Recovery
+from cnnvideo.master.runstate import RunState
 from cnnvideo.master.tracking import FrameTracker
 from cnnvideo.plan.plan import Plan
 
@@ -60,11 +60,9 @@ class Master:
         self.calls = []
         self.W = 3
         self.run_id = "r1"
-        self.cond = threading.Condition()
-        self.failure = None
-        self.closing = False
+        self.run = RunState()
+        self.run.started(time.time())
         self.faults = []
-        self.t_run = self.last_event = time.time()
         self.tracker = FrameTracker(6, retries=2)
         membership = Membership(3)
         self.pool = type("Pool", (), {"membership": membership, "dispatcher": Dispatcher(3, membership)})()
@@ -76,6 +74,12 @@ class Master:
             route = self.pool.dispatcher.route(plan)
             self.tracker.sent(f, plan.cuts, 0.0, False, route, plan.groups)
             self.pool.dispatcher.take(route)
+
+    cond = property(lambda self: self.run.cond)
+    failure = property(lambda self: self.run.failure)
+    closing = property(lambda self: self.run.closing)
+    t_run = property(lambda self: self.run.t_run)
+    last_event = property(lambda self: self.run.last_event)
 
     def live_workers(self):
         return [w for w in range(self.W) if w not in self.pool.membership.out]
@@ -115,7 +119,7 @@ def test_a_first_stage_replica_of_a_hybrid_is_left_out_alone():
         assert m.pool.membership.events[-1]["left_out"] == [1] and m.pool.membership.events[-1]["scope"] == "replica"
         assert not m.faults
     finally:
-        m.closing = True  # ends the return watch
+        m.run.close()  # ends the return watch
 
 
 def test_a_stage_whose_last_live_replica_is_down_is_not_left_out_alone():
@@ -142,7 +146,7 @@ def test_a_later_stage_replica_is_left_out_alone_and_a_peer_that_cannot_be_told_
         assert ("peer", 0, [1], True, [0, 2]) in m.calls
         assert len(m.faults) == 1 and "w2" in m.faults[0][0] and m.faults[0][1] == 0
     finally:
-        m.closing = True
+        m.run.close()
 
 
 def test_a_replica_taken_back_gets_a_fresh_run_and_the_others_are_told_before_it_gets_frames():
@@ -161,4 +165,4 @@ def test_a_replica_taken_back_gets_a_fresh_run_and_the_others_are_told_before_it
         assert m.pool.membership.out == set() and m.tracker.generation == 0
         assert m.pool.membership.events[-1]["back"] == [1] and m.pool.membership.events[-1]["scope"] == "replica"
     finally:
-        m.closing = True
+        m.run.close()

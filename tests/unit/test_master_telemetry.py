@@ -9,7 +9,7 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 def test_spans_bounded_totals_complete_and_hook_sees_all():
     seen = []
     tel = Telemetry(limit=3)
-    tel.on_span = seen.append
+    tel.span_listeners.append(seen.append)
     for f in range(5):
         tel.span(rpt.StageSpan(f, "w0", "compute", f, f + 0.5))
     assert [s.frame for s in tel.spans] == [0, 1, 2] and len(seen) == 5

@@ -54,7 +54,7 @@ class Replicas:
                 m.feed.release(f)
             m.pool.dispatcher.forget(down)
             m.pool.membership.leave_out(down, m.tracker.generation, time.time() - m.t_run)
-            m.last_event = time.time()
+            m.run.progressed()
             gen = m.tracker.generation
         for w in down:
             m.sending.reset_link(w)
