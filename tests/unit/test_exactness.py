@@ -89,3 +89,34 @@ def test_deferred_checker_starts_when_its_queue_is_full():
     assert c.summary()["checked"] >= 4  # checked during the run: the queue held at most 2
     c.close()
     assert c.summary()["checked"] == 6
+
+
+def test_closing_while_a_check_runs_loses_nothing_and_raises_nothing():
+    """close(timeout=0) at shutdown, while the thread is inside a slow check: the thread finishes that frame (it
+    is counted once, as checked), the frames still queued count as missed, and the thread ends cleanly (it used to
+    pop from the queue that close() had just emptied: IndexError in the thread)."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    errors = []
+    threading.excepthook, old = (lambda a: errors.append(a.exc_value)), threading.excepthook
+
+    def slow(x):
+        started.set()
+        release.wait(5)
+        return ref(x)
+
+    try:
+        c = OnlineChecker(slow, share=1.0, queue=4, block=False)
+        for f in range(3):
+            x = np.full((2, 2), f, dtype=np.uint8)
+            c.offer(f, x, ref(x))
+        assert started.wait(5)
+        c.close(timeout=0)
+        release.set()
+        c.thread.join(5)
+    finally:
+        threading.excepthook = old
+    s = c.summary()
+    assert not errors and not c.thread.is_alive()
+    assert s["checked"] == 1 and s["missed"] == 2 and s["max_abs_err"] == 0.0

@@ -51,6 +51,7 @@ class OnlineChecker:
         self.top1_same = 0  # checked frames whose top-1 equals the reference's
         self.top5_overlap = 0.0  # sum over checked frames of the share of the reference's top-5 kept
         self.closed = False
+        self.checking = 0  # frames taken off the queue and being checked (0 or 1)
         self.thread = threading.Thread(target=self._run, name="online-check", daemon=True)
         self.thread.start()
 
@@ -67,9 +68,9 @@ class OnlineChecker:
             if not take:
                 return False
             self.sampled += 1
-            while self.block and len(self.queue) >= self.queue_cap and not self.closed:
+            while self.block and self._held() >= self.queue_cap and not self.closed:
                 self.cond.wait(0.5)
-            if len(self.queue) >= self.queue_cap or self.closed:
+            if self._held() >= self.queue_cap or self.closed:
                 self.missed += 1
                 return False
             self.queue.append((frame, rgb, np.array(output, copy=True)))
@@ -83,7 +84,8 @@ class OnlineChecker:
                     self.cond.wait(0.5)
                 if not self.queue:
                     return
-                frame, rgb, out = self.queue[0]
+                frame, rgb, out = self.queue.popleft()  # close() may clear the queue meanwhile: it is ours now
+                self.checking = 1
             t0 = time.time()
             ref = self.reference(rgb)
             if ref.shape != out.shape:
@@ -103,7 +105,7 @@ class OnlineChecker:
                 else:
                     same, overlap = True, 1.0
             with self.cond:
-                self.queue.popleft()
+                self.checking = 0
                 self.busy_s += time.time() - t0
                 self.checked += 1
                 self.errors[frame] = err
@@ -122,9 +124,13 @@ class OnlineChecker:
             return float(self.error(out, ref))
         return float(np.max(np.abs(ref.astype(np.float64) - out.astype(np.float64))))
 
+    def _held(self) -> int:
+        """Frames queued or being checked (holding the lock)."""
+        return len(self.queue) + self.checking
+
     def _holding(self) -> bool:
         """A deferred checker holds its queue until close() or until the queue is full (holding the lock)."""
-        return self.defer and not self.draining and len(self.queue) < self.queue_cap
+        return self.defer and not self.draining and self._held() < self.queue_cap
 
     def close(self, timeout: float = 600.0) -> None:
         """Check what is queued (up to `timeout` s), then stop the thread."""
@@ -132,7 +138,7 @@ class OnlineChecker:
         with self.cond:
             self.draining = True
             self.cond.notify_all()
-            while self.queue and time.time() < deadline and self.thread.is_alive():
+            while self._held() and time.time() < deadline and self.thread.is_alive():
                 self.cond.wait(0.5)
             self.closed = True
             self.missed += len(self.queue)
