@@ -85,5 +85,20 @@ def test_start_figures_time_the_first_result_and_each_half_of_the_results():
     assert out["fps_first_half"] == 1.0  # 4 results from the first send (10.0) to the 4th result (14.0)
     assert out["fps_second_half"] == 4.0  # 4 more in the next second
     assert out["second_over_first"] == 4.0
-    assert start_figures(recs[8:], 9.5) == {"first_result_s": None, "fps_first_half": None, "fps_second_half": None,
-                                            "second_over_first": None}
+    assert out["fps_first_80"] is None and out["fps_after_60"] is None  # too few results for those
+    assert set(start_figures(recs[8:], 9.5).values()) == {None}
+
+
+def test_start_figures_give_the_first_80_against_the_rest_and_the_rate_after_60():
+    """Issue 46's start figures: the rate over the first 80 results (from the first send) against the rate from the
+    80th result to the last, and the steady rate from the 60th result on. A run whose first 80 frames come at 5
+    fps and the next 120 at 10 fps shows 5, 10 and their ratio 2."""
+    from cnnvideo.results.report import FrameRecord, start_figures
+
+    times = [0.2 * (i + 1) for i in range(80)] + [16.0 + 0.1 * (i + 1) for i in range(120)]
+    recs = [FrameRecord(f, [0, 1], sent_at=0.0) for f in range(200)]
+    for rec, done in zip(recs, times):
+        rec.done_at = done
+    out = start_figures(recs, first_read_at=0.0)
+    assert out["fps_first_80"] == 5.0 and out["fps_after_80"] == 10.0 and out["after_80_over_first"] == 2.0
+    assert out["fps_after_60"] == 8.75  # the 60th result at 12 s, then 140 more up to 28 s

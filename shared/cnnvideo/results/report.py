@@ -105,15 +105,38 @@ def percentile(values: Sequence[float], q: float) -> float:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
+START_FRAMES = 80  # report.json start: the rate over the first results against the rest
+STEADY_AFTER = 60  # ... and the steady rate after these
+
+
+def _rate(done: Sequence[float], i: int) -> Optional[float]:
+    """Results a second from the i-th result (sorted times) to the last."""
+    return (len(done) - 1 - i) / (done[-1] - done[i]) if done[-1] > done[i] else None
+
+
 def start_figures(records: Sequence[FrameRecord], first_read_at: Optional[float]) -> Dict[str, Optional[float]]:
     """report.json `start`: how fast a run gets going. Seconds from the master reading its first frame to the first
     result, and the fps over the first and the second half of the results (in the order they came: the first half
-    from the first send to the middle result, the second from there to the last)."""
+    from the first send to the middle result, the second from there to the last); the same split after the first
+    START_FRAMES results (`fps_first_80`, `fps_after_80`, `after_80_over_first`: issue 46's start figure), and the
+    steady rate after the first STEADY_AFTER results (`fps_after_60`)."""
     done = sorted(r.done_at for r in records if r.done_at is not None)
     out: Dict[str, Optional[float]] = {"first_result_s": None, "fps_first_half": None, "fps_second_half": None,
-                                       "second_over_first": None}
+                                       "second_over_first": None, "fps_first_80": None, "fps_after_80": None,
+                                       "after_80_over_first": None, "fps_after_60": None}
     if not done:
         return out
+    t_send = min(r.sent_at for r in records)
+    if len(done) > START_FRAMES:
+        first80 = START_FRAMES / (done[START_FRAMES - 1] - t_send) if done[START_FRAMES - 1] > t_send else None
+        rest = _rate(done, START_FRAMES - 1)
+        out["fps_first_80"] = None if first80 is None else round(first80, 4)
+        out["fps_after_80"] = None if rest is None else round(rest, 4)
+        if first80 and rest:
+            out["after_80_over_first"] = round(rest / first80, 4)
+    if len(done) > STEADY_AFTER:
+        steady = _rate(done, STEADY_AFTER - 1)
+        out["fps_after_60"] = None if steady is None else round(steady, 4)
     if first_read_at is not None:
         out["first_result_s"] = round(done[0] - first_read_at, 4)
     half = (len(done) + 1) // 2
