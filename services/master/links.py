@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import grpc
@@ -101,14 +102,17 @@ class WorkerLinks:
         return restarted
 
     # ------------------------------------------------------------------ runs and streams
-    def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None, only: Optional[Sequence[int]] = None
-                  ) -> None:
+    def start_run(self, setup: pb.RunSetup, timeout: Optional[float] = None, only: Optional[Sequence[int]] = None,
+                  answered: Optional[Callable[[int], None]] = None) -> None:
         """StartRun on every worker of `only` (default all) at once (with a warm plan each builds its stage
-        meanwhile)."""
-        from concurrent.futures import ThreadPoolExecutor
+        meanwhile); `answered(w)` as each worker answers."""
+        def start(w: int) -> None:
+            self.call(w, "StartRun", setup, timeout)
+            if answered is not None:
+                answered(w)
 
         with ThreadPoolExecutor(max_workers=max(self.n, 1)) as pool:
-            for f in [pool.submit(self.call, w, "StartRun", setup, timeout) for w in self._which(only)]:
+            for f in [pool.submit(start, w) for w in self._which(only)]:
                 f.result()
 
     def open_streams(self, run_id: str, gen: int, read_results: Callable, read_stages: Callable,

@@ -20,7 +20,6 @@ from typing import Dict, List, Optional
 from cnnvideo.config import Config
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.plan import Plan
-from cnnvideo.results import labels
 from cnnvideo.results.progress import ProgressFile
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
@@ -39,7 +38,8 @@ from .recovery import Recovery, wait_watching
 from .results_log import ResultsLog
 from .runstate import RunState
 from .sending import FrameSender
-from .setup import SETUP_TIMEOUT_S, Setup
+from .setup import Setup
+from .setup_progress import SetupProgress
 from .telemetry import Telemetry
 from .thumbs import Thumbnails
 from .tracking import FrameTracker
@@ -52,7 +52,8 @@ __all__ = ["MasterError", "MasterRole", "OutputStore"]
 
 
 class MasterRole:
-    """Owns one run over the configured video: its links, its frame tracker, its output store."""
+    """Owns one run over the configured video: its links, its frame tracker, its output store. The run's flags
+    (`cond`, `failure`, ...) are read here and change only through `run`'s methods."""
 
     def __init__(self, cfg: Config, out_dir: str, run_id: Optional[str] = None) -> None:
         self.cfg = cfg
@@ -70,7 +71,6 @@ class MasterRole:
         self.delivering = threading.Lock()  # one thread hands results on at a time (never taken holding `cond`)
         self.outputs = OutputStore(os.path.join(out_dir, ".outputs-%s.raw" % self.run_id))
         self.progress = ProgressFile(out_dir, cfg.frames, self.run_id)  # progress.json for tools watching the run
-        self.outputs.add_sink(self._label)
         self.results: Optional[ResultsLog] = None  # opened at the start of the run
         self.weights_used: Optional[str] = None  # which weights the master's check model has
         self.telemetry = Telemetry()  # spans, hop totals, engines (under cond)
@@ -91,7 +91,8 @@ class MasterRole:
         self.worker_restarts = [0] * self.W
         # a re-plan switches once every worker has built its stages (asked through the links made by start())
         self.warmer = StageWarmer(lambda plan: self.links.prepare(plan, self.live_workers()))
-        self.setup = Setup(self)
+        self.setup_progress = SetupProgress()  # the step setup is in: logged when slow, shown on the live page
+        self.setup = Setup(self, self.setup_progress)
         self.sending = FrameSender(self)
         self.reader = StreamReader(self)
         self.recovery = Recovery(self)
@@ -99,7 +100,6 @@ class MasterRole:
         self.page = LivePage(self)
         self.events = MasterEvents(self)  # events (events.enabled) and the Prometheus metrics (/metrics)
 
-    # the run's shared flags, read by every part (they change only through `run`'s methods)
     cond = property(lambda self: self.run.cond)
     failure = property(lambda self: self.run.failure)
     closing = property(lambda self: self.run.closing)
@@ -114,29 +114,35 @@ class MasterRole:
         return self.links.infos if self.links is not None else []
 
     def start(self) -> None:
-        """Everything before the first frame (see `setup.Setup`); the role takes over what it made."""
+        """Everything before the first frame (see `setup.Setup`); the role takes over what it made. The live page
+        and the metrics serve from the start: the page shows setup's progress."""
+        self.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
+        self.page.start()
+        self.setup_progress.start()
         got = self.setup.run()
         self.links, self.scheduler, self.predictors = got.links, got.scheduler, got.predictors
         self.onnx_graph, self.detecting, self.reference = got.onnx_graph, got.detecting, got.reference
         self.checker, self.weights_used, self.setup_s = got.checker, got.weights_used, got.seconds
         self.telemetry.overheads = got.overheads
-        self.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
+        if self.detecting is None and self.onnx_graph is None:  # a classifier: each result's top-5 in its record
+            self.outputs.add_sink(self.tracker.label_top5)
 
     def serve(self) -> int:
-        """Run every frame through the chain, then report; 0 when every frame completed, else MasterError."""
+        """Run every frame through the pool, then report; 0 when every frame completed, else MasterError."""
         net.on_signals(self._on_signal)
-        self.page.start()
         try:
             self.count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self.setup.check_infos()
-            self.links.start_run(self.setup_msg(0, self._first_plan()), timeout=SETUP_TIMEOUT_S)
-            if self._first_plan() is not None:
-                self.warmer.mark_ready(self._first_plan())  # StartRun's warm plan built it
+            first = self.scheduler.initial_plan() if self.scheduler is not None else None
+            self.setup.start_workers(self.setup_msg(0, first))  # each builds its stage of the first plan
+            if first is not None:
+                self.warmer.mark_ready(first)
             self.open_streams(0)
         except MasterError as exc:
             if not self.cfg.reliability.restart:
                 raise
             self.fault(str(exc), 0)  # the run loop resyncs first, waiting for the worker
+        self.setup_progress.done()
         self.results = ResultsLog(os.path.join(self.out, "results.jsonl"), self.cfg.events.camera)
         self.consumers.register(self.results.on_result, holding_lock=True)
         if self.checker is not None:  # outside the lock: an offline check may wait
@@ -212,10 +218,6 @@ class MasterRole:
                            warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(self.W)),
                            skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
 
-    def _first_plan(self) -> Optional[Plan]:
-        """The scheduler's first plan (the workers build its stages before the run), None if there is none."""
-        return self.scheduler.initial_plan() if self.scheduler is not None else None
-
     def open_streams(self, gen: int, only: Optional[List[int]] = None) -> None:
         """The result and stage streams of generation `gen` on every worker of `only` (default all)."""
         with self.cond:
@@ -268,13 +270,6 @@ class MasterRole:
 
             return unpack_outputs(y, self.onnx_graph.cuts[-1])
         return y
-
-    def _label(self, frame: int, output) -> None:
-        """Output-store sink: the frame's top-5 (index, ImageNet name, softmax score) into its record (a classifier's
-        outputs only)."""
-        rec = self.tracker.records.get(frame)
-        if rec is not None and self.detecting is None and self.onnx_graph is None:
-            rec.top5 = [list(t) for t in labels.topk(output, 5)]
 
     def plan_layers(self, cuts: List[int]) -> List[List[str]]:
         return reporting.plan_layers(self.infos[0], cuts, self.W)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -30,6 +31,7 @@ from .feed import SourceError
 from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
 from .overhead_meter import Overheads
+from .setup_progress import SetupProgress
 from .worker_answers import check_infos, codec_times
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,10 @@ class Setup:
     """The master's setup steps, reading the role `m`'s config, feed and settings; what they make is kept in
     `products` (the role takes them over)."""
 
-    def __init__(self, m) -> None:
+    def __init__(self, m, progress: SetupProgress) -> None:
         self.m = m
         self.products = SetupProducts()
+        self.progress = progress
 
     @property
     def links(self) -> WorkerLinks:
@@ -73,12 +76,14 @@ class Setup:
         OutputStore.remove_stale(m.out, keep=m.outputs.path)
         t0 = time.time()
         got.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
-        self.links.wait_serving(STARTUP_TIMEOUT_S)
-        self.links.fetch_infos(m.wait_s)
+        with self.progress.step("waiting for the workers and the trainer to serve"):
+            self.links.wait_serving(STARTUP_TIMEOUT_S)
+            self.links.fetch_infos(m.wait_s)
         self.check_infos()
         request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                  settings=m.settings_pb(settings.WORKER_KEYS))
-        costs = self.all_costs(request)
+        with self.progress.step("profiling the workers' stages (Costs)", waiting=range(m.W)):
+            costs = self.all_costs(request)
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         if cfg.cost_model.alike_profiles:
             seg_time = self.pool_alike(costs, seg_time)
@@ -97,7 +102,8 @@ class Setup:
 
             got.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
-            self.load_reference()
+            with self.progress.step("loading the unsplit model for the check"):
+                self.load_reference()
         training = None
         t1 = time.time()
         if trains_on_master_frames(cfg):  # a live source is opened once (here): the trainer fits on its frames
@@ -108,7 +114,8 @@ class Setup:
                 raise MasterError(str(exc)) from None
             got.seconds["open_source"] = time.time() - t1
         t2 = time.time()
-        got.predictors = self.get_predictors(training)
+        with self.progress.step("getting the predictors from the trainer"):
+            got.predictors = self.get_predictors(training)
         got.seconds["predictors"] = time.time() - t2
         t1 = time.time()
         try:
@@ -137,6 +144,12 @@ class Setup:
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
                  len(dense), cfg.scheduler)
         return got
+
+    def start_workers(self, message: pb.RunSetup) -> None:
+        """StartRun on every worker, at once: each builds its stage of the message's warm plan before answering
+        (an int8 stage is quantized then, when not in the cache)."""
+        with self.progress.step("starting the run: the workers build their stages", range(self.m.W)):
+            self.links.start_run(message, timeout=SETUP_TIMEOUT_S, answered=self.progress.answered)
 
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""
@@ -209,12 +222,15 @@ class Setup:
         all at once: on a shared host each sees the others' load), with one they take turns (asked in turn).
         On this 2-core host at caps 0.4 a worker computed 2-3.5x slower while the other computed too."""
         m = self.m
-        if m.cfg.in_flight <= 1 or m.W <= 1:
-            return [self.setup_call(w, "Costs", request, SETUP_TIMEOUT_S) for w in range(m.W)]
-        from concurrent.futures import ThreadPoolExecutor
+        def ask(w: int):
+            answer = self.setup_call(w, "Costs", request, SETUP_TIMEOUT_S)
+            self.progress.answered(w)
+            return answer
 
+        if m.cfg.in_flight <= 1 or m.W <= 1:
+            return [ask(w) for w in range(m.W)]
         with ThreadPoolExecutor(max_workers=m.W) as pool:
-            futures = [pool.submit(self.setup_call, w, "Costs", request, SETUP_TIMEOUT_S) for w in range(m.W)]
+            futures = [pool.submit(ask, w) for w in range(m.W)]
             return [f.result() for f in futures]
 
     def setup_call(self, w: int, method: str, request, timeout: float):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from cnnvideo.results import labels
 from cnnvideo.results.report import FrameRecord
 
 
@@ -38,6 +39,13 @@ class FrameTracker:
 
     def done(self) -> bool:
         return self.ended >= self.n_frames
+
+    def label_top5(self, frame: int, output) -> None:
+        """Output-store sink of a classifier's run: the frame's top-5 (index, ImageNet name, softmax score) into its
+        record."""
+        rec = self.records.get(frame)
+        if rec is not None:
+            rec.top5 = [list(t) for t in labels.topk(output, 5)]
 
     def known_frames(self, n: int) -> None:
         """The source has given `n` frames so far (frames are taken one by one: the total is known at the end)."""

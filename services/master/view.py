@@ -139,5 +139,6 @@ class LivePage:
             chk = m.checker.summary() if m.checker is not None else {}
             counters["checked"] = chk.get("checked")
             counters["max_abs_err"] = chk.get("max_abs_err")
+            counters["setup"] = m.setup_progress.snapshot()  # the step setup is in, or how long it took
             hops = [m.telemetry.hops[n] for n in sorted(m.telemetry.hops)]
             return self.view.state(m.t_run or time.time(), counters, hops, dict)

@@ -1,9 +1,12 @@
 """Live runs of `cnnvideo local`: a real MJPEG-over-HTTP stream served by ffmpeg at 25 fps into a chain slower
 than that, a file played as if live, the live view in a real headless chromium, and bad sources."""
+import json
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -15,6 +18,9 @@ from streams import FfmpegStream, MjpegServer, free_port, pattern  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VTEST = os.path.join(REPO, "media", "vtest.avi")
+SETUP_STEPS = ("waiting for the workers and the trainer to serve", "profiling the workers' stages (Costs)",
+               "loading the unsplit model for the check", "getting the predictors from the trainer",
+               "starting the run: the workers build their stages")
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +97,34 @@ def test_realtime_file_skips_what_the_chain_cannot_take(tmp_path, synthetic_vide
 @pytest.mark.slow
 def test_live_view_in_chromium_during_a_run(tmp_path, synthetic_video, cache_dir):
     """During a realtime run a headless chromium loads the live view: processed frames and fps, the hops,
-    the plan, Gantt rects and the latest frame (320x240) are shown."""
+    the plan, Gantt rects and the latest frame (320x240) are shown. The page serves from the start of setup:
+    /state.json names the setup step under way (polled from the master's start), and the page says how long setup
+    took once the run is going."""
     port = free_port()
     data = live_config(synthetic_video, cache_dir, trainer_video=synthetic_video,
                        source={"realtime": True}, live_view={"port": port}, local={"links": "auto", "cpus": "none"})
     run = LocalRun(write_config(str(tmp_path / "view.yml"), data), str(tmp_path / "out"))
+    steps = set()
     try:
+        deadline = time.time() + 600
+        while time.time() < deadline and run.proc.poll() is None:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/state.json" % port, timeout=2) as resp:
+                    setup = json.loads(resp.read())["setup"]
+            except (OSError, ValueError):
+                time.sleep(0.1)
+                continue
+            if setup["current"]:
+                steps.add(re.match(r"(.*) for \d+ s", setup["current"]).group(1))
+            if setup["done_s"] is not None:
+                break
+            time.sleep(0.1)
         run.wait_for(lambda: run.count("frames completed") or run.sent >= 11, 600)
         dom = browser.dump_dom("http://127.0.0.1:%d/" % port)
     finally:
         run.proc.send_signal(signal.SIGTERM)
     code, report, log = run.finish(120)
     assert code == 0, log[-3000:]
-    import re
 
     processed = int(re.search(r'id="processed"[^>]*>(\d+)<', dom).group(1))
     assert processed >= 1 and re.search(r'id="fps"[^>]*>\d+\.\d\d<', dom), dom[:4000]
@@ -113,6 +134,9 @@ def test_live_view_in_chromium_during_a_run(tmp_path, synthetic_video, cache_dir
     assert re.search(r'id="plan"[^>]*>0, \d+, \d+<', dom) and re.search(r'id="mode"[^>]*>\(live\)<', dom)
     assert len(re.findall(r'<rect class="span" x="\d', dom)) > 3
     assert 'data-size="320x240"' in dom
+    assert steps, "no setup step seen on /state.json before the run"
+    assert steps <= set(SETUP_STEPS), steps
+    assert re.search(r'id="setup"[^>]*>done in \d+\.\d s<', dom), dom[:4000]
     assert report["live_view_port"] == port and report["link_emulation"] in ("tc", "paced")
 
 

@@ -55,6 +55,7 @@ td,th{padding:2px 8px;text-align:right} th{background:#eee}
   result <b id="result">-</b></div>
   <div id="det_row" hidden>people <b id="people">-</b> <span id="det_counts" class="k"></span></div></div>
  <div class="card">
+  <div>setup <b id="setup">-</b></div>
   <div>processed <b id="processed">0</b> frames, <b id="fps">-</b> fps</div>
   <div>latency p50 <b id="lat_p50">-</b> s, p95 <b id="lat_p95">-</b> s, max <b id="lat_max">-</b> s</div>
   <div>captured <b id="captured">-</b>, skipped <b id="skipped">-</b> (<b id="skipped_share">-</b>)</div>
@@ -92,6 +93,8 @@ async function tick(){
     if(r.status===401){location.href="login"; return;}  // the session ended
     const st=await r.json();
     set("mode", st.mode ? "("+st.mode+")" : "");
+    const su=st.setup||{};
+    set("setup", su.current || (typeof su.done_s==="number" ? "done in "+su.done_s.toFixed(1)+" s" : null));
     set("processed", st.processed); set("fps", st.fps===null?null:st.fps.toFixed(2));
     const l=st.latency_s||{}; set("lat_p50",l.p50); set("lat_p95",l.p95); set("lat_max",l.max);
     set("captured", st.captured); set("skipped", st.skipped);
