@@ -5,6 +5,7 @@ import time
 from types import SimpleNamespace
 
 from cnnvideo.master.setup import Setup
+from cnnvideo.master.setup_progress import SetupProgress
 
 
 def _overlap(in_flight: int, workers: int = 2) -> int:
@@ -21,8 +22,12 @@ def _overlap(in_flight: int, workers: int = 2) -> int:
             state["now"] -= 1
         return "costs of w%d" % w
 
-    fake = SimpleNamespace(m=SimpleNamespace(W=workers, cfg=SimpleNamespace(in_flight=in_flight)), setup_call=call)
-    assert Setup.all_costs(fake, "request") == ["costs of w%d" % w for w in range(workers)]
+    progress = SetupProgress()
+    fake = SimpleNamespace(m=SimpleNamespace(W=workers, cfg=SimpleNamespace(in_flight=in_flight)), setup_call=call,
+                           progress=progress)
+    with progress.step("costs", waiting=range(workers)):
+        assert Setup.all_costs(fake, "request") == ["costs of w%d" % w for w in range(workers)]
+        assert progress.line() == "costs for 0 s"  # every worker answered
     return state["most"]
 
 
