@@ -246,9 +246,10 @@ def _restart_delay(n: int) -> float:
 
 
 def _supervise(children: List[Child], rel) -> None:
-    """Restart every dead role (like compose `restart: on-failure`) up to reliability.max_restarts each."""
+    """Restart every role that died (like compose `restart: on-failure`) up to reliability.max_restarts each; one that
+    exited with code 0 left on purpose (a worker sent SIGTERM drains and leaves the pool) and stays down."""
     for c in children:
-        if c.alive() or not rel.restart or c.restarts >= rel.max_restarts:
+        if c.alive() or not rel.restart or c.restarts >= rel.max_restarts or c.proc.returncode == 0:
             continue
         code = c.proc.returncode
         if time.time() - c.started_at >= RESET_AFTER_S:  # it ran a while: start the back-off over (as Docker does)
@@ -280,7 +281,7 @@ def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=No
             continue
         if rel is not None:
             _supervise(others, rel)
-        dead = [c for c in others if not c.alive()]
+        dead = [c for c in others if not c.alive() and c.proc.returncode != 0]  # code 0: it left the pool
         if not dead:
             died_at = None
         if dead and died_at is None:

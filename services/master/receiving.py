@@ -3,6 +3,7 @@ and stage reports (spans, engines, hop bytes, the compute and transfer times the
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import grpc
@@ -124,6 +125,10 @@ class StreamReader:
                     continue
                 if rep.error:
                     m.fault("worker w%d reports: %s" % (w, rep.error), gen, **who)
+                    continue
+                if rep.leaving:  # SIGTERM on the worker: drained, then left out (in a thread: it waits)
+                    threading.Thread(target=m.recovery.replicas.leave, args=(w, gen), name="leave-w%d" % w,
+                                     daemon=True).start()
                     continue
                 with m.cond:
                     if gen != m.tracker.generation:

@@ -142,6 +142,11 @@ class FrameTracker:
         self.replica_resyncs += 1
         return self._send_again(self.flying_through(workers), fault)
 
+    def resend_through(self, workers: Sequence[int], reason: str) -> Tuple[List[int], List[int]]:
+        """The frames in flight through `workers` (which left without a fault) are queued again, or dropped once sent
+        1 + retries times: (re-sent frames, dropped frames). A pending fault stays pending."""
+        return self._send_again(self.flying_through(workers), reason)
+
     def flying_through(self, workers: Sequence[int]) -> List[int]:
         """The frames in flight whose route runs a stage on one of `workers`."""
         gone = set(workers)

@@ -54,7 +54,7 @@ def report_to_pb(r: StageReport) -> pb.StageReport:
                           start_cut=r.start_cut, end_cut=r.end_cut, error=r.error, hop_in=r.hop_in,
                           bytes_in=r.bytes_in, bytes_out=r.bytes_out, hop_out=r.hop_out,
                           keyframe_out=r.keyframe_out, dense_out=r.dense_out, engine=r.engine,
-                          engine_note=r.engine_note, skipped=r.skipped, process_cpu=r.process_cpu,
+                          engine_note=r.engine_note, skipped=r.skipped, process_cpu=r.process_cpu, leaving=r.leaving,
                           stages=[pb.StageTiming(stage=s.stage, start=s.start, end=s.end, bytes=s.bytes, cpu=s.cpu)
                                   for s in r.stages])
 

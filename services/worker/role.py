@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 import zipfile
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -36,6 +36,8 @@ from .runloop import EmitError, Run, RunSettings, StagePlan, StaleError, Task
 from .servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
+
+LEAVE_DRAIN_S = 60.0  # a leaving worker waits this long at most for its masters to end its runs
 
 
 def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32", worker: int = 0,
@@ -132,9 +134,30 @@ class WorkerRole:
         log.info("worker %d ready on %s (%d workers in the cluster)", self.worker_id, self.address, self.cfg.n_workers)
 
     def serve(self) -> None:
-        net.on_signals(lambda signum: self.stopping.set())
-        while not self.stopping.wait(0.5):
+        """Serve until a signal. The first one drains: each master is told that this worker leaves, routes it no new
+        frame, and ends its run once the frames routed here are done (up to LEAVE_DRAIN_S); a second signal stops
+        at once."""
+        signals: List[int] = []
+        net.on_signals(signals.append)
+        while not signals and not self.stopping.wait(0.5):
             pass
+        with self.lock:
+            runs = [r for r in self.runs.values() if r.streams > 0]  # runs a master still reads
+        if runs and len(signals) == 1:
+            t0 = time.time()
+            log.info("worker %d: leaving the pool: draining the frames of %d run(s)", self.worker_id, len(runs))
+            for run in runs:
+                run.announce_leaving()
+            while len(signals) == 1 and time.time() - t0 < LEAVE_DRAIN_S:
+                with self.lock:
+                    if not any(r.streams > 0 for r in self.runs.values()):
+                        break  # every run ended by its master (or its master is gone)
+                time.sleep(0.1)
+            with self.lock:
+                left = sum(r.streams > 0 for r in self.runs.values())
+            log.info("worker %d: left the pool after %.1f s%s", self.worker_id, time.time() - t0,
+                     " (%d run(s) not ended by their master)" % left if left else ", every run ended by its master")
+        self.stopping.set()
         log.info("worker %d: shutting down", self.worker_id)
 
     def stop(self) -> None:

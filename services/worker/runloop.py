@@ -188,6 +188,7 @@ class StageReport:
     engine_note: str = ""  # why it is not the engine asked for
     skipped: bool = False  # the input was unchanged: the stage was not computed, its held output went on
     process_cpu: float = 0.0  # the process's CPU seconds (every thread) as the frame's compute ended (0 = not taken)
+    leaving: bool = False  # the worker is leaving: no new frames (frame_id -1)
 
 
 Forward = Callable[[int, int, np.ndarray], np.ndarray]
@@ -230,6 +231,7 @@ class Run:
         self.forward_q: queue.Queue = queue.Queue(QUEUE_LIMIT)
         self.failed = ""
         self.closed = threading.Event()
+        self.streams = 0  # result and stage streams a master reads now (a leaving worker waits while any is open)
         self.threads = [
             threading.Thread(target=self._compute_loop, name="compute-%s" % self.run_id, daemon=True),
             threading.Thread(target=self._forward_loop, name="forward-%s" % self.run_id, daemon=True),
@@ -480,6 +482,16 @@ class Run:
         self.failed = message
         log.error("run %s: %s", self.run_id, message)
         self.put(self.stages, StageReport(self.run_id, self.generation, frame_id, self.worker_id, error=message))
+
+    def stream_opened(self, change: int) -> None:
+        """A master opened (+1) or left (-1) one of this run's streams."""
+        with self.cond:
+            self.streams += change
+
+    def announce_leaving(self) -> None:
+        """Tell the master this worker is leaving (a stage report with `leaving`): it routes no new frame here and
+        ends this run once the frames routed here are done."""
+        self.put(self.stages, StageReport(self.run_id, self.generation, -1, self.worker_id, leaving=True))
 
     def close(self) -> None:
         self.closed.set()

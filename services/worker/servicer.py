@@ -94,14 +94,18 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "stream for generation %d, run is at generation %d"
                           % (request.generation, run.generation))
         q = getattr(run, attr)
-        while context.is_active() and not self.role.stopping.is_set() and not run.closed.is_set():
-            try:
-                item = q.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if not isinstance(item, (Result, StageReport)):  # the run was closed
-                return
-            yield messages.to_pb(item)
+        run.stream_opened(1)
+        try:
+            while context.is_active() and not self.role.stopping.is_set() and not run.closed.is_set():
+                try:
+                    item = q.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if not isinstance(item, (Result, StageReport)):  # the run was closed
+                    return
+                yield messages.to_pb(item)
+        finally:
+            run.stream_opened(-1)
 
     def Results(self, request, context):
         return self._stream(request, context, "results")

@@ -129,3 +129,37 @@ def test_a_hybrid_replica_killed_mid_run_is_resynced_alone(tmp_path, synthetic_v
     key, device = over["stored"]  # the figures of this device at this cap, and the device's for any other cap
     assert key.startswith(device + "/"), over
     assert all(o["cpu_per_frame_ms"] > 0 and o["stage_cpu_ms"] > 0 for o in over["workers"].values()), over
+
+
+LEAVE_FRAMES = 300  # 15 s at 20 fps
+
+
+def test_a_replica_sent_sigterm_finishes_its_frames_and_leaves(tmp_path, synthetic_video):
+    """Full replication on three workers; w1 gets SIGTERM mid-run (as `docker compose stop` sends). It tells the
+    master it is leaving: the master routes it no new frame, waits for the frames already routed through it, then
+    leaves it out and ends its run, and w1 exits 0 (the supervisor does not restart a role that left). No frame is
+    sent again, none is lost, every one is exact, and the frames after the leave all go to w0 and w2."""
+    cache = str(tmp_path / "cache")
+    data = base_config(synthetic_video, cache, frames=LEAVE_FRAMES, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none"},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
+                       cluster={"workers": THREE}, bandwidth=[3])
+    run = LocalRun(write_config(str(tmp_path / "leave.yml"), data), str(tmp_path / "leave"))
+    run.wait_for(lambda: run.sent >= 60, 300)
+    os.kill(run.pids["w1"], signal.SIGTERM)
+    run.wait_for(lambda: run.count("left the pool after"), 120)
+    code, report, text = run.finish(600)
+    assert code == 0, text[-4000:]
+    assert report["completed"] == LEAVE_FRAMES and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    assert report["retried"] == 0, text[-4000:]  # nothing was sent again
+    rel = report["reliability"]
+    assert rel["resyncs"] == 0 and rel["generation"] == 0, rel
+    events = report["pool"]["left_out"]
+    assert [e["left_out"] for e in events if e.get("scope") == "left"] == [[1]], events
+    assert "every run ended by its master" in text, text[-4000:]  # w1's own line
+    assert "is leaving: no new frames go to it" in text and "its frames finished, none is sent again" in text
+    assert "w1 exited" not in text, text[-4000:]  # it left: the supervisor does not restart it
+    lines = _lines(str(tmp_path / "leave"))
+    assert [e["frame"] for e in lines] == list(range(LEAVE_FRAMES))
+    assert all(e["route"][0] != 1 for e in lines[-60:]), "w1 still got frames after it left"
+    assert any(e["route"][0] == 1 for e in lines[:60])

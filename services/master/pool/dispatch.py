@@ -1,6 +1,7 @@
 """Routes: for each frame, one replica of each stage of its plan, the one with the fewest frames outstanding (not
 round-robin: a slower or busier device has more frames outstanding and so gets fewer). Workers the membership left
-out get none until they are taken back. Pure bookkeeping: the master calls it holding its condition."""
+out get none until they are taken back, and workers leaving get no new one. Pure bookkeeping: the master calls it
+holding its condition."""
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
@@ -26,16 +27,17 @@ class Dispatcher:
 
     def usable(self, plan: Plan) -> bool:
         """Whether every stage of `plan` keeps a worker that is not left out."""
-        return all(set(g) - self.membership.out for g in plan.groups)
+        return all(set(g) - self.membership.unroutable() for g in plan.groups)
 
     def route(self, plan: Plan) -> List[int]:
         """The worker of each stage for the next frame of `plan`; NoReplica if a stage has none left."""
         out = []
+        skip = self.membership.unroutable()
         for s, group in enumerate(plan.groups):
-            live = [w for w in group if w not in self.membership.out]
+            live = [w for w in group if w not in skip]
             if not live:
-                raise NoReplica("stage %d of plan %s has no worker left (out: %s)"
-                                % (s, plan, ", ".join("w%d" % w for w in sorted(self.membership.out))))
+                raise NoReplica("stage %d of plan %s has no worker left (out or leaving: %s)"
+                                % (s, plan, ", ".join("w%d" % w for w in sorted(skip))))
             out.append(min(live, key=lambda w: (self.outstanding[w], self._ticks[w], w)))
         return out
 

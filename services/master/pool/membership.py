@@ -12,6 +12,7 @@ class Membership:
     def __init__(self, n_workers: int) -> None:
         self.n = int(n_workers)
         self.out: Set[int] = set()  # left out: routed no frame until taken back
+        self.draining: Set[int] = set()  # leaving (SIGTERM): routed no new frame, their frames still finish
         self.events: List[Dict[str, object]] = []  # report.json pool.left_out: every leave and return
         self.stream_epochs = [0] * self.n  # per worker: bumped by each opening of its streams
 
@@ -19,10 +20,16 @@ class Membership:
         """The workers not left out, in order."""
         return [w for w in range(self.n) if w not in self.out]
 
-    def leave_out(self, workers: Sequence[int], gen: int, at_s: float) -> None:
-        """Replicas `workers` leave by themselves (their frames in flight go to the other replicas)."""
+    def unroutable(self) -> Set[int]:
+        """The workers no new frame may go to: those left out and those leaving."""
+        return self.out | self.draining
+
+    def leave_out(self, workers: Sequence[int], gen: int, at_s: float, scope: str = "replica") -> None:
+        """Replicas `workers` leave by themselves: after a fault (`replica`: their frames in flight go to the other
+        replicas) or drained (`left`: they asked to leave and their frames finished first)."""
         self.out |= set(workers)
-        self.events.append({"generation": gen, "left_out": list(workers), "back": [], "scope": "replica",
+        self.draining -= set(workers)
+        self.events.append({"generation": gen, "left_out": list(workers), "back": [], "scope": scope,
                             "at_s": round(at_s, 3)})
 
     def take_back(self, w: int, gen: int, at_s: float) -> None:

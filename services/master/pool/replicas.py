@@ -17,6 +17,7 @@ from typing import List
 
 import grpc
 
+from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import net
 
 from ..links import MasterError
@@ -25,6 +26,7 @@ from ..setup import SETUP_TIMEOUT_S
 log = logging.getLogger(__name__)
 
 RETURN_PROBE_S = 1.0  # how often the workers left out are probed for their return
+LEAVE_WAIT_S = 60.0  # a leaving worker's frames get this long to finish (its own drain waits as long)
 
 
 class Replicas:
@@ -89,6 +91,64 @@ class Replicas:
                 m.cond.notify_all()
         log.warning("resync of %s alone: it serves again and is taken back (its link starts with a keyframe)",
                     m.links.name(w))
+
+    def leave(self, w: int, gen: int) -> None:
+        """Worker w asked to leave (SIGTERM: a stage report with `leaving`). It is routed no new frame; once the
+        frames routed through it have ended (none is sent again), it is left out like a replica that failed (its
+        links start over here and on the other workers), its run is ended (so it exits), and the watch takes it
+        back if it serves again. When it is the last replica of a stage, its run is ended at once, and the fault
+        that follows resyncs without it."""
+        m = self.m
+        name = m.links.name(w)
+        with self.lock:
+            if m.tracker.generation != gen or w in m.pool.membership.unroutable() or m.failure is not None:
+                return
+            if not self.can_leave_out(sorted({w} | m.pool.membership.out)):
+                log.warning("%s is leaving, and it is the last replica of a stage: the run resyncs without it", name)
+                self._end_run(w)
+                return
+            with m.cond:
+                m.pool.membership.draining.add(w)
+        log.info("%s is leaving: no new frames go to it; waiting for its %d frames", name,
+                 m.pool.dispatcher.outstanding[w])
+        t0 = time.time()
+        with m.cond:
+            while (m.pool.dispatcher.outstanding[w] > 0 and m.failure is None and not m.closing
+                   and m.tracker.generation == gen and time.time() - t0 < LEAVE_WAIT_S):
+                m.cond.wait(0.2)
+        with self.lock:
+            with m.cond:
+                m.pool.membership.draining.discard(w)
+                if m.tracker.generation != gen or m.failure is not None or m.closing:
+                    return  # a resync came first (it handles the worker), or the run is over
+                unfinished = m.pool.dispatcher.outstanding[w]
+                again, dropped = m.tracker.resend_through([w], "%s left" % name) if unfinished else ([], [])
+                for f in again + dropped:
+                    m.pool.dispatcher.release(m.tracker.records[f].route)
+                for f in dropped:
+                    m.feed.release(f)
+                m.pool.dispatcher.forget([w])
+                m.pool.membership.leave_out([w], gen, time.time() - m.t_run, scope="left")
+                m.run.progressed()
+                m.cond.notify_all()
+            m.sending.reset_link(w)
+            try:
+                m.links.tell_peers(m.run_id, gen, [w], True, m.live_workers())
+            except MasterError as exc:
+                m.fault("%s (telling it that w%d left)" % (exc, w), gen)
+            self._end_run(w)
+        log.info("%s left the pool after %.1f s: %s", name, time.time() - t0,
+                 "its frames finished, none is sent again" if not again else
+                 "%d of its frames did not finish in %.0f s and go to the other replicas" % (len(again), LEAVE_WAIT_S))
+        threading.Thread(target=self.watch_return, args=(gen, [w], True), name="return-watch-w%d" % w,
+                         daemon=True).start()
+
+    def _end_run(self, w: int) -> None:
+        """EndRun on worker w (best effort: a leaving worker exits after it, or after its own wait)."""
+        try:
+            self.m.links.stubs[w].EndRun(pb.StreamRequest(run_id=self.m.run_id), timeout=2.0)
+        except grpc.RpcError:
+            pass
 
     def can_leave_out(self, down: List[int]) -> bool:
         """Whether the run can go on without the workers `down`: every stage of the current plan keeps a replica,
