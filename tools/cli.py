@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import List, Optional
 
+from cnnvideo.errors import ConfigError
+
 # sub-command -> "module:function"; imported lazily so `cnnvideo plan` never loads gRPC
 COMMANDS = {
     "master": "cnnvideo.master.main:run",
@@ -166,8 +168,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     key = args.command if args.command != "bench" else "bench " + args.bench
     module_name, func_name = COMMANDS[key].split(":")
-    from cnnvideo.config import ConfigError
-
     try:
         func = getattr(importlib.import_module(module_name), func_name)
         return int(func(args) or 0)

@@ -24,10 +24,15 @@ import numpy as np
 
 from cnnvideo import artifacts
 from cnnvideo import config as config_mod
-from cnnvideo.plan import costinputs, pool
+from cnnvideo.model.engines import factory_for
+from cnnvideo.model.loading import check_weights, load_graph
+from cnnvideo.plan import costinputs, overhead, pool
 from cnnvideo.plan.costmodel import CostInputs
 from cnnvideo.plan.plan import Plan
+from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
+from cnnvideo.plan.profiling import device_tag, profile_worker, senders_for
 from cnnvideo.plan.schedulers import RUNTIME_OPTIONS, SCHEDULERS, create, objective
+from cnnvideo.video.frames import read_frames, synthetic_frames
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +54,6 @@ def seg_times(cfg: config_mod.Config, profile: np.ndarray) -> np.ndarray:
 
 def _frames(cfg: config_mod.Config, n: int):
     """n frames of the config's video, or synthetic frames when the file is missing."""
-    from cnnvideo.video.frames import read_frames, synthetic_frames
-
     if os.path.isfile(cfg.video):
         return read_frames(cfg.video, cfg.frame_size, n), cfg.video
     return synthetic_frames(n, cfg.frame_size, seed=cfg.seed), "synthetic"
@@ -77,8 +80,6 @@ def engine_stages(cfg: config_mod.Config, graph):
         return None
     import dataclasses
 
-    from cnnvideo.model.engines import factory_for
-
     if cfg.engine_options.threads <= 0:
         cfg = dataclasses.replace(cfg, engine_options=dataclasses.replace(cfg.engine_options, threads=1))
     return factory_for(cfg, graph)
@@ -95,11 +96,6 @@ def profiled_engine(cfg: config_mod.Config, stages) -> str:
 def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanContext:
     """Graph, profile, predictors and CostInputs for a config."""
     import torch
-
-    from cnnvideo.model.loading import load_graph
-    from cnnvideo.plan import overhead
-    from cnnvideo.plan.predict import Predictors, fit_recorder, record_video
-    from cnnvideo.plan.profiling import profile_worker, senders_for
 
     torch.set_num_threads(1)
     graph = load_graph(cfg)  # a zoo model's LayerGraph, or an ONNX file's OnnxGraph
@@ -148,9 +144,6 @@ def build_context(cfg: config_mod.Config, fit_frames: int = FIT_FRAMES) -> PlanC
 def stored_overheads(cfg: config_mod.Config, cpus) -> List[Any]:
     """Per worker, the figures (overhead.Stored or None) runs on this device stored for its CPU cap, else for the
     device at any cap."""
-    from cnnvideo.plan import overhead
-    from cnnvideo.plan.profiling import device_tag
-
     device = device_tag()
     return [overhead.load_for(cfg, device, c.cfs_quota_s, c.cfs_period_s) for c in cpus]
 
@@ -227,8 +220,6 @@ def _load(args) -> config_mod.Config:
 def _weights(cfg: config_mod.Config) -> str:
     """The weights the plan's model has: an ONNX model's are in its file (the `weights` key is not used there)."""
     if artifacts.onnx_model_path(cfg.model):
-        from cnnvideo.model.loading import check_weights
-
         return check_weights(cfg).describe()
     return cfg.weights
 

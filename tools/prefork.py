@@ -31,6 +31,8 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
+from cnnvideo.tools.cli import main
+
 # imported before any fork when installed (onnx: 0.8 s more for a role on ONNX Runtime); not onnxruntime, whose
 # sessions' thread pools must be a role's own, nor cv2, which starts threads of its own unless OMP_NUM_THREADS=1
 PRELOAD = ("numpy", "yaml", "torch", "torchvision", "onnx", "cnnvideo.config", "cnnvideo.tools.cli",
@@ -81,7 +83,6 @@ def _child(sock: socket.socket, fd: int, request: dict) -> None:
         os.environ.update(request["env"])
         argv = list(request["argv"])
         sys.argv = ["cnnvideo"] + argv
-        from cnnvideo.tools.cli import main
 
         code = int(main(argv) or 0)
     except SystemExit as exc:

@@ -14,10 +14,16 @@ from typing import Dict, Optional
 
 from cnnvideo import artifacts
 from cnnvideo.config import Config
+from cnnvideo.model.engines import EngineError, factory_for
+from cnnvideo.model.loading import load_graph
+from cnnvideo.plan import predict
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import convert, net
+from cnnvideo.video.sources import source_frames
 from cnnvideo.wire import settings
+
+from .servicer import TrainerServicer
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +32,6 @@ def fit_holding_out(rec, graph, fit_fraction: float, fp16: bool = False, int8=Fa
     """(predictors fitted on the first `fit_fraction` of the recorded frames, their validation on the rest: {} when
     nothing is held out, i.e. fit_fraction 1 or too few frames to spare two); `int8`: the cuts that travel uint8
     (predict.cut_meta)."""
-    from cnnvideo.plan import predict
-
     n_fit = max(int(round((rec.frames + 1) * fit_fraction)) - 1, 1)  # delta frames to fit on (frame 0 is the key)
     if rec.frames - n_fit < 2:
         return predict.fit_recorder(rec, graph, fp16=fp16, int8=int8), {}
@@ -57,8 +61,6 @@ class TrainerRole:
         self.thread: Optional[threading.Thread] = None
 
     def start(self) -> None:
-        from .servicer import TrainerServicer
-
         self.server = net.Server(self.cfg.cluster.trainer, self.cfg.max_message_bytes, threads=8,
                                  service_name="cnnvideo.Trainer")
         pb_grpc.add_TrainerServicer_to_server(TrainerServicer(self), self.server.grpc)
@@ -89,8 +91,6 @@ class TrainerRole:
 
     def fit(self):
         """Predictors from the on-disk cache, else recorded over the training video and fitted (with progress)."""
-        from cnnvideo.plan import predict
-
         path = artifacts.predictor_path(self.cfg)
         if not self.from_master and os.path.isfile(path):  # a live scene is fitted afresh for each run
             try:
@@ -101,8 +101,6 @@ class TrainerRole:
                 return p
             except (OSError, ValueError) as exc:
                 log.warning("ignoring unreadable predictor cache %s: %s", path, exc)
-        from cnnvideo.model.loading import load_graph
-        from cnnvideo.video.sources import source_frames
 
         t0 = time.time()
         graph = load_graph(self.cfg)
@@ -113,8 +111,6 @@ class TrainerRole:
             frames = source_frames(self.video, tuple(self.cfg.frame_size), limit=n)
         quant = None
         if self.cfg.precision == "int8":
-            from cnnvideo.model.engines import EngineError, factory_for
-
             try:
                 quant = factory_for(self.cfg, graph).calibration.qparams
             except EngineError as exc:

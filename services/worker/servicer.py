@@ -6,6 +6,7 @@ import queue
 
 import grpc
 
+from cnnvideo.plan.profiling import rescale
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import convert, payload_checks
@@ -39,8 +40,6 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             role.refresh_costs()
         prof = role.costs
         if request.rescale:
-            from cnnvideo.plan.profiling import rescale
-
             prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10), stages=role.stages)
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,
                                "seconds"), cached=role.costs_cached, encode=convert.to_array(prof.encode, "encode"),

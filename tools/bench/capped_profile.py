@@ -20,6 +20,12 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from cnnvideo.model import engines
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
+from cnnvideo.plan.profiling import _engine_time, profile_compute
+from cnnvideo.tools import linkemu
+
 CHILD = r"""
 import json, sys
 from cnnvideo.model import engines
@@ -47,12 +53,6 @@ def _shares(seconds: np.ndarray) -> np.ndarray:
 def measure(model: str, frame_size, cap: float, profiles: int, precision: str, cache_dir: str,
             alone_cuts: List[int]) -> Dict[str, Any]:
     """Uncapped and capped profiles of `model`'s whole ORT stage, as a dict (see the module docstring)."""
-    from cnnvideo.model import engines
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
-    from cnnvideo.plan.profiling import _engine_time, profile_compute
-    from cnnvideo.tools import linkemu
-
     g = LayerGraph.from_model(build_model(model, seed=0), tuple(frame_size))
     k = g.num_segments
     stages = engines.StageFactory(g, engines.EngineSpec("onnxruntime", precision, threads=1), cache_dir, "bench",
@@ -127,8 +127,6 @@ def write_page(result: Dict[str, Any], out: str) -> None:
 
 
 def run(args) -> int:
-    from cnnvideo.model import engines
-
     ok, why = engines.ort_available()
     if not ok:
         print("cnnvideo: error: bench capped-profile needs onnxruntime (%s)" % why, file=sys.stderr)

@@ -19,6 +19,10 @@ from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 
+from cnnvideo.model.engines.torch_engine import TorchStage
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
+from cnnvideo.video.frames import default_video, read_frames, synthetic_frames
 from cnnvideo.wire.hop import HopReceiver, HopSender
 
 log = logging.getLogger(__name__)
@@ -65,8 +69,6 @@ def baseline_decode(buf: bytes, prev: np.ndarray) -> np.ndarray:
 
 def _default_video() -> str:
     """media/vtest.avi (cwd or repo root) if present, else '' (synthetic clip)."""
-    from cnnvideo.video.frames import default_video
-
     here = os.path.dirname(os.path.abspath(__file__))
     for path in (default_video(), os.path.join(here, "..", "..", "media", "vtest.avi")):
         if path and os.path.isfile(path):
@@ -76,8 +78,6 @@ def _default_video() -> str:
 
 def _frames(video: str, frame_size: Tuple[int, int], n: int) -> Iterator[np.ndarray]:
     """Frames from the video, or the synthetic static-camera clip when video is ''."""
-    from cnnvideo.video.frames import read_frames, synthetic_frames
-
     if video:
         return read_frames(video, frame_size, limit=n)
     return synthetic_frames(n, frame_size, seed=SEED)
@@ -175,10 +175,6 @@ class _HopStats:
 def measure(model_name: str, video: str, frames: int, frame_size: Tuple[int, int], threshold: float,
             input_threshold: float) -> Dict[str, object]:
     """Run the benchmark and return the JSON-ready result."""
-    from cnnvideo.model.engines.torch_engine import TorchStage
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
-
     model = build_model(model_name, weights="random", seed=SEED)
     graph = LayerGraph.from_model(model, frame_size)
     stages = [TorchStage(graph, k, k + 1) for k in range(len(graph.cuts) - 1)]

@@ -15,6 +15,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.artifacts import calibration_path, onnx_dir, onnx_model_path
+from cnnvideo.errors import ConfigError
+from cnnvideo.model.catalog import sha256_of
+from cnnvideo.model.engines import EngineError, EngineSpec, StageFactory, cpu_threads, ort_available, weights_digest
+from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+from cnnvideo.model.onnx_graph import load_graph, unpack_outputs
+from cnnvideo.plan.profiling import profile_compute
+from cnnvideo.results.detections import DetectionAgreement, decode, detector_for_outputs
+from cnnvideo.results.labels import top1_agreement, top1_in_top5, top2_margin, top5_overlap
+from cnnvideo.video.frames import read_frames, synthetic_frames
+
 log = logging.getLogger(__name__)
 
 VARIANTS = ("torch-fp32", "onnxruntime-fp32", "onnxruntime-int8")
@@ -29,8 +40,6 @@ class HeldoutError(ValueError):
 
 
 def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
-    from cnnvideo.video.frames import read_frames, synthetic_frames
-
     if video and os.path.isfile(video):
         clip = list(read_frames(video, tuple(frame_size), start + n, loop=False))[start:]
         if clip:
@@ -40,8 +49,6 @@ def _frames(video: str, frame_size, n: int, start: int = 0) -> List[np.ndarray]:
 
 def split_cut(graph) -> int:
     """The cut that halves torch fp32 compute (the lbs split of 2 equal workers)."""
-    from cnnvideo.plan.profiling import profile_compute
-
     seconds = profile_compute(graph, 1)[0]
     cum = np.cumsum(seconds)
     return int(np.clip(np.searchsorted(cum, cum[-1] / 2.0) + 1, 1, graph.num_segments - 1))
@@ -67,8 +74,6 @@ def parse_heldout(text: str) -> Tuple[int, int, int]:
 def _heldout_frames(video: str, frame_size, heldout: Tuple[int, int, int], frames: int,
                     calibration: Tuple[int, int, int]) -> List[np.ndarray]:
     """The held-out frames; ValueError if the video lacks them or they overlap the evaluation or calibration."""
-    from cnnvideo.video.frames import read_frames
-
     start, stride, count = heldout
     wanted = [start + i * stride for i in range(count)]
     c0, cs, cn = calibration
@@ -82,8 +87,6 @@ def _heldout_frames(video: str, frame_size, heldout: Tuple[int, int, int], frame
 
 
 def _agreement(outputs: np.ndarray, ref: np.ndarray) -> Dict[str, Any]:
-    from cnnvideo.results.labels import top1_agreement, top1_in_top5, top5_overlap
-
     return {"top1_agreement": top1_agreement(list(outputs), list(ref)),
             "top5_overlap": top5_overlap(list(outputs), list(ref)),
             "top1_in_top5": top1_in_top5(list(outputs), list(ref))}
@@ -91,8 +94,6 @@ def _agreement(outputs: np.ndarray, ref: np.ndarray) -> Dict[str, Any]:
 
 def _margins(ref: np.ndarray) -> Dict[str, Any]:
     """How close the reference's top-2 logits are: a frame whose margin is below an engine's error can flip."""
-    from cnnvideo.results.labels import top2_margin
-
     m = np.array([top2_margin(r) for r in ref])
     return {"min": float(m.min()), "median": float(np.median(m)), "share_below_0.05": float(np.mean(m < 0.05)),
             "share_below_0.1": float(np.mean(m < 0.1))}
@@ -103,10 +104,6 @@ def _build_stages(graph, model: str, frame_size, key: str, variants, cut: int, v
     """Per engine label ("onnxruntime-int8"): its [whole, first, second] stages split at `cut`, their build time
     in seconds, and the StageFactory that built them (notes, qparams); int8 calibrated on `calibration_frames`
     frames of `video` from `calibration_start`, every 10th."""
-    from cnnvideo.artifacts import calibration_path, onnx_dir
-    from cnnvideo.model.engines import EngineSpec, StageFactory
-    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
-
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="cnnvideo-bench-engine-")
     cal_spec = CalibrationSpec(video, calibration_frames, calibration_start, 10)
     cal_path = calibration_path(cache_dir, model, frame_size)
@@ -131,12 +128,10 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
             calibration_frames: int, variants=VARIANTS, cache_dir: str = "",
             heldout: Optional[Tuple[int, int, int]] = None, split_at: int = 0) -> Dict[str, Any]:
     """Build every variant's whole-model and split stages, then time them interleaved and compare outputs."""
-    import torch
+    import torch  # torch here, not at the top: an ONNX-file model is measured (measure_onnx) without torch
 
-    from cnnvideo.model.engines import weights_digest
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import build_model
-    from cnnvideo.results.labels import top1_agreement
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, weights, 0), tuple(frame_size))
@@ -203,17 +198,12 @@ def measure(model: str, weights: str, frame_size, video: str, frames: int, repea
 
 def _detections(rows: List[np.ndarray], graph, spec, frame_size) -> List[list]:
     """Each frame's decoded detections from the packed model outputs (the last cut's row)."""
-    from cnnvideo.model.onnx_graph import unpack_outputs
-    from cnnvideo.results.detections import decode
-
     h, w = frame_size
     return [decode(unpack_outputs(r, graph.cuts[-1]), spec, w, h) for r in rows]
 
 
 def _detection_agreement(dets: List[list], ref: List[list]) -> Dict[str, Any]:
     """detections.DetectionAgreement summary of `dets` against `ref`, frame by frame."""
-    from cnnvideo.results.detections import DetectionAgreement
-
     agree = DetectionAgreement(0.5)
     for a, b in zip(dets, ref):
         agree.add(a, b)
@@ -228,12 +218,6 @@ def measure_onnx(model: str, frame_size, video: str, frames: int, repeat: int, c
     import dataclasses
 
     import onnxruntime
-
-    from cnnvideo.artifacts import onnx_model_path
-    from cnnvideo.model.engines import cpu_threads
-    from cnnvideo.model.onnx_graph import load_graph
-    from cnnvideo.model.zoo import sha256_of
-    from cnnvideo.results.detections import detector_for_outputs
 
     bad = [v for v in variants if v not in ONNX_VARIANTS]
     if bad:
@@ -314,10 +298,6 @@ def measure_onnx(model: str, frame_size, video: str, frames: int, repeat: int, c
 def run(args) -> int:
     """Entry point of `cnnvideo bench engine`."""
     import sys
-
-    from cnnvideo.artifacts import onnx_model_path
-    from cnnvideo.errors import ConfigError
-    from cnnvideo.model.engines import EngineError, ort_available
 
     ok, why = ort_available()
     onnx_model = onnx_model_path(args.model) is not None

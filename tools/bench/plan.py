@@ -8,6 +8,9 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from cnnvideo.plan.costmodel import random_inputs
+from cnnvideo.plan.schedulers import SCHEDULERS, objective, schedule
+
 log = logging.getLogger(__name__)
 
 IN_FLIGHT = (0, 1, 3, 6)
@@ -16,9 +19,6 @@ BUDGET_MS = 200.0
 
 def measure(workers: int, cuts: int, repeat: int, seed: int = 0) -> Dict[str, Any]:
     """Median decision ms per scheduler over `repeat` random inputs, and optimal-vs-others objective checks."""
-    from cnnvideo.plan.costmodel import random_inputs
-    from cnnvideo.plan.schedulers import SCHEDULERS, objective, schedule
-
     times: Dict[str, List[float]] = {name: [] for name in SCHEDULERS}
     ratio: Dict[str, List[float]] = {name: [] for name in SCHEDULERS}
     violations: List[Dict[str, Any]] = []

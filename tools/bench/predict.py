@@ -9,6 +9,11 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
+from cnnvideo.plan.predict import FEATURES, cut_meta, estimate_bytes, fit, record_video
+from cnnvideo.video.frames import default_video, read_frames, synthetic_frames
+
 log = logging.getLogger(__name__)
 
 FIT_FRACTION = 0.6
@@ -17,8 +22,6 @@ TARGET_MAPE = 0.20
 
 def _frames(video: str, frame_size, n: int):
     """Frames of the video, or a synthetic clip when there is no video file."""
-    from cnnvideo.video.frames import read_frames, synthetic_frames
-
     if video and os.path.isfile(video):
         return list(read_frames(video, tuple(frame_size), n)), video
     return list(synthetic_frames(n, tuple(frame_size), seed=1)), "synthetic"
@@ -32,10 +35,6 @@ def _mape(pred: np.ndarray, actual: np.ndarray) -> np.ndarray:
 def measure(model: str, video: str, frames: int, frame_size, fit_fraction: float = FIT_FRACTION) -> Dict[str, Any]:
     """Record, fit on the first part, and score every predictor form on the rest."""
     import torch
-
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
-    from cnnvideo.plan.predict import FEATURES, cut_meta, estimate_bytes, fit, record_video
 
     torch.set_num_threads(1)
     graph = LayerGraph.from_model(build_model(model, "random", 0), tuple(frame_size))
@@ -103,8 +102,6 @@ def measure(model: str, video: str, frames: int, frame_size, fit_fraction: float
 
 def run(args) -> int:
     """CLI entry: print JSON (--json) or a table."""
-    from cnnvideo.video.frames import default_video
-
     result = measure(args.model, args.video or default_video(), args.frames, args.frame_size)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -20,6 +20,9 @@ from typing import Dict
 
 import yaml
 
+from cnnvideo.results import report as rpt
+from cnnvideo.video.frames import synthetic_frames, write_video
+
 
 def _status_kb(pid: int) -> Dict[str, int]:
     out = {}
@@ -35,8 +38,6 @@ def _status_kb(pid: int) -> Dict[str, int]:
 
 
 def run(args) -> int:
-    from cnnvideo.video.frames import synthetic_frames, write_video
-
     work = args.out or tempfile.mkdtemp(prefix="cnnvideo-soak-")
     os.makedirs(work, exist_ok=True)
     h, w = args.frame_size
@@ -111,7 +112,6 @@ def run(args) -> int:
     done.set()
     for t in threads:
         t.join(5)
-    from cnnvideo.results import report as rpt
 
     path = os.path.join(work, "out", "report.json")
     report = rpt.read(path) if os.path.isfile(path) else {}

@@ -21,7 +21,9 @@ import numpy as np
 
 from cnnvideo.model.engines.torch_engine import TorchStage
 from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import load_model
 from cnnvideo.results.labels import top1
+from cnnvideo.video.frames import default_video, read_frames
 from cnnvideo.wire.hop import HopReceiver, HopSender
 
 INPUT_THRESHOLDS = (0, 1, 2, 3, 4, 6, 8)
@@ -258,9 +260,6 @@ def markdown(result: Dict[str, Any], command: str) -> str:
 
 
 def run(args) -> int:
-    from cnnvideo.model.zoo import load_model
-    from cnnvideo.video.frames import default_video, read_frames
-
     size = tuple(args.frame_size)
     model, info = load_model(args.model, args.weights, 0)
     graph = LayerGraph.from_model(model, size)

@@ -55,6 +55,9 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from cnnvideo import artifacts
+from cnnvideo.config import Config
+from cnnvideo.config_upgrade import upgrade
 from cnnvideo.results import report as rpt
 
 from .backends import ComposeBackend, LocalBackend
@@ -276,8 +279,6 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
 
 def weights_fact(base: Dict[str, Any]) -> str:
     """The weights an experiment's runs use: an ONNX model's are its file's (`weights` does not apply to it)."""
-    from cnnvideo import artifacts
-
     model = str(base.get("model", "alexnet"))
     if artifacts.onnx_model_path(model) is not None:
         return "the ONNX file's own" if model.lower().endswith(".onnx") else "trained (the model cache's ONNX file)"
@@ -387,9 +388,6 @@ def rebuild(spec: Dict[str, Any], command: str) -> List[str]:
 
 def cost_model_facts(base: Dict[str, Any]) -> str:
     """The cost-model settings of the runs (config defaults where the experiment leaves them)."""
-    from cnnvideo.config import Config
-    from cnnvideo.config_upgrade import upgrade
-
     default = Config()
     base = upgrade(base)  # old top-level cost-model keys: under cost_model
     cost = base.get("cost_model") or {}

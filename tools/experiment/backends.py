@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from cnnvideo import config
 from cnnvideo.results import progress
+from cnnvideo.wire import settings
 
 from .spec import ExperimentError, _merge, bandwidth_list, n_workers, run_cpus, run_workers
 
@@ -218,9 +220,6 @@ class ComposeBackend:
 
     def roles_key(self, cfg: Dict[str, Any]) -> str:
         """Digest of the settings of `cfg` the trainer and workers depend on (cnnvideo.wire.settings.TRAINER_KEYS)."""
-        from cnnvideo import config
-        from cnnvideo.wire import settings
-
         digest = settings.of(config.from_dict(self.roles_config(cfg), check_files=False), settings.TRAINER_KEYS).digest
         return "%s|w%d|%s" % (digest, self.n, sorted((cfg.get("cpus") or {}).items()))  # caps: workers re-created
 

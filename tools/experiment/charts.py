@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from cnnvideo.results.report import StageSpan, gantt_svg
+
 from .summary import bytes_summary, hop_names, medians, n_of, scaling
 
 SCHEDULER_COLOURS = {"lbs": "#4e79a7", "edge": "#f28e2b", "cloud": "#e15759", "nsc": "#76b7b2", "das": "#59a14f",
@@ -125,8 +127,6 @@ def timeline(series: Sequence[Tuple[str, Sequence[Tuple[int, float]]]], title: s
 
 
 def gantt(report: Dict[str, Any]) -> str:
-    from cnnvideo.results.report import StageSpan, gantt_svg
-
     spans = [StageSpan(int(f), a, s, float(t0), float(t1), int(b)) for f, a, s, t0, t1, b in report.get("spans") or []]
     return gantt_svg(spans, ["m"] + ["w%d" % w for w in range(n_of(report))], max_frames=60)
 

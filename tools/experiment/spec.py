@@ -9,6 +9,9 @@ from typing import Any, Dict, List
 
 import yaml
 
+from cnnvideo import config
+from cnnvideo.wire import settings
+
 KNOWN = ("name", "out", "work", "backend", "frames", "cpus", "base", "variants", "matrix", "runs", "gantt",
          "timeout_s", "workers")
 
@@ -183,9 +186,6 @@ def run_cpus(spec: Dict[str, Any], r: Dict[str, Any]) -> Dict[str, float]:
 def settings_key(spec: Dict[str, Any], r: Dict[str, Any]) -> str:
     """Digest of the settings of run r that the long-lived trainer and workers depend on (cnnvideo.wire.settings):
     runs with the same key can share them; a new key needs them restarted with that run's config."""
-    from cnnvideo import config
-    from cnnvideo.wire import settings
-
     cfg = config.from_dict(run_config(spec, r), check_files=False)
     caps = sorted(run_cpus(spec, r).items())  # the compose backend re-creates the workers for new caps or count
     return "%s|w%d|%s" % (settings.of(cfg, settings.TRAINER_KEYS).digest, run_workers(spec, r), caps)

@@ -6,6 +6,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.plan.costmodel import simulate
+
 SCHEDULERS = ("lbs", "edge", "cloud", "fixed", "nsc", "das", "optimal", "adaptive")  # table order
 
 
@@ -100,8 +102,6 @@ def recurrence_fps(stage_s: Sequence[Optional[float]], frames: int, in_flight: i
                    turnaround: float = 0.0) -> Optional[float]:
     """The cost model's pipeline recurrence fed with the run's own measured mean stage costs and turnaround (so it
     checks the timing model, not the profile): frames / simulated makespan."""
-    from cnnvideo.plan.costmodel import simulate
-
     if frames <= 0 or any(c is None for c in stage_s):
         return None
     costs = [[float(c) for c in stage_s]] * frames

@@ -17,18 +17,18 @@ import time
 
 import numpy as np
 
+from cnnvideo.artifacts import calibration_path, onnx_dir
+from cnnvideo.model.engines import EngineSpec, QParams, StageFactory, weights_digest
+from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import build_model
+from cnnvideo.results.labels import top1_agreement
+from cnnvideo.video.frames import read_frames
+from cnnvideo.wire.hop import HopReceiver, HopSender
+
 
 def main() -> int:
     import torch
-
-    from cnnvideo.artifacts import calibration_path, onnx_dir
-    from cnnvideo.model.engines import EngineSpec, StageFactory, weights_digest
-    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
-    from cnnvideo.results.labels import top1_agreement
-    from cnnvideo.video.frames import read_frames
-    from cnnvideo.wire.hop import HopReceiver, HopSender
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--video", default="media/vtest.avi")
@@ -78,8 +78,6 @@ def main() -> int:
         first, second = factory.stage(0, cut), factory.stage(cut, k)
         qp = factory.qparams(cut)
         if qp is None:  # a cut the calibration keeps float: nothing is rounded at it
-            from cnnvideo.model.engines import QParams
-
             class _Float(QParams):
                 def quantize(self, x):
                     return np.asarray(x, dtype=np.float32)

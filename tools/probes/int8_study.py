@@ -24,13 +24,18 @@ import time
 
 import numpy as np
 
+from cnnvideo.model.engines import ort_int8
+from cnnvideo.model.engines.ort_engine import export_stage, session
+from cnnvideo.model.graph import LayerGraph
+from cnnvideo.model.zoo import Preprocess, build_model
+from cnnvideo.results.labels import top1_agreement, top1_in_top5, top5_overlap
+from cnnvideo.video.frames import read_frames
+
 SETS = {"eval": list(range(0, 30)), "dev": list(range(100, 400, 10)), "heldout": list(range(560, 795, 5))}
 CALIB = list(range(400, 560, 10))
 
 
 def _sets_metrics(logits, ref):
-    from cnnvideo.results.labels import top1_agreement, top1_in_top5, top5_overlap
-
     out = {}
     for name, ids in SETS.items():
         a, b = [logits[i] for i in ids], [ref[i] for i in ids]
@@ -64,12 +69,6 @@ def _median_s(fn, x, n=7):
 
 def main() -> int:
     import torch
-
-    from cnnvideo.model.engines import ort_int8
-    from cnnvideo.model.engines.ort_engine import export_stage, session
-    from cnnvideo.model.graph import LayerGraph
-    from cnnvideo.model.zoo import build_model
-    from cnnvideo.video.frames import read_frames
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--video", default="media/vtest.avi")
@@ -187,9 +186,6 @@ def _sensitivity(fp32: bytes, frames, ref, workdir: str) -> None:
     import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from cnnvideo.model.engines import ort_int8
-    from cnnvideo.model.engines.ort_engine import session
-
     src, pre = os.path.join(workdir, "s.onnx"), os.path.join(workdir, "s.pre.onnx")
     with open(src, "wb") as fh:
         fh.write(fp32)
@@ -221,8 +217,6 @@ def _op_profile(model: bytes, x, workdir: str, runs: int = 20) -> dict:
     2 warm-ups: the share of each op type, and of the float Conv nodes (the layers the recipe keeps fp32)."""
     import collections
 
-    from cnnvideo.model.engines.ort_engine import session
-
     sess = session(model, 1, "int8 model", profile_prefix=os.path.join(workdir, "ort-profile"))
     for _ in range(2):
         sess.run(None, {"x": x})
@@ -250,8 +244,6 @@ def _fx_row(frames, ref) -> dict:
     import torch
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-
-    from cnnvideo.model.zoo import Preprocess, build_model
 
     net = build_model("mobilenet_v2", "imagenet", 0).eval()
     pp = Preprocess()

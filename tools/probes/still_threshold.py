@@ -23,6 +23,8 @@ import json
 
 import numpy as np
 
+from cnnvideo.wire.hop import HopSender
+
 
 def _read(path: str, limit: int):
     import cv2
@@ -109,8 +111,6 @@ def noise_sigma(frames: np.ndarray, person: int) -> float:
 
 def synthetic_empty(background: np.ndarray, sigma: float, size, frames: int, thresholds, seed: int = 0):
     """Share of empty closed-loop input deltas per threshold over `frames` noisy still frames (after the key)."""
-    from cnnvideo.wire.hop import HopSender
-
     rng = np.random.default_rng(seed)
     clip = []
     for _ in range(frames + 1):

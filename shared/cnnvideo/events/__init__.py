@@ -18,18 +18,18 @@ import collections
 import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
+# each module loads its heavy package (cv2, paho, prometheus_client) only when used
+from .metrics import Metrics
+from .mqtt import MqttPublisher, MqttSettings
+from .snapshots import SnapshotKeeper
+from .tracker import BoxTracker, TrackerSettings
+from .trackers import make_tracker
 from .types import EVENT_TYPES, Box, Detection, Event, EventsConfigError
-
-if TYPE_CHECKING:  # the heavier modules (numpy, cv2, paho, prometheus_client) load only when used
-    import numpy as np
-
-    from .metrics import Metrics
-    from .mqtt import MqttPublisher
-    from .snapshots import SnapshotKeeper
-    from .tracker import BoxTracker
-    from .zones import ZoneMonitor
+from .zones import ZoneMonitor, parse_zones
 
 LOG = logging.getLogger("cnnvideo.events")
 
@@ -162,10 +162,6 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
     Raises EventsConfigError (one line, naming the key) for anything wrong; the MQTT publisher is started
     (background connect) unless `start_mqtt` is false.
     """
-    from .tracker import TrackerSettings
-    from .trackers import make_tracker
-    from .zones import ZoneMonitor, parse_zones
-
     known = {"camera", "recent_max", "tracker", "zones", "snapshots", "mqtt"}
     for k in config:
         if k not in known:
@@ -184,8 +180,6 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
     zones = ZoneMonitor(zone_list) if zone_list else None
     snapshots, url_prefix = None, None
     if config.get("snapshots") is not None:
-        from .snapshots import SnapshotKeeper
-
         scfg = dict(config["snapshots"])
         url_prefix = scfg.pop("url_prefix", None)
         unknown = set(scfg) - {"dir", "max_tracks", "jpeg_quality"}
@@ -198,8 +192,6 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
             raise EventsConfigError("%s.snapshots: %s" % (key, e)) from None
     publisher = None
     if config.get("mqtt") is not None:
-        from .mqtt import MqttPublisher, MqttSettings
-
         publisher = MqttPublisher(_settings(MqttSettings, config["mqtt"], key + ".mqtt"), camera=camera)
         if start_mqtt:
             publisher.start()

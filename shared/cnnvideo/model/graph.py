@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from cnnvideo.model.cuts import find_cut, unique_name
+from cnnvideo.model.detector import splittable
 from cnnvideo.model.zoo import Preprocess, disable_inplace
 
 log = logging.getLogger(__name__)
@@ -428,8 +429,6 @@ class LayerGraph:
         height, width = (int(v) for v in frame_size)
         disable_inplace(model).eval()
         if type(model).__module__.startswith("torchvision.models.detection"):
-            from cnnvideo.model.detector import splittable
-
             model = splittable(model, (height, width)).eval()
         if method == "auto":
             method = "fx" if _fx() is not None else "chain"

@@ -5,6 +5,9 @@ import logging
 import os
 
 from cnnvideo.artifacts import onnx_model_path
+from cnnvideo.model.catalog import WeightsInfo, sha256_of
+from cnnvideo.model.onnx_graph import load_graph as load_onnx_graph
+from cnnvideo.model.onnx_graph import load_model as load_onnx
 
 log = logging.getLogger(__name__)
 
@@ -13,9 +16,8 @@ def load_graph(cfg):
     """The configured model as a LayerGraph; identical weights in every process for the same model/weights/seed."""
     path = onnx_model_path(cfg.model)
     if path:
-        from cnnvideo.model.onnx_graph import load_graph as load_onnx_graph
-
         return load_onnx_graph(path, cfg.frame_size)
+    # the torch model's modules load torch: not at the top, since an ONNX-file model runs without torch
     from cnnvideo.model.graph import LayerGraph
     from cnnvideo.model.zoo import load_model
 
@@ -28,12 +30,8 @@ def check_weights(cfg):
     """Load the configured weights once (hash, keys, shapes checked) and say which they are; a ModelError (a
     ConfigError: one line, exit 2) before a role serves anything. Random weights need no check; an ONNX file is
     read and checked (onnx_graph.load_model: readable, valid, every op available in ONNX Runtime)."""
-    from cnnvideo.model.catalog import WeightsInfo, sha256_of
-
     path = onnx_model_path(cfg.model)
     if path:  # the weights are in the file; `weights` is not used
-        from cnnvideo.model.onnx_graph import load_model as load_onnx
-
         load_onnx(path)  # unreadable, invalid or with an op ONNX Runtime lacks: one line (OnnxModelError)
         return WeightsInfo(cfg.model, "file", "ONNX file", os.path.abspath(path), sha256_of(path))
     if cfg.weights == "random":

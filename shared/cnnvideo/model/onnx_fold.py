@@ -9,13 +9,12 @@ from typing import Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from cnnvideo.model.cuts import unique_name
+from cnnvideo.model.engines.ort_session import session
 from cnnvideo.model.onnx_nodes import NONDETERMINISTIC, OnnxModelError, node_deps, np_dtype, one_line, subgraphs
 
 
 def probe_session(data: bytes, threads: int, where: str):
     """An ORT CPU session configured as every stage's (cnnvideo.model.engines.ort_session)."""
-    from cnnvideo.model.engines.ort_session import session
-
     return session(data, threads, where)
 
 

@@ -50,6 +50,7 @@ from cnnvideo.model.onnx_nodes import np_dtype as _np_dtype
 from cnnvideo.model.onnx_nodes import one_line as _one_line
 from cnnvideo.model.onnx_nodes import subgraphs as _subgraphs  # noqa: F401
 from cnnvideo.model.onnx_nodes import topo_live as _topo_live
+from cnnvideo.model.onnx_stage import OrtModule
 
 METHOD = "onnx"
 
@@ -593,8 +594,6 @@ class OnnxGraph:
         """The stage as a callable standing in for LayerGraph.stage_module's torch module (onnx_stage.OrtModule:
         torch tensors in and out when given torch, numpy otherwise), so code written for LayerGraph (profiling,
         predictors, executor, torch engine) runs ONNX models unchanged."""
-        from cnnvideo.model.onnx_stage import OrtModule
-
         return OrtModule(self, self.cut_index(start_cut), self.cut_index(end_cut))
 
     @property

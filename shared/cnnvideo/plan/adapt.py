@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from cnnvideo.plan.costmodel import CostInputs
+from cnnvideo.plan.plan import Plan
 
 
 def ewma(prev: Optional[float], x: float, alpha: float) -> float:
@@ -156,7 +157,7 @@ def replan(inputs: CostInputs, est: Estimates, current, in_flight: int, delta: b
            gain: float = 0.1, pool: bool = True) -> Tuple[Optional[object], float, float, CostInputs]:
     """(new Plan or None, current period, best period, measured inputs) under the measured cost model; `current` is
     a Plan (or a chain's cuts); with `pool` the best plan may be one of stages x replicas."""
-    from cnnvideo.plan.plan import Plan
+    # not at the top: a cycle (importing schedulers runs its __init__, which imports objects, which imports adapt)
     from cnnvideo.plan.schedulers.plans import objective, optimal
 
     if not isinstance(current, Plan):

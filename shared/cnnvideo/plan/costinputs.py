@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.config_types import CostModel
 from cnnvideo.cpucap import CFS_PERIOD_S
 from cnnvideo.plan.costmodel import STRIDE_EXPONENT, CostInputs, cfs_capped, with_network_cpu
 
@@ -53,8 +54,6 @@ def cpu_model(cpus: Sequence[Any], in_flight: int, net_ns_per_byte: float,
     compute, the call out and the stage report just after), with more x the wall/CPU ratio, like the per-byte
     charge."""
     if net_us_per_message is None:
-        from cnnvideo.config_types import CostModel
-
         net_us_per_message = CostModel.net_cpu_us_per_message
     net_us_per_message = np.asarray(net_us_per_message, dtype=np.float64)
     ratio = np.array([c.wall_per_cpu if c.wall_per_cpu > 0 else 1.0 for c in cpus], dtype=np.float64)

@@ -21,6 +21,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.wire.codec import estimate_bytes as codec_estimate
+from cnnvideo.wire.protocol import HopSettings
+
 log = logging.getLogger(__name__)
 
 FEATURES = ("sqrt", "channels")
@@ -28,20 +31,8 @@ FORMAT_VERSION = 2
 
 
 def estimate_bytes(nnz, numel, itemsize) -> np.ndarray:
-    """Codec size model (min of dense, bitmap+values, index list + header); the codec's own when present."""
-    try:
-        from cnnvideo.wire.codec import estimate_bytes as codec_estimate
-    except ImportError:  # pragma: no cover - codec is part of the package
-        codec_estimate = None
-    if codec_estimate is not None:
-        return np.asarray(codec_estimate(nnz, numel, itemsize), dtype=np.float64)
-    nnz = np.asarray(nnz, dtype=np.float64)
-    numel = np.asarray(numel, dtype=np.float64)
-    dense = numel * itemsize
-    bitmap = np.ceil(numel / 8.0) + nnz * itemsize
-    gap = numel / np.maximum(nnz, 1.0)
-    width = np.where(gap < 128, 1.0, np.where(gap < 32768, 2.0, 4.0))
-    return np.minimum(np.minimum(dense, bitmap), nnz * (width + itemsize)) + 64.0
+    """The codec's size model (min of dense, bitmap+values, index list + header), as float64."""
+    return np.asarray(codec_estimate(nnz, numel, itemsize), dtype=np.float64)
 
 
 def features(input_nz: np.ndarray, kind: str = "sqrt") -> np.ndarray:
@@ -376,8 +367,6 @@ def record_video(
     record rates, and with measure_bytes the bytes sent next to the size model's bytes. `quant` (cut ->
     engines.QParams, int8): inner-cut tensors are sent as their uint8 quantised values, as int8 workers send them."""
     import torch
-
-    from cnnvideo.wire.protocol import HopSettings
 
     n_cuts = len(graph.cuts)
     items = cut_meta(graph, fp16, int8=sorted(quant) if quant else False)[1]

@@ -20,6 +20,9 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.wire.hop import HopReceiver, HopSender
+from cnnvideo.wire.protocol import HopSettings
+
 log = logging.getLogger(__name__)
 
 CHANGED_SHARE = 0.1  # share of the frame's area redrawn for the codec profile's second frame
@@ -218,8 +221,6 @@ def profile_codec(graph, tensors: List[np.ndarray], ratio: float,
     the cut tensors to what travels (int8: uint8 values)."""
     import torch
 
-    from cnnvideo.wire.hop import HopReceiver
-
     modules = _segment_modules(graph)
     with torch.no_grad():
         second = _pass(modules, _changed_frame(tensors[0]))[3]
@@ -247,8 +248,6 @@ def senders_for(delta_options) -> Callable[[int], object]:
     """sender_for(cut) building the HopSender a worker uses at that cut, from a config's `delta` options
     (protocol.HopSettings.sender: the uint8 frame at cut 0 takes the pixel threshold, later cuts the float
     threshold and fp16)."""
-    from cnnvideo.wire.protocol import HopSettings
-
     return HopSettings.from_delta(delta_options).sender
 
 
@@ -341,8 +340,6 @@ def profile_worker(graph, iters: int = 3, sender_for: Optional[Callable[[int], o
     """Compute and codec profile of this process (see the module docstring); with `stages` (a StageFactory on
     another engine or int8) the segment times are scaled to that engine and the codec is timed on the tensors
     it sends."""
-    from cnnvideo.wire.hop import HopSender
-
     seconds, ratio, tensors = profile_compute(graph, iters)
     reference = float(seconds.sum())  # the torch fp32 pass, before any engine scaling (what rescale compares)
     bounds: Tuple[int, ...] = ()

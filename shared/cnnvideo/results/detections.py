@@ -25,6 +25,7 @@ import numpy as np
 
 from cnnvideo.errors import ConfigError
 from cnnvideo.events.types import Detection
+from cnnvideo.results.labels import coco_categories
 
 BOX_FORMATS = ("yxyx_norm", "xyxy_pixels")
 BOX_COLOUR_RGB = (0, 255, 0)
@@ -86,8 +87,6 @@ class CocoLabels(Mapping):
 
     def _table(self) -> Dict[int, str]:
         if self._names is None:
-            from cnnvideo.results.labels import coco_categories
-
             self._names = {i: n for i, n in enumerate(coco_categories()) if n not in ("__background__", "N/A")}
         return self._names
 

@@ -14,11 +14,9 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.results import labels
+
 log = logging.getLogger(__name__)
-
-
-class CheckError(RuntimeError):
-    """A checked result has another shape than the reference's."""
 
 
 class OnlineChecker:
@@ -98,8 +96,6 @@ class OnlineChecker:
                     self.compare(out, ref)
                     same, overlap = False, 0.0
                 elif out.size:
-                    from cnnvideo.results import labels
-
                     same = labels.top1(out) == labels.top1(ref)
                     overlap = labels.top5_overlap([out], [ref]) or 0.0
                 else:

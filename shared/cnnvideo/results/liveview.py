@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.results.detections import draw_boxes
 from cnnvideo.results.liveauth import LIMITED, OK, ViewAuth, cookie_value
 
 log = logging.getLogger(__name__)
@@ -395,8 +396,6 @@ class LiveView:
 
                 rgb = self.frame
                 if self.detections:
-                    from cnnvideo.results.detections import draw_boxes
-
                     rgb = draw_boxes(rgb, self.detections)
                 ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]))
                 self.jpeg = buf.tobytes() if ok else None

@@ -472,15 +472,17 @@ def thumbnail_uri(frame, width: int = 128, detections: Optional[Sequence[Any]] =
         return ""
     import base64
 
+    # not at the top, since they load numpy: read() serves the `cnnvideo local` launcher, camera_report and
+    # local_cameras, which load none; only the master makes thumbnails
+    from cnnvideo.results.detections import draw_boxes
+    from cnnvideo.video.frames import swap_rb
+
     h, w = frame.shape[:2]
     if detections is not None:
         width = max(width, 240)  # a detector's thumbnails: big enough to see who is boxed
     small = cv2.resize(frame, (width, max(int(round(h * width / float(w))), 1)), interpolation=cv2.INTER_AREA)
     if detections:
-        from cnnvideo.results.detections import draw_boxes
-
         small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=2)
-    from cnnvideo.video.frames import swap_rb
 
     ok, buf = cv2.imencode(".jpg", swap_rb(small), [int(cv2.IMWRITE_JPEG_QUALITY), 80])
     return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""

@@ -25,7 +25,7 @@ from typing import Any, Deque, Dict, Iterator, Optional, Tuple
 import numpy as np
 
 from cnnvideo.hostnet import NetnsError, in_netns
-from cnnvideo.video.frames import VideoError, _cv2, to_rgb
+from cnnvideo.video.frames import VideoError, _cv2, read_frames, to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -347,8 +347,6 @@ class _Closed:
 def source_frames(video: str, frame_size: Tuple[int, int], limit: int) -> Iterator[np.ndarray]:
     """`limit` consecutive RGB frames of any source (a file as read_frames does, looping; a stream, device or
     pipeline as they arrive, none skipped): what the trainer plays to fit its predictors."""
-    from cnnvideo.video.frames import read_frames
-
     if kind_of(video) == "file":
         yield from read_frames(video, frame_size, limit=limit)
         return

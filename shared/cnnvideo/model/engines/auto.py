@@ -11,7 +11,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from cnnvideo.model.engines.base import EngineError, EngineSpec, QParams, Stage
+from cnnvideo.model.engines.base import EngineError, EngineSpec, QParams, Stage, ort_available
+from cnnvideo.model.engines.factory import factory_for
 
 
 class AutoStages:
@@ -79,9 +80,6 @@ def auto_factories(cfg, graph) -> Dict[str, object]:
     """label -> StageFactory for every engine this host has (torch always, onnxruntime where it imports) at the
     config's precision, torch first; built as `factory_for` builds one."""
     import dataclasses
-
-    from cnnvideo.model.engines.base import ort_available
-    from cnnvideo.model.engines.factory import factory_for
 
     out = {}
     for engine in ("torch", "onnxruntime"):

@@ -7,6 +7,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from cnnvideo.artifacts import calibration_path, onnx_dir
 from cnnvideo.model.engines.base import (
     ENGINES,
     PRECISIONS,
@@ -16,6 +17,9 @@ from cnnvideo.model.engines.base import (
     Stage,
     ort_available,
 )
+from cnnvideo.model.engines.ort_engine import build_ort_stage
+from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
+from cnnvideo.model.engines.torch_engine import TorchStage
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +111,6 @@ class StageFactory:
             return sorted({"%s-%s" % (s.engine, s.precision) for s in self._stages.values() if not s.empty})
 
     def _build(self, start: int, end: int) -> Stage:
-        from cnnvideo.model.engines.torch_engine import TorchStage
-
         q_in, q_out = self.qparams(start), self.qparams(end)
         if start == end or self.spec.engine == "torch":
             return TorchStage(self.graph, start, end, q_in, q_out)
@@ -124,7 +126,6 @@ class StageFactory:
         try:
             if not ok:
                 raise EngineError(why)
-            from cnnvideo.model.engines.ort_engine import build_ort_stage
 
             return build_ort_stage(self, start, end, q_in, q_out)
         except EngineError as exc:
@@ -155,9 +156,6 @@ def factory_for(cfg, graph) -> StageFactory:
     """The StageFactory of a Config (`engine: auto`: onnxruntime where installed; a worker builds one factory per
     engine instead, `auto.AutoStages`): its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
     frames of the trainer's video that the run does not evaluate (cached in cache_dir/calibration)."""
-    from cnnvideo.artifacts import calibration_path, onnx_dir
-    from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
-
     engine = cfg.engine
     if engine == "auto":  # one factory (a trainer's calibration, `cnnvideo plan`): the engine auto would try first
         engine = "onnxruntime" if ort_available()[0] else "torch"

@@ -20,6 +20,8 @@ import numpy as np
 
 from cnnvideo.artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
 from cnnvideo.model.engines.base import EngineError, QParams, Stage, check_input, cpu_threads, first_line
+from cnnvideo.model.engines.ort_int8 import RECIPE, quantize_stage
+from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE, SegmentNames, segment_kernel_seconds
 from cnnvideo.model.engines.ort_session import session
 
 log = logging.getLogger(__name__)
@@ -156,8 +158,6 @@ def segment_scoped(graph, start: int, end: int):
 
     from torch import nn
 
-    from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE
-
     seq = nn.Sequential(OrderedDict((SEGMENT_SCOPE % k, graph.stage_module(k, k + 1)) for k in range(start, end)))
     return seq.eval()
 
@@ -206,8 +206,6 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
     parts = [factory.key, "cuts %d..%d (%s..%s)" % (start, end, g.cuts[start].name, g.cuts[end].name),
              precision, "torch %s" % torch.__version__.split("+")[0], "opset %d" % OPSET, "segment-scoped names"]
     if precision == "int8":
-        from cnnvideo.model.engines.ort_int8 import RECIPE
-
         parts += ["calibration %s" % factory.calibration.digest, "ort %s" % onnxruntime.__version__, RECIPE]
     return " | ".join(parts)
 
@@ -240,7 +238,6 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
         _store(fp32_path, data)
     if precision == "fp32":
         return data
-    from cnnvideo.model.engines.ort_int8 import quantize_stage
 
     inputs = factory.calibration.inputs(start)
     g = factory.graph
@@ -300,8 +297,6 @@ class OrtStage(Stage):
     def segment_seconds(self, x: np.ndarray, runs: int = 3) -> Optional[np.ndarray]:
         """Kernel seconds per segment of this stage on x, from ORT's per-node profile (ort_profile; a stage of an
         ONNX-file model by its nodes' names, `SegmentNames`); None when no kernel could be placed."""
-        from cnnvideo.model.engines.ort_profile import SegmentNames, segment_kernel_seconds
-
         if not self.path or not os.path.isfile(self.path):
             return None
         with open(self.path, "rb") as fh:

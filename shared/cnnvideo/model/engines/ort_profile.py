@@ -46,6 +46,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set
 import numpy as np
 
 from cnnvideo.cpucap import CFS_PERIOD_S, cfs_quota
+from cnnvideo.model.engines.ort_session import session
 
 SEGMENT_SCOPE = "s%d"  # the torch module name each segment is exported under (node names start /s<k>/)
 _SEGMENT = re.compile(r"(?:^|/)s(\d+)[/.]")  # a node's scope (/s3/...) or a weight's name (s3.model...)
@@ -245,8 +246,6 @@ def segment_kernel_seconds(data: bytes, start: int, end: int, x: np.ndarray, thr
     no segments and no `names` are given. With `plain` (the same stage on x in a session without the profiler),
     the profiler's per-event cost is taken out first (`without_profiler_cost`). The trace file is removed."""
     import onnx
-
-    from cnnvideo.model.engines.ort_session import session
 
     locate: Callable[[str], Optional[int]] = segment_of
     if names is not None:  # a stage extracted from an ONNX-file model: its node names carry no scopes

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.plan import adapt
 from cnnvideo.plan.costmodel import CostInputs, simulate, stage_costs
 from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.pool import pool_costs, pool_period
@@ -182,8 +183,6 @@ class AdaptiveScheduler(Scheduler):
     compute (cnnvideo.plan.adapt)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        from cnnvideo.plan import adapt
-
         super().__init__(*args, **kwargs)
         inputs = self.inputs
         self.estimates = adapt.Estimates(inputs.n_workers, alpha=float(self.options.get("alpha", 0.3)),
@@ -192,8 +191,6 @@ class AdaptiveScheduler(Scheduler):
         self.measured_inputs: Optional[CostInputs] = None
 
     def plan_for(self, frame: int, state: Optional[PipelineState] = None) -> Plan:
-        from cnnvideo.plan import adapt
-
         current = self.initial_plan()
         if frame <= 0 or frame % self.group_size:
             return current
@@ -212,8 +209,6 @@ class AdaptiveScheduler(Scheduler):
         return self.current
 
     def observe(self, sample) -> None:
-        from cnnvideo.plan import adapt
-
         if isinstance(sample, Transfer):
             self.estimates.add_transfer(sample.hop, sample.nbytes, sample.seconds)
         elif isinstance(sample, Compute) and sample.end_cut > sample.start_cut:
