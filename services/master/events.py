@@ -13,13 +13,16 @@ import logging
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
+from cnnvideo import hostnet
+from cnnvideo.events import pipeline_from_config
+from cnnvideo.events.labelchange import label_change_from_config
+from cnnvideo.events.types import Detection
+
 log = logging.getLogger(__name__)
 
 
 def top1_detection(top5, width: int, height: int):
     """The frame's top-1 class as a whole-frame Detection, or None (no top-5, or an unnamed class)."""
-    from cnnvideo.events.types import Detection
-
     if not top5:
         return None
     _, name, score = top5[0]
@@ -63,9 +66,6 @@ class MasterEvents:
                 log.warning("no /metrics: prometheus_client is not installed (%s)", exc)
         if not cfg.events.enabled:
             return
-        from cnnvideo import hostnet
-        from cnnvideo.events import pipeline_from_config
-
         self.pipeline = pipeline_from_config(cfg.events.pipeline_config(m.out), cfg.frame_size, metrics=self.metrics,
                                              start_mqtt=False)
         if self.pipeline.publisher is not None:  # the broker is in the user's network: dialled from the host's
@@ -124,8 +124,6 @@ class MasterEvents:
                 if self.kind is None:
                     self.kind = "classifier" if detections is None else "detector"
                     if self.kind == "classifier":
-                        from cnnvideo.events.labelchange import label_change_from_config
-
                         pipe.tracker = label_change_from_config(self.m.cfg.events.label_change)
                 if detections is None:
                     rec = self.m.tracker.records.get(frame)

@@ -11,6 +11,7 @@ from typing import Any, Deque, Dict, Optional
 import numpy as np
 
 from cnnvideo.config import Config
+from cnnvideo.video.frames import read_frames
 from cnnvideo.video.sources import Source, SourceError, SourceOptions
 from cnnvideo.wire.hop import InputChange
 
@@ -57,8 +58,6 @@ class Feed:
     def _scan(self) -> np.ndarray:
         """Input change rates of the first `frames` frames (one pass of the clip when frames is 0), frame by
         frame: the look-ahead of offline mode, without holding the frames."""
-        from cnnvideo.video.frames import read_frames
-
         change, rows = InputChange(self.cfg.delta.input_threshold), []
         for f in read_frames(self.cfg.video, tuple(self.cfg.frame_size), limit=self.limit, loop=self.limit > 0):
             rows.append(change.rates(f))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List
 
+from cnnvideo.plan.plan import Plan
+
 
 def plan_layers(info, cuts: List[int], n_workers: int) -> List[List[str]]:
     """Names of the layers each stage runs under `cuts` (a chain: each worker), from a worker's Info (segment layer
@@ -72,8 +74,6 @@ def detector_lines(report: Dict[str, Any]) -> List[str]:
 def main_plan(records, cuts: List[int]):
     """The plan most frames used (`cuts`: the tracker's most used cuts), with the groups most of those frames
     ran."""
-    from cnnvideo.plan.plan import Plan
-
     counts: Dict[tuple, int] = {}
     for r in records:
         if list(r.cuts) == list(cuts) and r.groups:

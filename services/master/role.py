@@ -18,6 +18,7 @@ import uuid
 from typing import Dict, List, Optional
 
 from cnnvideo.config import Config
+from cnnvideo.model.onnx_graph import unpack_outputs
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.plan import Plan
 from cnnvideo.results.progress import ProgressFile
@@ -266,8 +267,6 @@ class MasterRole:
     def model_outputs(self, y):
         """{output name: array} of a result of a multi-output ONNX model (unpacked), else `y` itself."""
         if self.onnx_graph is not None and len(self.onnx_graph.cuts[-1].tensors) > 1:
-            from cnnvideo.model.onnx_graph import unpack_outputs
-
             return unpack_outputs(y, self.onnx_graph.cuts[-1])
         return y
 

@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 
 from cnnvideo.artifacts import onnx_model_path, trains_on_master_frames
+from cnnvideo.model.loading import check_weights, load_graph
 from cnnvideo.plan import schedulers
 from cnnvideo.plan.costinputs import (
     alike_key,
@@ -23,10 +24,13 @@ from cnnvideo.plan.costinputs import (
     pool_alike,
 )
 from cnnvideo.plan.costinputs import build as cost_inputs
+from cnnvideo.plan.predict import Predictors
+from cnnvideo.results.exactness import OnlineChecker
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
+from .detecting import MasterDetections
 from .feed import SourceError
 from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
@@ -93,13 +97,9 @@ class Setup:
         seg_time, message_us = got.overheads.plan_inputs(seg_time)
         got.seconds["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
-            from cnnvideo.model.loading import check_weights
-
             got.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
             self.load_onnx_outputs()
         else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
-            from .detecting import MasterDetections
-
             got.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             with self.progress.step("loading the unsplit model for the check"):
@@ -173,10 +173,6 @@ class Setup:
     def load_onnx_outputs(self) -> None:
         """An ONNX model's graph (its last cut says how the outputs are packed) and, for a detector, the part that
         decodes each result into boxes."""
-        from cnnvideo.model.loading import load_graph
-
-        from .detecting import MasterDetections
-
         cfg, got = self.m.cfg, self.products
         got.onnx_graph = load_graph(cfg)
         last = got.onnx_graph.cuts[-1]
@@ -184,8 +180,6 @@ class Setup:
                                                     output_names=list(last.tensors))
 
     def start_checker(self) -> None:
-        from cnnvideo.results.exactness import OnlineChecker
-
         m, got = self.m, self.products
         block = not m.feed.source.live  # a file read as fast as asked may wait: every sample is checked
         defer = block and m.cfg.check_defer  # held (up to DEFER_QUEUE frames) until the last result
@@ -246,8 +240,6 @@ class Setup:
 
     def get_predictors(self, training: Optional[List[np.ndarray]] = None):
         """The trainer's predictors; `training`: the frames it fits on (sent first, again after a restart of it)."""
-        from cnnvideo.plan.predict import Predictors
-
         m, cfg = self.m, self.m.cfg
         req = pb.PredictorRequest(settings=m.settings_pb(settings.TRAINER_KEYS))
         backoff = net.Backoff(cfg.reliability.peer_wait_s)

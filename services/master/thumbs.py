@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from cnnvideo.results import report as rpt
+from cnnvideo.results.detections import caption
 
 HELD = 48
 
@@ -28,8 +29,6 @@ class Thumbnails:
         if uri:
             self.uris[frame] = uri
             if detections is not None:
-                from cnnvideo.results.detections import caption
-
                 self.captions[frame] = caption(detections)
         if len(self.uris) > HELD:
             self.every *= 2

@@ -8,8 +8,11 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from cnnvideo.config_validation import view_token
 from cnnvideo.results import report as rpt
 from cnnvideo.results.detections import caption, label_counts
+from cnnvideo.results.labels import topk
+from cnnvideo.results.liveview import LiveView
 
 WINDOW_S = 10.0  # the rolling Gantt chart's width
 RECENT = 4000  # spans kept for it
@@ -23,8 +26,6 @@ def describe_detections(detections) -> str:
 
 def describe(y: np.ndarray) -> str:
     """A one-line result: the top class of a classifier output with its softmax score (ImageNet names)."""
-    from cnnvideo.results.labels import topk
-
     best = topk(y, 1)
     return "%s (%.3g)" % (best[0][1], best[0][2]) if best else "-"
 
@@ -92,13 +93,9 @@ class LivePage:
         lv = m.cfg.live_view
         if not lv.port:
             return
-        from cnnvideo.results.liveview import LiveView
-
         self.view = ViewState(["m"] + ["w%d" % w for w in range(m.W)])
         m.telemetry.span_listeners.append(self.view.note_span)
         m.consumers.register(self.on_result, holding_lock=True)
-        from cnnvideo.config_validation import view_token
-
         ev = m.events
         self.server = LiveView(lv.port, self.state, lv.host, token=view_token(m.cfg),
                                metrics=ev.render if ev.metrics is not None else None,
