@@ -33,7 +33,8 @@ def check_sources(cfg: config.Config) -> Dict[str, str]:
     from cnnvideo.video.sources import SourceError, kind_of, probe
 
     down: Dict[str, str] = {}
-    for name, cam in cfg.cameras.items():
+    for cam in cfg.cameras:
+        name = cam.name
         if kind_of(cam.video) == "file":
             cam.video = os.path.abspath(cam.video)
         try:
@@ -55,7 +56,7 @@ def master_shares(shares: Dict[str, float], cfg: config.Config) -> Dict[str, flo
     out = dict(shares)
     if several(cfg) and "master" in out:
         share = out.pop("master")
-        out.update({"master-%s" % name: share for name in cfg.cameras})
+        out.update({"master-%s" % name: share for name in cfg.camera_names()})
     return out
 
 
@@ -174,7 +175,7 @@ def combined_report(cfg: config.Config, runs: List[Tuple[str, config.Config, Any
                     report[key] = value
                 rpt.write_json(report, path)
         entry = camera_entry(report, codes.get(master.name, 1), master.lines, path)
-        entry["weight"] = cfg.cameras[name].weight
+        entry["weight"] = cfg.camera(name).weight
         cameras[name] = entry
     total = sum(float(c.get("fps") or 0.0) for c in cameras.values())
     for c in cameras.values():
