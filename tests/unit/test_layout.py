@@ -168,7 +168,7 @@ def test_master_role_is_glue():
 CORE_LAYERS = [
     ("errors", "config_types", "cpucap", "hostnet", "tcrules"),
     ("config_upgrade",),
-    ("config_cameras", "config_rules"),
+    ("config_cameras", "config_rules", "cluster"),
     ("video", "wire", "events"),
     ("artifacts",),
     ("model", "plan"),
