@@ -329,9 +329,10 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
         else:
             keep.append(arg)
     addresses = [] if spec.several else one
-    for service in spec.master_names() if spec.several else []:
-        addresses += ["--address", "%s=${%s:?set %s to the address of the node of %s (it has no server, so the config "
-                                   "lacks it)}" % (service, master_ip_var(service), master_ip_var(service), service)]
+    for service in spec.master_names() if spec.several else []:  # no '-' in the message: docker's interpolation
+        var = master_ip_var(service)                                 # reads `${V:?a-b}` as V:?a with default b
+        addresses += ["--address", "%s=${%s:?set %s to the address of this master's node (it has no server, so the "
+                                   "config lacks it)}" % (service, var, var)]
     netem["command"] = keep + addresses + spec.link_args()
     stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
     workers = [str(w) for w in cfg["cluster"]["workers"]]

@@ -290,6 +290,10 @@ def test_two_cameras_share_the_pool(swarm):
     """The stack rendered from a config listing two cameras: master-door and master-yard, each on the node labelled
     for it, run their camera (`--camera`) on the one trainer and the two workers; each writes its own report with every
     frame completed and exact, and each worker's helper shapes its results to both masters."""
+    # a helper of a stack removed before clears its device's rules as it exits: it must be gone before ours starts
+    wait_for("the containers of an earlier stack gone", lambda: not any(on(
+        node, "docker", "ps", "-q", "--filter", "label=com.docker.stack.namespace=cnnvideo").text.strip()
+        for node in swarm.nodes.values()), 180)
     swarm.label(["trainer", "worker0", "worker1"])
     on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-door", swarm.nodes["master"])
     on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-yard", swarm.nodes["master2"])
@@ -308,9 +312,20 @@ def test_two_cameras_share_the_pool(swarm):
         assert report["completed"] == report["frames"] == FRAMES and report["lost"] == 0, report
         assert report["max_abs_err"] == 0.0 and report.get("camera", camera) == camera, report
         assert report["workers"] == ["%s:50060" % swarm.ips["worker0"], "%s:50061" % swarm.ips["worker1"]]
-    filters = on(swarm.nodes["worker0"], "tc", "filter", "show", "dev", "eth0").text
-    for node in ("master", "master2", "worker1"):  # results to each master's node, the hop into worker1
-        assert _hex_ip(swarm.ips[node]) in filters, (node, filters)
+    want = [_hex_ip(swarm.ips[node]) for node in ("master", "master2", "worker1")]  # results to each master's node,
+
+    seen = []
+
+    def shaped():  # and the hop into worker1 (the helper re-checks its rules every few seconds)
+        seen[:] = [on(swarm.nodes["worker0"], "tc", "filter", "show", "dev", "eth0", check=False).text]
+        return all(ip in seen[0] for ip in want)
+
+    try:
+        wait_for("worker0's egress shaped to both masters and worker1", shaped, 60)
+    except AssertionError:
+        helper = on(swarm.manager, "docker", "service", "logs", "--raw", "cnnvideo_netem", check=False).text
+        raise AssertionError("worker0's helper did not shape %s; tc filter show: %r\n%s"
+                             % (want, seen[0][-1500:], helper[-2000:])) from None
     on(swarm.manager, "docker", "stack", "rm", "cnnvideo")
     wait_for("the stack's services gone",
              lambda: not on(swarm.manager, "docker", "service", "ls", "-q").text.strip(), 120)
