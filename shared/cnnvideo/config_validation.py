@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from cnnvideo import config_rules
 from cnnvideo.config_types import Config
+from cnnvideo.errors import ConfigError
 from cnnvideo.events.from_config import events_keys_set
+from cnnvideo.events.types import EventsConfigError
 from cnnvideo.model.from_config import model_unavailable, resolve_fallback
 from cnnvideo.results.from_config import VIEW_TOKEN_ENV, is_loopback, view_token
 
@@ -45,5 +47,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     config_rules.check_config(cfg)
     plan_part.check_config(cfg)
     tls.check_config(cfg.tls)
-    events_part.check_config(cfg, check_files)
+    try:
+        events_part.check_config(cfg, check_files)
+    except EventsConfigError as exc:  # the events library raises its own error with the whole line
+        raise ConfigError(str(exc)) from None
     return cfg

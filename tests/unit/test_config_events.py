@@ -11,6 +11,7 @@ import yaml
 from cnnvideo import config, config_validation
 from cnnvideo.config import ConfigError
 from cnnvideo.events import from_config as events_from_config
+from cnnvideo.events.types import EventsConfigError
 
 TOKEN = "0123456789abcdef0123"
 
@@ -155,6 +156,6 @@ def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
     monkeypatch.setitem(sys.modules, "paho", None)
     data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
     cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
-    with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
-        events_from_config.check_config(cfg, check_files=True)
+    with pytest.raises(EventsConfigError, match=r"^config key 'events' needs a package that is not installed"):
+        events_from_config.check_config(cfg, check_files=True)  # the events part's error: validate raises it as one
     config.from_dict(data, check_files=False)

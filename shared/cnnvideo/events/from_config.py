@@ -1,18 +1,16 @@
 """The events part's keys of the typed config (`events:`, and each camera's zones): check_config, which builds the
 events pipeline without connecting so that a bad key stops the config from loading, and resolves `events.enabled`.
 
-The one module of the events library that reads the typed config (cnnvideo.config_types, the bottom of the core);
-the rest takes plain mappings and imports nothing else from cnnvideo. config_validation runs this check with the
-other parts'.
+It reads the typed config by its fields (cfg.events, cfg.cameras, cfg.frame_size, cfg.out) and imports nothing
+else from cnnvideo, as the rest of this pure library: a bad key is an EventsConfigError whose message is the whole
+line ("config key 'events.x': ..."), which config_validation, running this check with the other parts', raises as
+the ConfigError it is.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, Tuple
-
-from cnnvideo.config_types import Config, Events
-from cnnvideo.errors import ConfigError
+from typing import Any, Dict, Tuple
 
 from .types import EventsConfigError
 
@@ -20,11 +18,11 @@ from .types import EventsConfigError
 log = logging.getLogger("cnnvideo.config")
 
 
-def events_keys_set(ev: Events) -> Tuple[str, ...]:
-    """The `events` keys other than `enabled` that differ from their defaults, in field order; a key set to null
-    (`snapshots: null`, `mqtt: null`: none) is not asked for events, so it does not count."""
-    default = Events()
-    return tuple(f.name for f in dataclasses.fields(Events) if f.name != "enabled"
+def events_keys_set(ev: Any) -> Tuple[str, ...]:
+    """The `events` keys (of config_types.Events) other than `enabled` that differ from their defaults, in field
+    order; a key set to null (`snapshots: null`, `mqtt: null`: none) is not asked for events, so it does not count."""
+    default = type(ev)()
+    return tuple(f.name for f in dataclasses.fields(ev) if f.name != "enabled"
                  and getattr(ev, f.name) is not None and getattr(ev, f.name) != getattr(default, f.name))
 
 
@@ -36,10 +34,10 @@ def _check_zones(zones: Dict, frame_size: Tuple[int, int], key: str, where: str)
         parse_zones(zones, frame_size, key)
     except EventsConfigError as exc:
         zkey, _, why = str(exc).partition(": ")
-        raise ConfigError("config key '%s': %s%s" % (zkey, why, where)) from None
+        raise EventsConfigError("config key '%s': %s%s" % (zkey, why, where)) from None
 
 
-def check_cameras(cfg: Config) -> None:
+def check_cameras(cfg: Any) -> None:
     """Each listed camera's zones inside its own frame: its own zones named `cameras.<name>.zones`, and zones it
     takes from events.zones when its frame differs from the top level's (named events.zones, with the camera)."""
     for cam in cfg.cameras:
@@ -50,10 +48,11 @@ def check_cameras(cfg: Config) -> None:
                          "" if "zones" in cam.own else " (camera %s)" % cam.name)
 
 
-def check_config(cfg: Config, check_files: bool = True) -> None:
+def check_config(cfg: Any, check_files: bool = True) -> None:
     """The cameras' zones, then the `events:` section: `enabled` resolved (null = on when another events key is
-    set), the pipeline and the label-change tracker built without connecting, so a bad key is one ConfigError
-    naming it. A missing package (paho-mqtt, prometheus_client) is an error only where files are checked: a worker
+    set), the pipeline and the label-change tracker built without connecting, so a bad key is one line naming it
+    (an EventsConfigError: see the module's doc). A missing package (paho-mqtt, prometheus_client) is an error only
+    where files are checked: a worker
     (check_files false) neither runs events nor needs their packages."""
     check_cameras(cfg)
     ev = cfg.events
@@ -78,7 +77,8 @@ def check_config(cfg: Config, check_files: bool = True) -> None:
         pipeline_from_config(ev.pipeline_config(cfg.out), cfg.frame_size, start_mqtt=False)
     except EventsConfigError as exc:
         key, _, why = str(exc).partition(": ")
-        raise ConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) from None
+        raise EventsConfigError("config key '%s': %s" % (key, why) if why else "config key 'events': %s" % exc) \
+            from None
     except ImportError as exc:
         if check_files:
-            raise ConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
+            raise EventsConfigError("config key 'events' needs a package that is not installed: %s" % exc) from None
