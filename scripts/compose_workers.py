@@ -32,7 +32,13 @@ import sys
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOPOLOGIES = ("pool", "chain")
+try:
+    from cnnvideo import cluster as clus
+except ImportError:  # run by a python3 without the project installed: the core's cluster description is plain data
+    sys.path.insert(0, os.path.join(REPO, "shared"))
+    from cnnvideo import cluster as clus
+
+TOPOLOGIES = clus.TOPOLOGIES
 MEDIA = "/app/media"  # where --media mounts a host folder of video files (trainer and masters, read-only)
 
 
@@ -65,48 +71,17 @@ def cpu_vars(n):
     return ["WORKER%d_CPUS" % i for i in range(n)]
 
 
-def templated_settings(prefix, rate=3):
-    """A link's settings read from the environment at `docker compose` time, as docker-compose.yml writes them."""
-    return "rate=${%s_RATE:-%s},delay=${%s_DELAY_MS:-0},jitter=${%s_JITTER_MS:-0},loss=${%s_LOSS_PCT:-0}" % (
-        prefix, rate, prefix, prefix, prefix)
+def templated_link(prefix, rate=3):
+    """A link whose settings are read from the environment at `docker compose` time, as docker-compose.yml writes
+    them (${<prefix>_RATE:-rate}, ...)."""
+    return clus.Link.templated(prefix, rate)
 
 
-def fixed_settings(rate):
-    return "rate=%g,delay=0,jitter=0,loss=0" % rate
-
-
-def pool_paths(n, masters=("master",)):
-    """(sender, receiver, link) of every path a pool of n workers uses, grouped by receiver: the master and every
-    other worker send to worker i over link i (the input hop may go to any replica of the first stage, a replica of
-    stage s sends to any replica of stage s+1); every worker sends results to the master over link n. Several
-    `masters` (one per camera): each sends to every worker over its link and gets results over link n."""
-    workers = ["worker%d" % i for i in range(n)]
-    paths = [(src, dst, i) for i, dst in enumerate(workers) for src in list(masters) + workers if src != dst]
-    return paths + [(w, m, n) for m in masters for w in workers]
-
-
-def link_args(n, settings, topology="pool", masters=("master",)):
-    """The netem helper's arguments (--link SPEC ...). `settings[k]`: the text after the names of link k (k < n:
-    into worker k; k = n: into the master). A pool shapes each directed path at its receiver's link (one link per
-    device, whoever sends: tools/linkemu.py's model); a chain shapes hop k both ways (master<>worker0, ...,
-    worker<n-1><>master). `masters`: the masters' service names (master-<camera> each when several cameras run),
-    each linked to the workers as the one master is; the helper finds containers by service name."""
-    if len(settings) != n + 1:
-        raise ValueError("%d link settings for %d workers (need %d)" % (len(settings), n, n + 1))
-    if topology == "pool":
-        specs = ["%s>%s,%s" % (src, dst, settings[k]) for src, dst, k in pool_paths(n, masters)]
-    elif topology == "chain":
-        specs = []
-        for master in masters:  # the hops between workers once, each master's two hops its own
-            chain = [master] + ["worker%d" % i for i in range(n)] + [master]
-            specs += [spec for spec in ("%s<>%s,%s" % (a, b, s) for a, b, s in zip(chain[:-1], chain[1:], settings))
-                      if spec not in specs]
-    else:
-        raise ValueError("topology must be one of %s, got %r" % (", ".join(TOPOLOGIES), topology))
-    command = []
-    for spec in specs:
-        command += ["--link", spec]
-    return command
+def describe(n, rate, cpus, topology="pool", cameras=("",), templated=False):
+    """The Cluster (cnnvideo.cluster) these arguments describe: `rate` MB/s of every link or the n+1 links (into
+    worker0..n-1, into the masters), or with `templated` the n+1 Links read at deploy time; `cpus` every worker's
+    cap or n of them; `cameras` the camera names (one master each)."""
+    return clus.from_rates(cameras, n, rate, cpus, topology)
 
 
 def env_templated(n, rate=3, cpus=0.5, topology="chain"):
@@ -115,18 +90,9 @@ def env_templated(n, rate=3, cpus=0.5, topology="chain"):
     ${CONFIG:-compose.yml}), as docker-compose.yml does: the experiment runner's compose backend sets them per run.
     Its default topology stays the chain while tools/experiment names and re-shapes chain links (hop_links,
     change_link); env_templated(2, topology="pool") is docker-compose.yml's netem service."""
-    settings = [templated_settings(p, rate) for p in hop_prefixes(n)]
+    links = [templated_link(p, rate) for p in hop_prefixes(n)]
     caps = ["${%s:-%s}" % (v, cpus) for v in cpu_vars(n)]
-    return build(n, settings, caps, config_name="${CONFIG:-compose.yml}", topology=topology, templated=True)[0]
-
-
-def _per(value, count, what):
-    """`value` for each of `count` items: a list of that length as given, a single value repeated."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != count:
-            raise ValueError("%d %s for %d" % (len(value), what, count))
-        return list(value)
-    return [value] * count
+    return build(n, links, caps, config_name="${CONFIG:-compose.yml}", topology=topology, templated=True)[0]
 
 
 def build(n, rate, cpus, config_name=None, topology="pool", templated=False, cluster=None, media=None):
@@ -137,8 +103,8 @@ def build(n, rate, cpus, config_name=None, topology="pool", templated=False, clu
     (env_templated's), not numbers; `cluster`: the cluster config mapping to start from (default
     configs/compose.yml's; it is not changed); `media`: a host folder mounted read-only at /app/media in the trainer
     and the master (video files). One master: a config listing several cameras is build_cameras'."""
-    rates = _per(rate, n + 1, "link rates")
-    caps = _per(cpus, n, "worker CPU caps")
+    spec = describe(n, rate, cpus, topology)
+    caps = [spec.worker_cap(i) for i in range(n)]
     with open(os.path.join(REPO, "docker-compose.yml")) as fh:
         compose = yaml.safe_load(fh)  # resolves the x-role anchors and merge keys
     if cluster is None:
@@ -153,22 +119,22 @@ def build(n, rate, cpus, config_name=None, topology="pool", templated=False, clu
     for svc in services.values():
         if isinstance(svc.get("command"), list):
             svc["command"] = [c.replace("${CONFIG:-compose.yml}", config_name) for c in svc["command"]]
-    for i in range(n):
+    for i, name in enumerate(spec.worker_names()):
         svc = copy.deepcopy(template)
         svc["command"] = ["worker", "-c", "/app/configs/" + config_name, "-i", str(i)]
         svc["cpus"] = caps[i]
         svc["environment"] = {"CNNVIDEO_HOST": "worker%d-cpus%s" % (i, caps[i])}
-        services["worker%d" % i] = svc
-    settings = rates if templated else [fixed_settings(r) for r in rates]
-    services["netem"]["command"] = link_args(n, settings, topology)
+        services[name] = svc
+    services["netem"]["command"] = spec.link_args()
     services["master"]["depends_on"] = {
-        name: {"condition": "service_healthy"} for name in ["trainer", "netem"] + ["worker%d" % i for i in range(n)]
+        name: {"condition": "service_healthy"} for name in ["trainer", "netem"] + spec.worker_names()
     }
     for name in ("trainer", "master") if media else ():
         services[name]["volumes"] = services[name].get("volumes", []) + ["%s:%s:ro" % (media, MEDIA)]
-    cfg["cluster"]["workers"] = ["worker%d:50060" % i for i in range(n)]
+    cfg["cluster"]["workers"] = ["%s:50060" % name for name in spec.worker_names()]
+    rates = [spec.link_into(i).rate for i in range(n)]
     if not templated and all(isinstance(v, (int, float)) for v in rates + caps):
-        cfg["bandwidth"] = [float(r) for r in rates[:n]]
+        cfg["bandwidth"] = [float(r) for r in rates]
         cfg["cpus"] = dict({"master": 1.0, "trainer": 1.0}, **{"worker%d" % i: caps[i] for i in range(n)})
     return compose, cfg
 
@@ -261,17 +227,18 @@ def build_cameras(n, rate, cpus, cluster, config_name=None, topology="pool", med
     cfg["trainer"] = trainer
     services = compose["services"]
     template = services.pop("master")
-    masters, files = [], {}
-    for name, mapping in camera_mappings(cfg):
-        files[name] = (camera_file(config_name, name), mapping)
+    spec = describe(n, rate, cpus, topology, cameras=tuple(cameras))
+    mappings = dict(camera_mappings(cfg))
+    files = {}
+    for service, name in spec.masters():
+        files[name] = (camera_file(config_name, name), mappings[name])
         svc = copy.deepcopy(template)
         command = [c.replace("/app/configs/" + config_name, "/app/configs/" + files[name][0]) for c in svc["command"]]
         command[command.index("--out") + 1] = "/app/out/" + name
         svc["command"] = command
-        masters.append("master-%s" % name)
-        services[masters[-1]] = svc
-    rates = _per(rate, n + 1, "link rates")
-    services["netem"]["command"] = link_args(n, [fixed_settings(r) for r in rates], topology, masters)
+        services[service] = svc
+    masters = spec.master_names()
+    services["netem"]["command"] = spec.link_args()
     services[REPORT_SERVICE] = {
         "image": template["image"],
         "user": "0",  # only to read the output folder's owner: REPORT_SHELL drops to it
@@ -285,54 +252,98 @@ def build_cameras(n, rate, cpus, cluster, config_name=None, topology="pool", med
     return compose, cfg, files
 
 
-def build_pi(n, rate=3.0, config_name=None):
+def master_ip_var(service):
+    """The deploy-time variable that holds a master's address for the Swarm helper (a master has no server, so the
+    config lacks it): master -> MASTER_IP, master-<camera> -> MASTER_<CAMERA>_IP (scripts/swarm_deploy.sh fills
+    each from its node's address)."""
+    return service.upper().replace("-", "_") + "_IP"
+
+
+def _pi_master(template, service, camera, config_name, swarm):
+    """One master service of the Pi compose file or the stack, for `camera` ('' = the one camera)."""
+    svc = copy.deepcopy(template)
+    command = list(svc["command"])
+    if "--camera" in command:  # the Pi compose file's `--camera ${CAMERA:-}`
+        command[command.index("--camera") + 1] = camera or "${CAMERA:-}"
+    elif camera:
+        command += ["--camera", camera]
+    svc["command"] = command
+    if swarm:
+        svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == %s" % service]}
+    return svc
+
+
+def build_pi(n, rate=3.0, config_name=None, cluster=None):
     """(Pi compose mapping, Swarm stack mapping, Pi cluster config) for n workers, from docker-compose.pi.yml,
-    docker-stack.yml and configs/compose-pi.yml: worker<i> services (the stack places worker<i> on the node labelled
-    cnnvideo.role=worker<i>), the stack's helper shapes the pool's links (HOP<i>_*, RET_* at deploy time), and the
-    config's addresses continue the file's pattern (the next LAN address and port per worker: edit them) and its
+    docker-stack.yml and `cluster` (a cluster config mapping; default configs/compose-pi.yml), rendered from its
+    cnnvideo.cluster description: worker<i> services (the stack places worker<i> on the node labelled
+    cnnvideo.role=worker<i>), one master per camera (several cameras: master-<camera>, run with `--camera <camera>`,
+    placed on the node labelled cnnvideo.role=master-<camera>, its address for the helper MASTER_<CAMERA>_IP), the
+    stack's helper shapes the pool's links (HOP<i>_*, RET_* at deploy time) between all of them, and the config's
+    addresses continue the file's pattern (the next LAN address and port per worker: edit them) and its
     `bandwidth` (what the cost model plans with) is `rate`; the helper enforces HOP<i>_RATE as deployed."""
     config_name = config_name or "compose-w%d-pi.yml" % n
     with open(os.path.join(REPO, "docker-compose.pi.yml")) as fh:
         pi = yaml.safe_load(fh)
     with open(os.path.join(REPO, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)
-    with open(os.path.join(REPO, "configs", "compose-pi.yml")) as fh:
-        cfg = yaml.safe_load(fh)
+    if cluster is None:
+        with open(os.path.join(REPO, "configs", "compose-pi.yml")) as fh:
+            cluster = yaml.safe_load(fh)
+    cfg = copy.deepcopy(cluster)
+    cameras = tuple((cfg.get("cameras") or {}).keys()) if len(cfg.get("cameras") or {}) > 1 else ("",)
+    rates = rate if isinstance(rate, (list, tuple)) else [rate] * n
+    spec = describe(n, [templated_link(p) for p in hop_prefixes(n)], None, "pool", cameras)
     for doc, var in ((pi, "${PI_CONFIG:-compose-pi.yml}"), (stack, None)):
         services = doc["services"]
         template = services.pop("worker1")
         services.pop("worker0")
-        for i in range(n):
+        master = services.pop("master")
+        for i, name in enumerate(spec.worker_names()):
             svc = copy.deepcopy(template)
             svc["command"] = svc["command"][:-1] + [str(i)]  # [..., "-i", "<i>"]
             if "deploy" in svc:
-                svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == worker%d" % i]}
-            services["worker%d" % i] = svc
+                svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == %s" % name]}
+            services[name] = svc
+        for service, camera in spec.masters():
+            services[service] = _pi_master(master, service, camera, config_name, swarm=var is None)
         if var:
             for svc in services.values():
                 if isinstance(svc.get("command"), list):
                     svc["command"] = [c.replace(var, "${PI_CONFIG:-%s}" % config_name) for c in svc["command"]]
         for key in [k for k in doc if k.startswith("x-")]:  # the anchors' sources: expanded in every service
             del doc[key]
-        # keep the master last, as in the committed files
-        doc["services"] = {k: services[k] for k in sorted(services, key=lambda k: (k == "master" or k == "netem", k))}
+        # keep the masters last, as in the committed files
+        last = set(spec.master_names()) | {"netem"}
+        doc["services"] = {k: services[k] for k in sorted(services, key=lambda k: (k in last, k == "netem", k))}
     netem = stack["services"]["netem"]
-    command, keep = list(netem["command"]), []  # keep --config FILE --address master=..., drop the 2-worker links
-    while command:
+    command, keep, one = list(netem["command"]), [], []  # keep --config FILE; the masters' addresses and the links
+    while command:                                       # are the cluster's
         arg = command.pop(0)
-        if arg == "--link":
-            command.pop(0)
+        if arg in ("--link", "--address"):
+            value = command.pop(0)
+            if arg == "--address" and value.startswith("master="):
+                one = [arg, value]  # the one master's, as the committed stack writes it
+            elif arg == "--address":
+                keep += [arg, value]
         else:
             keep.append(arg)
-    netem["command"] = keep + link_args(n, [templated_settings(p) for p in hop_prefixes(n)], "pool")
+    addresses = [] if spec.several else one
+    for service in spec.master_names() if spec.several else []:  # no '-' in the message: docker's interpolation
+        var = master_ip_var(service)                                 # reads `${V:?a-b}` as V:?a with default b
+        addresses += ["--address", "%s=${%s:?set %s to the address of this master's node (it has no server, so the "
+                                   "config lacks it)}" % (service, var, var)]
+    netem["command"] = keep + addresses + spec.link_args()
     stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
     workers = [str(w) for w in cfg["cluster"]["workers"]]
     host, _, port = workers[-1].rpartition(":")
-    prefix, _, last = host.rpartition(".")
+    prefix, _, last_ip = host.rpartition(".")
     for step in range(1, n - len(workers) + 1):
-        workers.append("%s.%d:%d" % (prefix, int(last) + step, int(port) + step))
+        workers.append("%s.%d:%d" % (prefix, int(last_ip) + step, int(port) + step))
     cfg["cluster"]["workers"] = workers[:n]
-    cfg["bandwidth"] = [float(r) for r in _per(rate, n, "link rates")]
+    if len(rates) != n:
+        raise ValueError("%d link rates for %d workers" % (len(rates), n))
+    cfg["bandwidth"] = [float(r) for r in rates]
     return pi, stack, cfg
 
 
@@ -440,6 +451,10 @@ def main(argv=None):
                              "generated names (cameras.yml -> docker-compose.wN-cameras.yml, configs/compose-wN-"
                              "cameras.yml). One that lists several cameras gets a master-<camera> service and a "
                              "config file per camera and a report service (needs the project's Python)")
+    parser.add_argument("--pi-config", metavar="FILE",
+                        help="with --pi: the Pi cluster config to render (default configs/compose-pi.yml); one that "
+                             "lists several cameras gets a master-<camera> service per camera in the Pi file and "
+                             "the stack (placed on the node labelled cnnvideo.role=master-<camera>)")
     parser.add_argument("--media", metavar="DIR",
                         help="host folder (absolute, or relative to the repository) mounted read-only at /app/media "
                              "in the trainer and the master(s): the cameras' video files")
@@ -480,8 +495,13 @@ def main(argv=None):
         else:
             compose, cfg = build(n, args.rate, args.cpus, config_name=config_name, topology=topology,
                                  cluster=cluster, media=args.media)
-        pi = build_pi(n, args.rate if not isinstance(args.rate, list) else args.rate[:n]) if args.pi else None
-    except ValueError as exc:
+        pi_cluster = None
+        if args.pi_config:
+            with open(args.pi_config) as fh:
+                pi_cluster = yaml.safe_load(fh) or {}
+        pi = build_pi(n, args.rate if not isinstance(args.rate, list) else args.rate[:n],
+                      cluster=pi_cluster) if args.pi else None
+    except (ValueError, OSError, yaml.YAMLError) as exc:
         parser.error(str(exc))
     flags = [" --chain" if args.chain else "", " --pi" if args.pi else "",
              " --config %s" % os.path.relpath(source, REPO) if args.config else "",

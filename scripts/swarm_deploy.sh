@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Deploy docker-stack.yml from a swarm manager after checking what would otherwise leave a service
 # pending forever or failing on one device:
-#   - every role of the stack (trainer, worker0, worker1, master) has exactly one node labelled
-#     cnnvideo.role=ROLE, and no node has an unknown role;
+#   - every role of the stack (trainer, worker0, worker1, master; with several cameras master-<camera>
+#     each) has exactly one node labelled cnnvideo.role=ROLE, and no node has an unknown role;
 #   - IMAGE (and NETEM_IMAGE), when they name a registry, answer there and have a variant for the
 #     architecture of every node that runs them (one multi-arch tag: scripts/build_multiarch.sh);
-#   - MASTER_IP (the shaping helper's address of the master) defaults to the master node's address.
+#   - MASTER_IP (the shaping helper's address of the master; MASTER_<CAMERA>_IP of master-<camera>)
+#     defaults to that master's node's address.
 # Then `docker stack deploy`; the cluster config becomes a swarm config named after its content, so
 # a changed file (or rate: HOP1_RATE=1 ...) is one more run of this script, in place.
 #   scripts/swarm_deploy.sh [--stack NAME] [--check-only]
@@ -116,10 +117,18 @@ main() {
   check_arch "$IMAGE" "$placed"
   check_arch "$NETEM_IMAGE" "$(docker node inspect -f '{{.Description.Hostname}} {{.Description.Hostname}} {{.Description.Platform.Architecture}} -' $(docker node ls -q) \
     | sed 's,x86_64,linux/amd64,; s,aarch64,linux/arm64,; s,armv7l,linux/arm/v7,')"
-  export MASTER_IP=${MASTER_IP:-$(awk '$1 == "master" {print $4}' <<<"$placed")}
+  # each master's address for the shaping helper (a master has no server, so the config lacks it): master ->
+  # MASTER_IP, master-<camera> -> MASTER_<CAMERA>_IP (scripts/compose_workers.py master_ip_var), from its node
+  local role node arch addr var masters=""
+  while read -r role node arch addr; do
+    [[ $role == master* ]] || continue
+    var=$(tr 'a-z-' 'A-Z_' <<<"$role")_IP
+    export "$var=${!var:-$addr}"
+    masters+="$role=${!var} "
+  done <<<"$placed"
   export CONFIG_VERSION
   CONFIG_VERSION=$(sha256sum "$REPO/configs/$PI_CONFIG" | cut -c1-12)
-  log "roles: $(awk '{printf "%s=%s(%s) ", $1, $2, $4}' <<<"$placed")master address $MASTER_IP"
+  log "roles: $(awk '{printf "%s=%s(%s) ", $1, $2, $4}' <<<"$placed")master addresses ${masters% }"
   [ "$CHECK_ONLY" = 1 ] && return 0
   local resolve=never
   [ -n "$(registry_of "$IMAGE")" ] && resolve=always

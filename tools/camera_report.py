@@ -33,7 +33,8 @@ class Master(NamedTuple):
 def combined(cfg: config.Config, out: str) -> Dict[str, Any]:
     """The combined report of `cfg`'s cameras whose reports are in out/<camera>/report.json."""
     cfg.out = out
-    runs = [(one.events.camera, one, Master("master-%s" % one.events.camera, [])) for one in config.camera_configs(cfg)]
+    names = local_cameras.masters(cfg)  # the cluster description's master of each camera
+    runs = [(one.events.camera, one, Master(names[one.events.camera], [])) for one in config.camera_configs(cfg)]
     codes = {m.name: 0 for _, _, m in runs}  # a master that exited non-zero stopped the compose run before this
     return local_cameras.combined_report(cfg, runs, codes, {})
 

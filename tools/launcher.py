@@ -381,12 +381,13 @@ def _run_cameras(cfg: config.Config, base: List[str], env: Dict[str, str], caps,
     combined report."""
     runs = []
     shared = list(children)
+    names = local_cameras.masters(cfg)  # the cluster description's master per camera
     for name, path, one in local_cameras.write_configs(cfg):
-        master = Child("master-%s" % name, base + ["master", "-c", path, "--out", one.out], env,
+        master = Child(names[name], base + ["master", "-c", path, "--out", one.out], env,
                        os.path.join(one.out, "master.log"), on_spawn=caps.add)
         children.append(master)
         runs.append((name, one, master))
-        print("[local] started master-%s pid %d" % (name, master.pid), file=sys.stderr, flush=True)
+        print("[local] started %s pid %d" % (names[name], master.pid), file=sys.stderr, flush=True)
     if signals:
         for _, _, master in runs:
             master.terminate()

@@ -17,13 +17,18 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from cnnvideo import config
+from cnnvideo import cluster, config
 from cnnvideo.config import ConfigError
 from cnnvideo.results import report as rpt
 
 
 def several(cfg: config.Config) -> bool:
-    return len(cfg.cameras) > 1
+    return cluster.from_config(cfg).several
+
+
+def masters(cfg: config.Config) -> Dict[str, str]:
+    """{camera: its master's role name} (cnnvideo.cluster: master-<camera> each with several cameras)."""
+    return {camera: name for name, camera in cluster.from_config(cfg).masters()}
 
 
 def check_sources(cfg: config.Config) -> Dict[str, str]:
@@ -33,7 +38,8 @@ def check_sources(cfg: config.Config) -> Dict[str, str]:
     from cnnvideo.video.sources import SourceError, kind_of, probe
 
     down: Dict[str, str] = {}
-    for name, cam in cfg.cameras.items():
+    for cam in cfg.cameras:
+        name = cam.name
         if kind_of(cam.video) == "file":
             cam.video = os.path.abspath(cam.video)
         try:
@@ -51,11 +57,12 @@ def check_sources(cfg: config.Config) -> Dict[str, str]:
 
 
 def master_shares(shares: Dict[str, float], cfg: config.Config) -> Dict[str, float]:
-    """CPU caps with one `master-<camera>` entry per camera, each at the master's share (each master its own cap)."""
+    """CPU caps with one entry per master (cnnvideo.cluster's names: master-<camera> each with several cameras), each
+    at the master's share (each master its own cap)."""
     out = dict(shares)
-    if several(cfg) and "master" in out:
+    if "master" in out:
         share = out.pop("master")
-        out.update({"master-%s" % name: share for name in cfg.cameras})
+        out.update({name: share for name in cluster.from_config(cfg).master_names()})
     return out
 
 
@@ -174,7 +181,7 @@ def combined_report(cfg: config.Config, runs: List[Tuple[str, config.Config, Any
                     report[key] = value
                 rpt.write_json(report, path)
         entry = camera_entry(report, codes.get(master.name, 1), master.lines, path)
-        entry["weight"] = cfg.cameras[name].weight
+        entry["weight"] = cfg.camera(name).weight
         cameras[name] = entry
     total = sum(float(c.get("fps") or 0.0) for c in cameras.values())
     for c in cameras.values():
@@ -214,5 +221,5 @@ def exit_code(combined: Dict[str, Any], prog: str = "cnnvideo local") -> int:
     return 0
 
 
-__all__ = ["several", "live_ports", "start_grid", "check_sources", "master_shares", "write_configs", "wait_masters",
-           "combined_report", "summary", "exit_code"]
+__all__ = ["several", "masters", "live_ports", "start_grid", "check_sources", "master_shares", "write_configs",
+           "wait_masters", "combined_report", "summary", "exit_code"]

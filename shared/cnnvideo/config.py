@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from cnnvideo.config_cameras import camera_configs, pick_camera, require_one_camera
+from cnnvideo.config_cameras import camera_config, camera_configs, pick_camera, require_one_camera
+from cnnvideo.config_cameras import resolve as resolve_cameras
 from cnnvideo.config_types import (
     CAMERA_NAME,
     CAMERA_NAME_RULE,
@@ -38,6 +39,7 @@ from cnnvideo.config_types import (
     ON_ERROR,
     PRECISIONS,
     Camera,
+    CameraEntry,
     Cluster,
     Config,
     CostModel,
@@ -71,14 +73,15 @@ from cnnvideo.errors import ConfigError
 __all__ = [
     # config_types
     "CAMERA_NAME", "CAMERA_NAME_RULE", "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR", "PRECISIONS",
-    "Camera", "Cluster", "Config", "CostModel", "Delta", "Detect", "EngineOptions", "Events", "Int8Options", "Limits",
-    "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls", "TrainerOptions",
+    "Camera", "CameraEntry", "Cluster", "Config", "CostModel", "Delta", "Detect", "EngineOptions", "Events",
+    "Int8Options", "Limits", "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls",
+    "TrainerOptions",
     # config_upgrade
     "CPUS_OLD", "RENAMED", "upgrade",
-    # config_validation
-    "VIEW_TOKEN_ENV", "camera_configs", "is_loopback", "model_unavailable", "pick_camera", "require_one_camera",
-    "resolve_fallback",
-    "validate", "view_token",
+    # config_cameras
+    "camera_config", "camera_configs", "pick_camera", "require_one_camera", "resolve_cameras",
+    # config_validation (each re-exported there from the part that owns it)
+    "VIEW_TOKEN_ENV", "is_loopback", "model_unavailable", "resolve_fallback", "validate", "view_token",
     # cnnvideo.errors
     "ConfigError",
     # this module
@@ -151,39 +154,39 @@ def _build(cls: Any, data: Dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _camera_entries(data: Dict[str, Any]) -> None:
-    """The raw `cameras:` section before it is built: given but empty (`cameras: {}`, or `cameras:` with nothing,
-    which YAML reads as null) is an error; an entry with nothing under it (`door:`) becomes {} so that the checks
-    name its missing `video`."""
+def _camera_entries(data: Dict[str, Any]) -> Dict[str, CameraEntry]:
+    """The raw `cameras:` section (taken out of `data`) built as entries: given but empty (`cameras: {}`, or
+    `cameras:` with nothing, which YAML reads as null) is an error; an entry with nothing under it (`door:`) is {}
+    so that the checks name its missing `video`; each camera's `source` keys checked as the top-level `source:`
+    section's (an unknown key or a wrong type named as `cameras.<name>.source.<key>`) and converted to Source's
+    types; `mode` is the run's, not a camera's."""
     if "cameras" not in data:
-        return
-    cameras = data["cameras"]
+        return {}
+    cameras = data.pop("cameras")
     if cameras is None or cameras == {}:
         raise ConfigError("config key 'cameras': empty; list at least one camera (cameras: {door: {video: ...}}), or "
                           "leave it out and set video")
     if isinstance(cameras, dict):
-        data["cameras"] = {name: {} if entry is None else entry for name, entry in cameras.items()}
-
-
-def _build_camera_sources(cfg: Config) -> None:
-    """Each camera's `source` keys checked as the top-level `source:` section's (an unknown key or a wrong type
-    named as `cameras.<name>.source.<key>`) and converted to Source's types; `mode` is the run's, not a camera's."""
-    for name, cam in cfg.cameras.items():
+        cameras = {name: {} if entry is None else entry for name, entry in cameras.items()}
+    entries = _convert(cameras, Dict[str, CameraEntry], "cameras")
+    for name, entry in entries.items():
         prefix = "cameras.%s.source." % name
-        if "mode" in cam.source:
+        if "mode" in entry.source:
             raise ConfigError("config key '%smode' cannot be set per camera: source.mode is how the planner sees the "
                               "whole run; set it at the top level" % prefix)
-        built = _build(Source, cam.source, prefix)
-        cam.source = {k: getattr(built, k) for k in cam.source}
+        built = _build(Source, entry.source, prefix)
+        entry.source = {k: getattr(built, k) for k in entry.source}
+    return entries
 
 
 def from_dict(data: Optional[Dict[str, Any]], check_files: bool = True) -> Config:
     """Build and validate a Config from a plain mapping (e.g. parsed YAML): renamed keys upgraded (with a warning),
-    the model `fallback` resolved, every value checked, a single entry of `cameras:` applied to the top level."""
+    the cameras resolved into the camera list (config_cameras.resolve: `video:` alone is one camera), the model
+    `fallback` resolved, every value checked."""
     data = upgrade(data or {})  # a copy: the caller's mapping is left as it is
-    _camera_entries(data)
+    entries = _camera_entries(data)
     cfg = _build(Config, data)
-    _build_camera_sources(cfg)
+    resolve_cameras(cfg, entries)
     return validate(resolve_fallback(cfg), check_files=check_files)
 
 
@@ -290,11 +293,12 @@ def key_table(cls: Any = Config, prefix: str = "") -> List[Tuple[str, str, Any]]
     hints = typing.get_type_hints(cls)
     rows: List[Tuple[str, str, Any]] = []
     for f in dataclasses.fields(cls):
-        tp, key = hints[f.name], prefix + f.name
+        tp, key = f.metadata.get("yaml", hints[f.name]), prefix + f.name  # `yaml`: how a file writes the field
         if dataclasses.is_dataclass(tp):
             rows += key_table(tp, key + ".")
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore
+        default = f.metadata.get("yaml_default", default)
         rows.append((key, type_name(tp), list(default) if isinstance(default, tuple) else default))
         args = getattr(tp, "__args__", ()) or ()
         if getattr(tp, "__origin__", None) in (list, List) and dataclasses.is_dataclass(args[0]):
@@ -305,28 +309,30 @@ def key_table(cls: Any = Config, prefix: str = "") -> List[Tuple[str, str, Any]]
 
 
 def _camera_dict(cfg: Config, cam: Camera) -> Dict[str, Any]:
-    """One `cameras:` entry as YAML: the keys the camera sets (null ones left out). With a single camera the top
-    level is the camera (applied when loaded), so its entry is written from the top-level values: a change made to
-    the running config (the launcher makes `video` an absolute path) reaches the dump, which loads back the same."""
+    """One `cameras:` entry as YAML: the keys the camera's entry set (Camera.own). With a single camera the top level
+    is the camera, so its entry is written from the top-level values: a change made to the running config (the
+    launcher makes `video` an absolute path) reaches the dump, which loads back the same."""
     one = len(cfg.cameras) == 1
     out: Dict[str, Any] = {"video": cfg.video if one else cam.video}
-    if cam.frame_size is not None:
+    if "frame_size" in cam.own:
         out["frame_size"] = list(cfg.frame_size if one else cam.frame_size)
-    if cam.source:
-        out["source"] = {k: getattr(cfg.source, k) for k in cam.source} if one else dict(cam.source)
-    if cam.zones is not None:
+    source = [k[len("source."):] for k in cam.own if k.startswith("source.")]
+    if source:
+        out["source"] = {k: getattr(cfg.source if one else cam.source, k) for k in source}
+    if "zones" in cam.own:
         out["zones"] = dict(cfg.events.zones if one else cam.zones)
-    if cam.check_share is not None:
+    if "check_share" in cam.own:
         out["check_share"] = cfg.check_share if one else cam.check_share
     out["weight"] = cam.weight
     return out
 
 
 def to_dict(cfg: Config) -> Dict[str, Any]:
-    """Plain mapping of a Config (for YAML dumps and reports); `cameras` only when the config has that section."""
+    """Plain mapping of a Config (for YAML dumps and reports): `cameras` as the file wrote it, a mapping of the
+    listed cameras' entries, left out when the config is the `video:` shorthand (its one camera lists no key)."""
     out = dataclasses.asdict(cfg)
     out["frame_size"] = list(cfg.frame_size)
-    out["cameras"] = {name: _camera_dict(cfg, cam) for name, cam in cfg.cameras.items()}
+    out["cameras"] = {cam.name: _camera_dict(cfg, cam) for cam in cfg.cameras if cam.own}
     if not out["cameras"]:
         del out["cameras"]  # `cameras: {}` would be refused as an empty section
     return out

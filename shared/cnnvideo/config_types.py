@@ -230,9 +230,10 @@ class Events:
 
 
 @dataclass
-class Camera:
-    """One entry of `cameras:` (keyed by the camera's name): its source, and what it sets differently from the top
-    level. A key left out (null, or absent from `source`) takes the top-level value (Config.camera_list)."""
+class CameraEntry:
+    """One entry of `cameras:` as written (keyed by the camera's name): its source, and what it sets differently
+    from the top level. A key left out (null, or absent from `source`) takes the top-level value. The loader turns
+    each entry into a Camera (config_cameras.resolve); the YAML keys of `cameras.<name>` are this type's fields."""
 
     video: str = ""  # required: a file, stream URL, device or GStreamer pipeline (as the top-level `video`)
     frame_size: Optional[Tuple[int, int]] = None  # height, width; null = the top-level frame_size
@@ -245,9 +246,10 @@ class Camera:
 
 
 @dataclass
-class ResolvedCamera:
-    """A camera with every setting it runs with (Config.camera_list): its own where it sets one, else the top
-    level's."""
+class Camera:
+    """One camera of the cluster with every setting it runs with: its own where its entry sets one, else the top
+    level's. `own` names the keys its entry set itself ("video", "frame_size", "source.fps", "zones",
+    "check_share", "weight"): a check names `cameras.<name>.<key>` for those, and a dump writes only those."""
 
     name: str
     video: str
@@ -255,7 +257,15 @@ class ResolvedCamera:
     source: Source
     zones: Dict[str, Any]
     check_share: float
-    weight: float
+    weight: float = 1.0
+    own: Tuple[str, ...] = ()
+
+    def key(self, key: str, top: str) -> str:
+        """The config key a check of this camera's `key` names: its own entry's, else the top level's `top`."""
+        return "cameras.%s.%s" % (self.name, key) if key in self.own else top
+
+
+ResolvedCamera = Camera  # the name before the camera list was the config's model
 
 
 @dataclass
@@ -302,25 +312,32 @@ class Config:
     profile_rescale: bool = False  # at run start each worker times whole passes and rescales its cached profile
     cost_model: CostModel = field(default_factory=CostModel)
     events: Events = field(default_factory=Events)
-    # name -> Camera, in file order; empty = one camera, `video` (Config.camera_list). With exactly one camera the
-    # loader applies its settings to the top level (config_validation), so a one-camera cluster runs it unchanged.
-    cameras: Dict[str, Camera] = field(default_factory=dict)
+    # The cluster's cameras, in file order: never empty once loaded. Written as `cameras:` (a mapping of name ->
+    # CameraEntry, resolved over the top level by config_cameras), or as a top-level `video:` (and frame_size,
+    # source, check_share, events.zones), the shorthand for one camera named events.camera. The top-level keys are
+    # then the values a camera does not set; a config of one camera (what a master runs: config_cameras.
+    # camera_configs) holds that camera's values there too, so the roles read `video` etc. as before.
+    cameras: List[Camera] = field(default_factory=list, metadata={"yaml": Dict[str, CameraEntry], "yaml_default": {}})
 
-    def camera_list(self) -> List[ResolvedCamera]:
-        """Every camera with its effective settings, in file order: a camera's own frame_size, check_share, zones
-        (else events.zones) and `source` keys, each over the top-level value. Without `cameras:` one camera: the
-        top-level `video`, named by `events.camera` (default "cam", the name MQTT topics already use)."""
-        if not self.cameras:
-            return [ResolvedCamera(self.events.camera, self.video, (self.frame_size[0], self.frame_size[1]),
-                                   dataclasses.replace(self.source), dict(self.events.zones), self.check_share, 1.0)]
-        out = []
-        for name, cam in self.cameras.items():
-            size = self.frame_size if cam.frame_size is None else cam.frame_size
-            out.append(ResolvedCamera(
-                name, cam.video, (size[0], size[1]), dataclasses.replace(self.source, **cam.source),
-                dict(self.events.zones if cam.zones is None else cam.zones),
-                self.check_share if cam.check_share is None else cam.check_share, cam.weight))
-        return out
+    def __post_init__(self) -> None:
+        if not self.cameras:  # a Config built in code: the top level is its one camera, as `video:` in a file
+            self.cameras = [self.shorthand_camera()]
+
+    def shorthand_camera(self) -> Camera:
+        """The one camera a top-level `video:` stands for: the top-level settings, named events.camera."""
+        return Camera(self.events.camera, self.video, (self.frame_size[0], self.frame_size[1]),
+                      dataclasses.replace(self.source), dict(self.events.zones), self.check_share, 1.0)
+
+    def camera_list(self) -> List[Camera]:
+        """Every camera with its effective settings, in file order (the list itself)."""
+        return list(self.cameras)
+
+    def camera_names(self) -> List[str]:
+        return [c.name for c in self.cameras]
+
+    def camera(self, name: str) -> Optional[Camera]:
+        """The camera called `name`, None when the config has none of that name."""
+        return next((c for c in self.cameras if c.name == name), None)
 
     @property
     def n_workers(self) -> int:

@@ -2,7 +2,9 @@
 dind setup of scripts/dind_test.sh) form a swarm, are labelled cnnvideo.role=trainer/worker0/worker1/
 master, and `scripts/swarm_deploy.sh` (checks + `docker stack deploy` of docker-stack.yml) brings up
 the whole chain from the manager: a run completes across the nodes, the global shaping helper has
-shaped each device's egress per destination, a rate changes in place, and the stack is removed.
+shaped each device's egress per destination, a rate changes in place, and the stack is removed. Then two
+cameras share the pool: the stack scripts/compose_workers.py renders from a config listing two cameras runs
+one master per camera (master-door, master-yard, each on its own node) on the same trainer and workers.
 Bad input (an unlabelled role, a registry that is down, an image of the wrong architecture) is
 refused before anything is deployed, with the command that fixes it.
 
@@ -10,6 +12,7 @@ Host networking per node, as on the Pis: each node's roles listen on the node's 
 addresses file is the one swarm config every node gets, and tc shapes the node's real interface.
 """
 import concurrent.futures
+import io
 import json
 import os
 import shutil
@@ -19,11 +22,14 @@ import time
 import uuid
 
 import pytest
+import yaml
 from dockerutil import REPO, build_image, docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROLES = ["trainer", "worker0", "worker1", "master"]
+NODES = ROLES + ["master2"]  # master2: the second camera's master (test_two_cameras_share_the_pool); unlabelled before
+CAMERAS = ("door", "yard")
 FRAMES = 5
 DIND = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
         "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined", "--cgroupns", "host",
@@ -64,7 +70,7 @@ class Swarm:
 
     def __init__(self, image: str) -> None:
         self.prefix = "cnnvideo-swarm-%s" % uuid.uuid4().hex[:6]
-        self.nodes = {role: "%s-%s" % (self.prefix, role) for role in ROLES}
+        self.nodes = {role: "%s-%s" % (self.prefix, role) for role in NODES}
         self.manager = self.nodes["master"]
         self.ips = {}
         docker("network", "create", self.prefix)
@@ -116,11 +122,15 @@ class Swarm:
             on(self.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=" + role, self.nodes[role])
 
     def copy_repo(self, config_text: str) -> None:
-        """The files a manager's user needs: stack file, deploy script, the addresses file."""
+        """The files a manager's user needs: stack file, deploy script, the addresses file; and the two-camera
+        stack and its config, rendered by scripts/compose_workers.py from the same addresses."""
         files = ["docker-stack.yml", "scripts/swarm_deploy.sh"]
         tar = subprocess.run(["tar", "-C", str(REPO), "-c"] + files, stdout=subprocess.PIPE, check=True).stdout
         on(self.manager, "bash", "-c", "mkdir -p /repo/configs && tar -C /repo -x", stdin=tar)
         on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-test.yml", stdin=config_text.encode())
+        stack, cameras = cameras_stack(config_text)
+        on(self.manager, "bash", "-c", "cat > /repo/docker-stack.cameras.yml", stdin=stack.encode())
+        on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-cameras.yml", stdin=cameras.encode())
 
     def remove(self) -> None:
         """Nodes and their engine volumes, in parallel (deleting each node's image store takes a while)."""
@@ -156,6 +166,25 @@ out: /app/out
 """.format(frames=FRAMES, **ips)
 
 
+def cameras_stack(text: str):
+    """(stack file, cluster config) of two cameras on the test's pool: the config lists door and yard (both play the
+    video the image carries; the trainer fits on it), and scripts/compose_workers.py renders the stack."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import compose_workers
+
+    mapping = yaml.safe_load(text)
+    video = mapping.pop("video")
+    mapping["trainer"]["video"] = video
+    mapping["cameras"] = {name: {"video": video} for name in CAMERAS}
+    _, stack, cfg = compose_workers.build_pi(2, 3.0, "swarm-cameras.yml", cluster=mapping)
+    cfg["cluster"] = mapping["cluster"]  # the nodes' addresses, as written
+    text = io.StringIO()
+    compose_workers.dump_compose(stack, text)
+    return text.getvalue(), yaml.safe_dump(cfg, sort_keys=False)
+
+
 @pytest.fixture(scope="module")
 def swarm(engine):
     images = [build_image("runtime"), build_image("netem")]
@@ -182,9 +211,9 @@ def task_container(sw: Swarm, role: str, service: str) -> str:
     return out.text.split()[0] if out.text.split() else ""
 
 
-def master_done(sw: Swarm) -> str:
+def master_done(sw: Swarm, service: str = "master") -> str:
     """The master task's state line once it has ended (Complete/Failed/Rejected), else ''."""
-    out = on(sw.manager, "docker", "service", "ps", "cnnvideo_master", "--format", "{{.CurrentState}}|{{.Error}}",
+    out = on(sw.manager, "docker", "service", "ps", "cnnvideo_" + service, "--format", "{{.CurrentState}}|{{.Error}}",
              check=False).text.strip().split("\n")[0]
     return out if out.startswith(("Complete", "Failed", "Rejected")) else ""
 
@@ -257,8 +286,52 @@ def test_stack_runs_across_the_nodes_and_rates_change_in_place(swarm):
              lambda: not on(swarm.manager, "docker", "service", "ls", "-q").text.strip(), 120)
 
 
+def test_two_cameras_share_the_pool(swarm):
+    """The stack rendered from a config listing two cameras: master-door and master-yard, each on the node labelled
+    for it, run their camera (`--camera`) on the one trainer and the two workers; each writes its own report with every
+    frame completed and exact, and each worker's helper shapes its results to both masters."""
+    # a helper of a stack removed before clears its device's rules as it exits: it must be gone before ours starts
+    wait_for("the containers of an earlier stack gone", lambda: not any(on(
+        node, "docker", "ps", "-q", "--filter", "label=com.docker.stack.namespace=cnnvideo").text.strip()
+        for node in swarm.nodes.values()), 180)
+    swarm.label(["trainer", "worker0", "worker1"])
+    on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-door", swarm.nodes["master"])
+    on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-yard", swarm.nodes["master2"])
+    deploy(swarm, PI_CONFIG="swarm-cameras.yml", STACK_FILE="/repo/docker-stack.cameras.yml")
+    nodes = {"door": "master", "yard": "master2"}
+    for camera in CAMERAS:
+        service = "master-" + camera
+        state = wait_for("the run of " + service, lambda s=service: master_done(swarm, s), 900, 5)
+        logs = on(swarm.manager, "docker", "service", "logs", "--raw", "cnnvideo_" + service, check=False).text
+        assert state.startswith("Complete"), state + logs[-3000:]
+        container = task_container(swarm, nodes[camera], service)
+        assert container, "no %s task on node %s" % (service, swarm.nodes[nodes[camera]])
+        copied = on(swarm.nodes[nodes[camera]], "docker", "cp", container + ":/app/out/%s/report.json" % camera,
+                    "-").stdout
+        report = json.loads(_untar_one(copied))
+        assert report["completed"] == report["frames"] == FRAMES and report["lost"] == 0, report
+        assert report["max_abs_err"] == 0.0 and report.get("camera", camera) == camera, report
+        assert report["workers"] == ["%s:50060" % swarm.ips["worker0"], "%s:50061" % swarm.ips["worker1"]]
+    want = [_hex_ip(swarm.ips[node]) for node in ("master", "master2", "worker1")]  # results to each master's node,
+
+    seen = []
+
+    def shaped():  # and the hop into worker1 (the helper re-checks its rules every few seconds)
+        seen[:] = [on(swarm.nodes["worker0"], "tc", "filter", "show", "dev", "eth0", check=False).text]
+        return all(ip in seen[0] for ip in want)
+
+    try:
+        wait_for("worker0's egress shaped to both masters and worker1", shaped, 60)
+    except AssertionError:
+        helper = on(swarm.manager, "docker", "service", "logs", "--raw", "cnnvideo_netem", check=False).text
+        raise AssertionError("worker0's helper did not shape %s; tc filter show: %r\n%s"
+                             % (want, seen[0][-1500:], helper[-2000:])) from None
+    on(swarm.manager, "docker", "stack", "rm", "cnnvideo")
+    wait_for("the stack's services gone",
+             lambda: not on(swarm.manager, "docker", "service", "ls", "-q").text.strip(), 120)
+
+
 def _untar_one(data: bytes) -> bytes:
-    import io
     import tarfile
 
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:

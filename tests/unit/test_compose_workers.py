@@ -240,7 +240,7 @@ def test_several_cameras_get_one_master_each_shaped_and_a_report_service():
     # the trainer and workers read the cluster config (the trainer fits on the first camera's video)
     assert cfg["trainer"] == {"frames": 40, "video": "/usr/share/cnnvideo/vtest.avi"}
     loaded = config.from_dict(cfg, check_files=False)
-    assert list(loaded.cameras) == ["door", "yard"] and loaded.n_workers == 3
+    assert loaded.camera_names() == ["door", "yard"] and loaded.n_workers == 3
     # each master a single camera: its video, name, folder and window (in_flight 3 x weight / mean weight 1.5)
     assert sorted(files) == ["door", "yard"]
     for name, video, window in (("door", "/usr/share/cnnvideo/vtest.avi", 2), ("yard", "/app/media/yard.avi", 4)):
@@ -286,7 +286,7 @@ def test_cameras_cli_writes_a_compose_file_and_configs_that_validate(tmp_path):
         assert config.load(os.path.join(ROOT, written[1]), check_files=False).n_workers == 2
         for name in ("door", "yard"):
             one = config.load(os.path.join(ROOT, "configs", "compose-w2-camtest-%s.yml" % name), check_files=False)
-            assert one.events.camera == name and not one.cameras
+            assert one.events.camera == name and one.camera_names() == [name]
         docker = shutil.which("docker")
         if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
             check = subprocess.run([docker, "compose", "-f", written[0], "config", "-q"], cwd=ROOT,

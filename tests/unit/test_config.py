@@ -127,8 +127,9 @@ MOVED = {
                      "TrainerOptions", "Limits", "Tls", "Reliability", "Detect", "Source", "LiveView", "Local",
                      "EngineOptions", "Int8Options", "CostModel", "ModelChoice", "Events", "Config"],
     "config_upgrade": ["RENAMED", "CPUS_OLD", "upgrade"],
-    "config_validation": ["validate", "resolve_fallback", "model_unavailable", "VIEW_TOKEN_ENV", "view_token",
-                      "is_loopback"],
+    "config_validation": ["validate"],
+    "model.from_config": ["resolve_fallback", "model_unavailable"],
+    "results.from_config": ["VIEW_TOKEN_ENV", "view_token", "is_loopback"],
     "errors": ["ConfigError"],
 }
 

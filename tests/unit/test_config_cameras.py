@@ -42,21 +42,21 @@ def test_two_cameras_inherit_the_top_level_and_override_their_own_keys():
             "yard": {"video": "media/yard.mp4"},
         }}, check_files=False)
     door, yard = cfg.camera_list()
-    assert [door.name, yard.name] == ["door", "yard"] and list(cfg.cameras) == ["door", "yard"]
+    assert [door.name, yard.name] == ["door", "yard"] and cfg.camera_names() == ["door", "yard"]
     assert (door.video, door.frame_size, door.weight, door.check_share) == ("rtsp://cam/door", (96, 128), 2.0, 1.0)
     assert (door.source.fps, door.source.drop, door.source.realtime, door.source.reopen_s) == (10.0, "newest", True, 3)
     assert list(door.zones) == ["porch"]
     assert (yard.video, yard.frame_size, yard.weight, yard.check_share) == ("media/yard.mp4", (96, 128), 1.0, 0.5)
     assert yard.source == cfg.source and yard.zones == GATE
-    assert isinstance(cfg.cameras["door"].source["fps"], float)  # converted to Source's types when loaded
+    assert isinstance(cfg.camera("door").source.fps, float) and "source.fps" in door.own  # Source's types
     assert (cfg.video, cfg.frame_size, cfg.events.camera) == ("media/vtest.avi", (96, 128), "cam")  # not applied
 
 
 def test_video_alone_is_one_camera_named_by_events_camera():
     """No `cameras:`: one camera, the top-level video and settings, named `events.camera` (default `cam`)."""
     cfg = config.from_dict({"video": "rtsp://cam/x", "frame_size": [96, 128]}, check_files=False)
-    assert cfg.cameras == {}
-    (cam,) = cfg.camera_list()
+    (cam,) = cfg.cameras  # the shorthand: one camera, no key of its own
+    assert cam.own == ()
     assert (cam.name, cam.video, cam.frame_size, cam.weight, cam.source) == (
         "cam", "rtsp://cam/x", (96, 128), 1.0, cfg.source)
     named = config.from_dict({"video": "rtsp://cam/x", "events": {"camera": "porch"}}, check_files=False)
@@ -226,7 +226,7 @@ def test_a_one_camera_dump_follows_changes_to_the_running_config(tmp_path):
     path = str(tmp_path / "dump.yml")
     config.dump(cfg, path)
     loaded = config.load(path, check_files=False)
-    assert loaded.video == loaded.cameras["door"].video == str(tmp_path / "clip.avi")
+    assert loaded.video == loaded.camera("door").video == str(tmp_path / "clip.avi")
 
 
 def test_require_one_camera():
@@ -244,7 +244,8 @@ def test_pick_camera_gives_a_master_its_camera_from_the_shared_config():
     cfg = config.from_dict({"out": "o", "in_flight": 4, "cameras": {"door": {"video": "a", "weight": 3},
                                                                       "yard": {"video": "b"}}}, check_files=False)
     yard = config.pick_camera(cfg, "yard")
-    assert (yard.video, yard.events.camera, yard.out, yard.in_flight, yard.cameras) == ("b", "yard", "o/yard", 2, {})
+    assert (yard.video, yard.events.camera, yard.out, yard.in_flight) == ("b", "yard", "o/yard", 2)
+    assert yard.camera_names() == ["yard"]
     with pytest.raises(ConfigError, match=r"^config key 'cameras': 2 cameras listed \(door, yard\); name the one this "
                                           r"master runs with --camera NAME$"):
         config.pick_camera(cfg)
@@ -296,7 +297,8 @@ def test_camera_configs_give_each_camera_its_master_s_config():
     assert (yard.video, yard.events.camera, yard.out, yard.in_flight, yard.check_share) == ("b", "yard", "o/yard", 3,
                                                                                             0.5)
     assert door.source.fps == 4.0 and door.events.zones == GATE and not yard.events.zones
-    assert door.cameras == {} and cfg.in_flight == 6 and len(cfg.cameras) == 2  # the config itself is untouched
+    assert door.camera_names() == ["door"]
+    assert cfg.in_flight == 6 and len(cfg.cameras) == 2  # the config itself is untouched
     single = config.from_dict({}, check_files=False)
     assert config.camera_configs(single) == [single]
 
@@ -315,3 +317,20 @@ def test_camera_configs_give_each_master_its_own_mqtt_client_and_availability():
     assert MqttPublisher(MqttSettings(**yard.events.mqtt), camera="yard").available_topic == "site/yard/available"
     assert MqttPublisher(MqttSettings(**mqtt), camera="yard").available_topic == "site/available"
     assert cfg.events.mqtt == mqtt  # the config itself is untouched
+
+
+def test_the_config_holds_a_list_of_cameras_and_video_alone_is_one_of_them():
+    """The typed config's model is its camera list: `cameras:` entries and the `video:` shorthand both load as a
+    list of Camera dataclasses (the shorthand's has no key of its own and dumps back as `video:`); a Config built
+    in code holds its one camera too; each camera's config (camera_config) is a one-camera config whose top level is
+    that camera's."""
+    short = config.from_dict({"video": "rtsp://x", "events": {"camera": "porch"}}, check_files=False)
+    listed = config.from_dict({"cameras": {"door": {"video": "rtsp://a"}, "yard": {"video": "rtsp://b"}}},
+                              check_files=False)
+    for cfg in (short, listed, config.Config()):
+        assert cfg.cameras and all(isinstance(c, config.Camera) for c in cfg.cameras)
+    assert short.camera_names() == ["porch"] and short.cameras[0].own == () and "cameras" not in config.to_dict(short)
+    assert config.Config().camera_names() == ["cam"] and config.Config().cameras[0].video == "media/vtest.avi"
+    yard = config.camera_config(listed, listed.camera("yard"))
+    assert (yard.camera_names(), yard.video, yard.events.camera) == (["yard"], "rtsp://b", "yard")
+    assert listed.camera("gate") is None

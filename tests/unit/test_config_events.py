@@ -10,6 +10,8 @@ import yaml
 
 from cnnvideo import config, config_validation
 from cnnvideo.config import ConfigError
+from cnnvideo.events import from_config as events_from_config
+from cnnvideo.events.types import EventsConfigError
 
 TOKEN = "0123456789abcdef0123"
 
@@ -82,7 +84,7 @@ def test_turning_events_on_or_ignoring_keys_is_said_once(caplog, tmp_path):
     them; the dumped config says `enabled: true` and loads back without a second line."""
     caplog.set_level(logging.INFO, logger="cnnvideo.config")
     cfg = config._build(config.Config, {"events": {"mqtt": {"host": "broker"}, "camera": "yard"}})
-    config_validation._validate_events(cfg, check_files=True)
+    events_from_config.check_config(cfg, check_files=True)
     lines = [r.getMessage() for r in caplog.records if "events" in r.getMessage()]
     assert cfg.events.enabled is True and len(lines) == 1 and "events.camera, events.mqtt" in lines[0], lines
     path = str(tmp_path / "c.yml")
@@ -91,10 +93,10 @@ def test_turning_events_on_or_ignoring_keys_is_said_once(caplog, tmp_path):
     with open(path) as fh:
         again = config._build(config.Config, yaml.safe_load(fh))
     assert again.events.enabled is True
-    config_validation._validate_events(again, check_files=True)
+    events_from_config.check_config(again, check_files=True)
     assert not caplog.records
     off = config._build(config.Config, {"events": {"enabled": False, "mqtt": {"host": "broker"}}})
-    config_validation._validate_events(off, check_files=True)
+    events_from_config.check_config(off, check_files=True)
     [rec] = caplog.records
     assert rec.levelno == logging.WARNING and "'events.enabled' is false: events.mqtt" in rec.getMessage()
 
@@ -154,6 +156,6 @@ def test_a_missing_events_package_fails_only_where_events_run(monkeypatch):
     monkeypatch.setitem(sys.modules, "paho", None)
     data = {"events": {"enabled": True, "mqtt": {"host": "broker"}}}
     cfg = config._build(config.Config, data)  # validate's events part alone: the video file is not there
-    with pytest.raises(ConfigError, match=r"^config key 'events' needs a package that is not installed"):
-        config_validation._validate_events(cfg, check_files=True)
+    with pytest.raises(EventsConfigError, match=r"^config key 'events' needs a package that is not installed"):
+        events_from_config.check_config(cfg, check_files=True)  # the events part's error: validate raises it as one
     config.from_dict(data, check_files=False)

@@ -200,11 +200,14 @@ def test_no_master_part_assigns_into_the_role():
 
 
 # The core's layers, lowest first: a module may import its own part and the parts of lower layers, never a part of
-# its own layer or a higher one. config_validation sits above the parts whose keys it checks (each part checking its own
-# keys would let it move down); config (the loader) runs the checks, so it is on top.
+# its own layer or a higher one. The typed config is at the bottom: config_types (the dataclasses), then the rules
+# no part owns (config_rules), the cameras (config_cameras) and the renames. Each part checks its own keys against
+# the typed config (its `from_config.check_config`); config_validation runs those checks and config (the loader) runs
+# config_validation, so these two are on top and no part imports them (test_parts_read_only_the_typed_config).
 CORE_LAYERS = [
     ("errors", "config_types", "cpucap", "hostnet", "tcrules"),
-    ("config_upgrade", "config_cameras"),
+    ("config_upgrade",),
+    ("config_cameras", "config_rules", "cluster"),
     ("video", "wire", "events"),
     ("artifacts",),
     ("model", "plan"),
@@ -314,3 +317,34 @@ def test_imports_are_at_the_top_but_for_the_listed_reasons():
                         found += ["%s:%d %s" % (os.path.relpath(path, ROOT), line, stmt)
                                   for line, stmt in indented_imports(fh.read())]
     assert len(found) <= MAX_INDENTED_IMPORTS, "\n".join(found)
+CONFIG_BOTTOM = ("config_types", "config_upgrade", "config_cameras", "config_rules")
+
+
+def test_parts_read_only_the_typed_config():
+    """The config sits at the bottom of the core: the modules of the config below the loader import nothing but each
+    other and errors, and no part of the core imports the loader (config) or the checks' runner (config_validation):
+    a part reads the typed config (config_types and the rules below it) and checks its own keys itself."""
+    graph = _module_graph()
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        part = core_part(mod)
+        for dep in sorted(deps):
+            if part in CONFIG_BOTTOM and core_part(dep) not in CONFIG_BOTTOM + ("errors",):
+                bad.append("%s imports %s" % (mod, dep))
+            if (mod.startswith("cnnvideo.") and part not in ("config", "config_validation", "master", "worker",
+                                                             "trainer")
+                    and core_part(dep) in ("config", "config_validation")):
+                bad.append("%s imports %s" % (mod, dep))
+    assert bad == []
+
+
+def test_every_part_with_config_keys_checks_them():
+    """config_validation runs each part's own check: model, plan, video, events, results (and rpc's tls)."""
+    for part in ("model", "plan", "video", "events", "results"):
+        path = os.path.join(ROOT, "shared", "cnnvideo", part, "from_config.py")
+        with open(path) as fh:
+            assert "def check_config(" in fh.read(), part
+    with open(os.path.join(ROOT, "shared", "cnnvideo", "config_validation.py")) as fh:
+        mods = imported_modules(fh.read(), "cnnvideo")
+    for part in ("model", "plan", "video", "events", "results"):
+        assert "cnnvideo.%s.from_config" % part in mods, part

@@ -82,7 +82,7 @@ def test_off_short_or_several_cameras_store_and_use_nothing(tmp_path):
     assert _run(off, overhead.MIN_FRAMES).finish("r")["stored"] == []
     cfg = _cfg(tmp_path)
     assert _run(cfg, overhead.MIN_FRAMES - 1).finish("r")["stored"] == []
-    cfg.cameras = {"a": {}, "b": {}}
+    cfg.cameras = cfg.cameras * 2  # two cameras
     assert _run(cfg, overhead.MIN_FRAMES).finish("r")["stored"] == []
     assert _run(cfg, 1, devices=("", "")).plan_inputs(np.ones((2, 2)))[1] == cfg.cost_model.net_cpu_us_per_message
 

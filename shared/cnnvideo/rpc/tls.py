@@ -78,3 +78,10 @@ def setup(cfg, role: str) -> Optional[Identity]:
     ident = load(cfg.tls, role)
     net.use_tls(ident)
     return ident
+
+
+def check_config(tls: Tls) -> None:
+    """The `tls` section of a typed config: enabled names a folder or all three files. ConfigError naming the key."""
+    if tls.enabled and not tls.dir and not (tls.ca and tls.cert and tls.key):
+        raise ConfigError("config key 'tls' is enabled but names neither 'tls.dir' nor all of 'tls.ca', "
+                          "'tls.cert', 'tls.key'")

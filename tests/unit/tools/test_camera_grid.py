@@ -84,5 +84,6 @@ def test_live_ports_one_for_the_grid_and_one_per_camera():
 
     one = config.Config()
     assert live_ports(one) == 1
-    one.cameras = {"a": config.Camera(video="x.avi"), "b": config.Camera(video="y.avi")}
+    one.cameras = [config.Camera("a", "x.avi", (96, 128), config.Source(), {}, 1.0, own=("video",)),
+                   config.Camera("b", "y.avi", (96, 128), config.Source(), {}, 1.0, own=("video",))]
     assert live_ports(one) == 3
