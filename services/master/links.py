@@ -26,6 +26,7 @@ class WorkerLinks:
         self.trainer_address = trainer
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.camera = ""  # the camera whose runs these links start (Prepare names it: its int8 calibration)
         self.channels: List[grpc.Channel] = [net.channel(a, max_bytes) for a in self.addresses]
         self.stubs = [pb_grpc.WorkerStub(c) for c in self.channels]
         self.trainer_channel = net.channel(trainer, max_bytes)
@@ -145,7 +146,7 @@ class WorkerLinks:
         """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a Plan), asked of all at
         once; each worker starts building its stage in the background if it has not.
         RpcError when one cannot be asked."""
-        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)))
+        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)), camera=self.camera)
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 

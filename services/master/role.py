@@ -26,6 +26,7 @@ from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
 from . import reporting
+from .calibrating import calibration_report
 from .events import MasterEvents
 from .feed import Feed
 from .finishing import Finisher
@@ -90,6 +91,8 @@ class MasterRole:
         self.t_run = 0.0
         self.reference = None  # the unsplit model for the exactness check
         self.onnx_graph = None  # an ONNX model's graph (how its outputs are packed)
+        self.calibration = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
+        self.calibration_report = calibration_report(cfg)  # report.json `int8_calibration`
         self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
         self.restarts = 0
         self.worker_restarts = [0] * self.W
@@ -191,7 +194,9 @@ class MasterRole:
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
                            settings=self.settings_pb(settings.WORKER_KEYS),
                            warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(self.W)),
-                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
+                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera,
+                           calibration=(None if self.calibration is None
+                                        else convert.calibration_to_pb(self.calibration)))
 
     def _first_plan(self) -> Optional[Plan]:
         """The scheduler's first plan (the workers build its stages before the run), None if there is none."""

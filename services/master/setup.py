@@ -50,6 +50,7 @@ class Setup:
         OutputStore.remove_stale(m.out, keep=m.outputs.path)
         t0 = time.time()
         m.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
+        m.links.camera = cfg.events.camera
         m.links.wait_serving(STARTUP_TIMEOUT_S)
         m.links.fetch_infos(m.wait_s)
         self.check_infos()
@@ -92,11 +93,18 @@ class Setup:
         try:
             if training is None:
                 m.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+        except SourceError as exc:
+            raise MasterError(str(exc)) from None
+        m.setup_s["open_source"] = m.setup_s.get("open_source", 0.0) + time.time() - t1
+        if cfg.precision == "int8" and cfg.int8.calibration == "camera":
+            t1 = time.time()
+            self.calibrate()
+            m.setup_s["int8_calibration"] = time.time() - t1
+        try:
             if m.live:
                 m.feed.warm_up(min(cfg.group_size, 8) + 1)
         except SourceError as exc:
             raise MasterError(str(exc)) from None
-        m.setup_s["open_source"] = m.setup_s.get("open_source", 0.0) + time.time() - t1
         if cfg.check:
             self.start_checker()
         dense = np.array([c.bytes_dense for c in m.infos[0].cuts], dtype=np.float64)
@@ -115,6 +123,20 @@ class Setup:
         log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
                  len(dense), cfg.scheduler)
+
+    def calibrate(self) -> None:
+        """int8 calibration on this camera's own first frames (calibrating.camera_calibration), for RunSetup."""
+        from cnnvideo.model.loading import load_graph
+        from cnnvideo.video.sources import kind_of
+
+        from .calibrating import camera_calibration
+
+        m = self.m
+        graph = m.onnx_graph if m.onnx_graph is not None else load_graph(m.cfg)
+        # a file is read apart (its frames stay the run's); a stream or device is opened once: its first frames
+        # calibrate and the run takes the frames after them
+        from_source = kind_of(m.cfg.video) != "file"
+        m.calibration, m.calibration_report = camera_calibration(m.cfg, graph, m.feed, from_source)
 
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""

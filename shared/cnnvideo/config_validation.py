@@ -20,6 +20,7 @@ from typing import Dict, Optional, Tuple
 
 from cnnvideo.config_cameras import apply_one_camera
 from cnnvideo.config_types import (
+    CALIBRATIONS,
     CAMERA_NAME,
     CAMERA_NAME_RULE,
     CPUS_ROLES,
@@ -164,8 +165,11 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
                           % cfg.engine_options.threads)
     _positive(cfg.int8.calibration_frames, "int8.calibration_frames")
     _positive(cfg.int8.calibration_stride, "int8.calibration_stride")
+    if cfg.int8.calibration not in CALIBRATIONS:
+        raise ConfigError("config key 'int8.calibration' must be one of %s, got %r" % ("|".join(CALIBRATIONS),
+                                                                                     cfg.int8.calibration))
     if cfg.int8.calibration_start < -1:
-        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the run's frames)")
+        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the trainer's frames)")
     if (cfg.precision == "int8" and cfg.calibration_video == cfg.video
             and 0 <= cfg.int8.calibration_start < cfg.frames):
         raise ConfigError("config key 'int8.calibration_start' (%d) must not be below 'frames' (%d): int8 calibrates "

@@ -23,4 +23,4 @@ from cnnvideo.model.engines.base import (  # noqa: F401 - the package's public n
     first_line,
     ort_available,
 )
-from cnnvideo.model.engines.factory import StageFactory, factory_for, weights_digest  # noqa: F401
+from cnnvideo.model.engines.factory import StageFactory, factory_for, model_key, weights_digest  # noqa: F401
