@@ -29,7 +29,14 @@ MODEL = "person-ssdlite"
 VIDEO_CAL = (400, 10, 16)  # today's calibration: frames 400, 410, ... of the trainer's video (vtest)
 
 
-def _rows(study: bool) -> List[Dict[str, Any]]:
+def _rows(study: bool, only: str = "") -> List[Dict[str, Any]]:
+    """The rows named in `only` (comma list; all when empty)."""
+    rows = _all_rows(study)
+    names = [n for n in only.split(",") if n]
+    return [r for r in rows if r["name"] in names] if names else rows
+
+
+def _all_rows(study: bool) -> List[Dict[str, Any]]:
     """The bench's rows: name, calibration (video | camera | pool), frames, stride, stem rule, per-channel."""
     rows = [{"name": "before", "calibration": "video", "frames": 16, "stem": "frame",
              "what": "trainer video frames 400..550 every 10, stem rule of the frame (today)"},
@@ -44,6 +51,8 @@ def _rows(study: bool) -> List[Dict[str, Any]]:
             {"name": "pool (all cameras' frames)", "calibration": "pool", "frames": 16, "stride": 5, "stem": "model"},
             {"name": "camera, per-tensor weights", "calibration": "camera", "frames": 16, "stride": 5,
              "stem": "model", "per_channel": False},
+            {"name": "camera, quarter-resolution blocks fp32 too", "calibration": "camera", "frames": 16,
+             "stride": 5, "stem": "quarter"},
         ]
     return rows
 
@@ -100,7 +109,7 @@ def _camera_calibration(graph, key, frames, count, stride, source):
 
 def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "walkers", "person"),
             video: str = "media/vtest.avi", photos: str = "media/photos", study: bool = True, split: bool = False,
-            cache_dir: str = "", score_threshold: float = 0.5) -> Dict[str, Any]:
+            cache_dir: str = "", score_threshold: float = 0.5, rows: str = "") -> Dict[str, Any]:
     import dataclasses
 
     import onnxruntime
@@ -133,7 +142,7 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
         return load_or_measure(graph, video_spec, calibration_path(cache_dir, MODEL, frame_size), key)
 
     results = []
-    for row in _rows(study):
+    for row in _rows(study, rows):
         t0 = time.time()
         base = StageFactory(graph, EngineSpec("onnxruntime", "int8", 1, "stop"), onnx_dir(cache_dir), key, video_cal)
         base.stem, base.per_channel = row["stem"], row.get("per_channel", True)
@@ -199,7 +208,7 @@ def run(args) -> int:
     scenes = [s for s in args.scenes.split(",") if s]
     try:
         out = measure(tuple(args.frame_size), args.frames, scenes, args.video, args.photos, not args.no_study,
-                      args.split, args.cache_dir or "", args.score_threshold)
+                      args.split, args.cache_dir or "", args.score_threshold, args.rows)
     except (EngineError, FileNotFoundError, ValueError) as exc:
         print("cnnvideo bench int8-scenes: error: %s" % exc, file=sys.stderr)
         return 2

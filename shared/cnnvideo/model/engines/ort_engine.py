@@ -268,9 +268,10 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
 def stem_area(graph, rule: str = "model") -> int:
     """Input pixels from which a node stays fp32 (ort_int8.fp32_nodes): half the resolution of the model's own
     input (`model`: the first convolution's input; a detector resizes the frame to 300x300 inside, so its
-    half-resolution blocks are 150x150) or of the frame (`frame`, the rule before issue 46: it kept none of the
-    detector's blocks fp32). Measured on trained person-ssdlite (docs/results/int8-scenes.md): F1 against fp32 on a
-    beach scene of small people 0.929 -> 0.964 with the 150x150 blocks fp32, whatever the calibration frames."""
+    half-resolution blocks are 150x150), a quarter of it (`quarter`: the 75x75 blocks too, a study), or half the
+    frame's (`frame`, the rule before issue 46: it kept none of the detector's blocks fp32). Measured on trained
+    person-ssdlite (docs/results/int8-scenes/README.md, `cnnvideo bench int8-scenes`): the `model` rule took F1
+    against fp32 on vtest from 0.983 to 0.993 and on a beach of small people from 0.953 to 0.987."""
     h, w = graph.frame_size
     half_frame = (h // 2) * (w // 2)
     model = getattr(graph, "model", None)
@@ -281,7 +282,9 @@ def stem_area(graph, rule: str = "model") -> int:
     sizes = _spatial_sizes(model)
     first = next((n for n in model.graph.node if n.op_type == "Conv"), None)
     area = sizes.get(first.input[0], 0) if first is not None else 0
-    return area // 4 if area > 0 else half_frame
+    if area <= 0:
+        return half_frame
+    return area // 16 if rule == "quarter" else area // 4
 
 
 def _chain_inputs(factory, start: int, q_in: Optional[QParams]) -> List[np.ndarray]:
