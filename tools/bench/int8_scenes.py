@@ -51,7 +51,7 @@ def _all_rows(study: bool) -> List[Dict[str, Any]]:
             {"name": "pool (all cameras' frames)", "calibration": "pool", "frames": 16, "stride": 5, "stem": "model"},
             {"name": "camera, per-tensor weights", "calibration": "camera", "frames": 16, "stride": 5,
              "stem": "model", "per_channel": False},
-            {"name": "camera, quarter-resolution blocks fp32 too", "calibration": "camera", "frames": 16,
+            {"name": "camera + quarter-resolution blocks fp32", "calibration": "camera", "frames": 16,
              "stride": 5, "stem": "quarter"},
         ]
     return rows

@@ -33,7 +33,7 @@ BLACK_MEAN = 16.0  # mean level (0..255) under which a frame is black: a covered
 FLAT_STD = 4.0  # pixel standard deviation under which a frame shows no scene: a blank stream, one colour
 FROZEN_DIFF = 0.5  # mean |difference| (levels) to the last kept frame under which the frame is frozen (a stalled
 # encoder repeats its last picture; sensor noise alone moves a real camera's frames by ~1-2 levels)
-JPEG_QUALITY = 75  # about 50 kB a 480x720 frame (90: 70-80 kB; measured on vtest and the bench scenes)
+JPEG_QUALITY = 90  # 70-94 kB a 480x720 frame; 75 (about 50 kB) cost 0.005-0.012 of F1 (docs/results/int8-scenes)
 FORMAT = 1  # of the stored file and the digest
 
 
