@@ -55,7 +55,7 @@ def camera_calibration(cfg, graph, feed, from_source: bool) -> Tuple[Optional[cc
     stored = cc.load_stored(path, key, cfg.frame_size, graph.num_segments)
     if stored is not None:
         log.info("int8 calibration %s: camera %s's stored calibration (%d frames of %s, frames %s)", stored.digest,
-                 camera or "-", len(stored.jpegs), stored.source, cc._span(stored.indices))
+                 camera or "-", len(stored.jpegs), stored.source, cc.span(stored.indices))
         return stored, dict(stored.report(), stored=True, file=path)
     count, stride = cfg.int8.calibration_frames, cfg.int8.calibration_stride
     look = count * stride * 4

@@ -217,12 +217,13 @@ def measure(graph, model_key: str, sample: Sample, quality: int = JPEG_QUALITY) 
     measured = Calibration.measure(graph, cal.frames(), cal.digest)
     cal.qparams = dict(measured.qparams)
     log.info("int8 calibration %s: %d frames of %s (frames %s), %d cuts quantized, %d float, %.0f kB to send",
-             cal.digest, len(cal.jpegs), cal.source, _span(cal.indices), len(cal.qparams),
+             cal.digest, len(cal.jpegs), cal.source, span(cal.indices), len(cal.qparams),
              graph.num_segments - 1 - len(cal.qparams), cal.wire_bytes / 1e3)
     return cal
 
 
-def _span(indices: List[int]) -> str:
+def span(indices: List[int]) -> str:
+    """"0..75 every 5" (the frames of a calibration, for a log line)."""
     if len(indices) > 2:
         return "%d..%d every %d" % (indices[0], indices[-1], indices[1] - indices[0])
     return ",".join(str(i) for i in indices)
