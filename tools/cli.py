@@ -25,6 +25,7 @@ COMMANDS = {
     "bench tradeoff": "cnnvideo.tools.bench.tradeoff:run",
     "bench track": "cnnvideo.tools.bench.track:run",
     "bench capped-profile": "cnnvideo.tools.bench.capped_profile:run",
+    "bench int8-scenes": "cnnvideo.tools.bench.int8_scenes:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -151,6 +152,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alone-cuts", default="9,18", help="comma list of cuts whose two stages are also timed alone")
     p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
     p.add_argument("--out", default=None, help="also write results.md and capped-profile.json into this folder")
+    p = bench.add_parser("int8-scenes", help="int8 detector F1 vs fp32 on vtest and unseen scenes, before and after")
+    p.add_argument("--json", action="store_true", help="print one JSON object (else a table)")
+    p.add_argument("--frames", type=int, default=100, help="frames a scene")
+    p.add_argument("--frame-size", type=int, nargs=2, default=[480, 720], metavar=("H", "W"))
+    p.add_argument("--scenes", default="beach,walkers,person", help="comma list of tools/bench/scenes.py's scenes")
+    p.add_argument("--video", default="media/vtest.avi", help="the trainer's video (and the vtest scene)")
+    p.add_argument("--photos", default="media/photos", help="folder of darknet's photos")
+    p.add_argument("--no-study", action="store_true", help="only the before and after rows")
+    p.add_argument("--split", action="store_true", help="also a 2-stage split at the cut that halves compute")
+    p.add_argument("--rows", default="", help="comma list of row names to run (default: all)")
+    p.add_argument("--score-threshold", type=float, default=0.5)
+    p.add_argument("--cache-dir", default=None, help="ONNX and calibration cache (default: a new temp folder)")
+    p.add_argument("--out", default=None, help="also write int8-scenes.json into this folder")
     p = bench.add_parser("plan", help="time the schedulers (optimal: 8 workers x 150 cuts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=8)

@@ -48,6 +48,7 @@ class Feed:
         self.peak_held = 0
         self.pending: Deque[int] = collections.deque()  # taken by warm_up, not yet sent
         self.to_trainer = 0  # frames captured for the trainer to fit on (a live source, opened once)
+        self.to_calibration = 0  # frames captured for int8 calibration (a live source; calibrating.py)
 
     def open(self) -> None:
         """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change."""
@@ -154,10 +155,12 @@ class Feed:
         self.source.close()
 
     def stats(self, processed: int) -> Dict[str, Any]:
-        """The report's `source` section (skipped = captured - frames taken into the run - frames to the trainer)."""
+        """The report's `source` section (skipped = captured - frames taken into the run - frames to the trainer and
+        to int8 calibration)."""
         st = self.source.stats()
         st["taken"] = self.next_id
         st["to_trainer"] = self.to_trainer
+        st["to_calibration"] = self.to_calibration
         st["processed"] = processed
         st["peak_frames_held"] = self.peak_held
         st["skipped_share"] = round(st["skipped"] / st["captured"], 4) if st["captured"] else 0.0

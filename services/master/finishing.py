@@ -87,6 +87,7 @@ class Finisher:
             "start": rpt.start_figures(records, m.feed.first_read_at),
             "error": m.failure or m.source_error,
             "weights_used": m.weights_used,
+            "int8_calibration": m.calibration_report,
             "top1_agreement": agreement[0],
             "top5_overlap": agreement[1],
             "top1_labels": reporting.label_counts(records),

@@ -22,11 +22,12 @@ class MasterError(RuntimeError):
 class WorkerLinks:
     """Channels to the chain's workers and the trainer, and the streams of the current generation."""
 
-    def __init__(self, addresses: List[str], trainer: str, max_bytes: int, timeout: float) -> None:
+    def __init__(self, addresses: List[str], trainer: str, max_bytes: int, timeout: float, camera: str = "") -> None:
         self.addresses = list(addresses)
         self.trainer_address = trainer
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.camera = camera  # the camera whose runs these links start (Prepare names it: its int8 calibration)
         self.channels: List[grpc.Channel] = [net.channel(a, max_bytes) for a in self.addresses]
         self.stubs = [pb_grpc.WorkerStub(c) for c in self.channels]
         self.trainer_channel = net.channel(trainer, max_bytes)
@@ -149,7 +150,7 @@ class WorkerLinks:
         """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a Plan), asked of all at
         once; each worker starts building its stage in the background if it has not.
         RpcError when one cannot be asked."""
-        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)))
+        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)), camera=self.camera)
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 

@@ -27,6 +27,7 @@ from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
 from . import reporting
+from .calibrating import calibration_report
 from .delivery import ResultConsumers
 from .events import MasterEvents
 from .feed import Feed
@@ -87,6 +88,8 @@ class MasterRole:
         self.setup_s: Dict[str, float] = {}  # each setup step's time
         self.reference = None  # the unsplit model for the exactness check
         self.onnx_graph = None  # an ONNX model's graph (how its outputs are packed)
+        self.calibration = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
+        self.calibration_report = calibration_report(cfg)  # report.json `int8_calibration`
         self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
         self.restarts = 0
         self.worker_restarts = [0] * self.W
@@ -125,6 +128,8 @@ class MasterRole:
         self.onnx_graph, self.detecting, self.reference = got.onnx_graph, got.detecting, got.reference
         self.checker, self.weights_used, self.setup_s = got.checker, got.weights_used, got.seconds
         self.telemetry.overheads = got.overheads
+        self.calibration = got.calibration  # int8 on the camera's own frames (None: the video's)
+        self.calibration_report = got.calibration_report or self.calibration_report
         if self.detecting is None and self.onnx_graph is None:  # a classifier: each result's top-5 in its record
             self.outputs.add_sink(self.tracker.label_top5)
 
@@ -217,7 +222,9 @@ class MasterRole:
                            threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
                            settings=self.settings_pb(settings.WORKER_KEYS),
                            warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(self.W)),
-                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera)
+                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera,
+                           calibration=(None if self.calibration is None
+                                        else convert.calibration_to_pb(self.calibration)))
 
     def open_streams(self, gen: int, only: Optional[List[int]] = None) -> None:
         """The result and stage streams of generation `gen` on every worker of `only` (default all)."""

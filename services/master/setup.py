@@ -28,8 +28,10 @@ from cnnvideo.plan.predict import Predictors
 from cnnvideo.results.exactness import OnlineChecker
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
+from cnnvideo.video.sources import kind_of
 from cnnvideo.wire import settings
 
+from .calibrating import camera_calibration
 from .detecting import MasterDetections
 from .feed import SourceError
 from .links import MasterError, WorkerLinks
@@ -59,6 +61,8 @@ class SetupProducts:
     reference: object = None  # the unsplit model for the exactness check
     checker: object = None  # results.exactness.OnlineChecker with check: true
     scheduler: object = None
+    calibration: object = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
+    calibration_report: Optional[dict] = None  # report.json `int8_calibration`, when the camera calibrated
     seconds: Dict[str, float] = field(default_factory=dict)  # each setup step's time
 
 
@@ -79,7 +83,7 @@ class Setup:
         m, cfg, got = self.m, self.m.cfg, self.products
         OutputStore.remove_stale(m.out, keep=m.outputs.path)
         t0 = time.time()
-        got.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout)
+        got.links = WorkerLinks(m.addresses, cfg.cluster.trainer, m.max_bytes, m.timeout, camera=cfg.events.camera)
         with self.progress.step("waiting for the workers and the trainer to serve"):
             self.links.wait_serving(STARTUP_TIMEOUT_S)
             self.links.fetch_infos(m.wait_s)
@@ -121,11 +125,19 @@ class Setup:
         try:
             if training is None:
                 m.feed.open()  # offline: one pass over the clip for its input change (no frames kept)
+        except SourceError as exc:
+            raise MasterError(str(exc)) from None
+        got.seconds["open_source"] = got.seconds.get("open_source", 0.0) + time.time() - t1
+        if cfg.precision == "int8" and cfg.int8.calibration == "camera":
+            t1 = time.time()
+            with self.progress.step("int8 calibration on the camera's own frames"):
+                self.calibrate()
+            got.seconds["int8_calibration"] = time.time() - t1
+        try:
             if m.live:
                 m.feed.warm_up(min(cfg.group_size, 8) + 1)
         except SourceError as exc:
             raise MasterError(str(exc)) from None
-        got.seconds["open_source"] = got.seconds.get("open_source", 0.0) + time.time() - t1
         if cfg.check:
             self.start_checker()
         dense = np.array([c.bytes_dense for c in self.links.infos[0].cuts], dtype=np.float64)
@@ -150,6 +162,15 @@ class Setup:
         (an int8 stage is quantized then, when not in the cache)."""
         with self.progress.step("starting the run: the workers build their stages", range(self.m.W)):
             self.links.start_run(message, timeout=SETUP_TIMEOUT_S, answered=self.progress.answered)
+
+    def calibrate(self) -> None:
+        """int8 calibration on this camera's own first frames (calibrating.camera_calibration), for RunSetup."""
+        m, got = self.m, self.products
+        graph = got.onnx_graph if got.onnx_graph is not None else load_graph(m.cfg)
+        # a file is read apart (its frames stay the run's); a stream or device is opened once: its first frames
+        # calibrate and the run takes the frames after them
+        from_source = kind_of(m.cfg.video) != "file"
+        got.calibration, got.calibration_report = camera_calibration(m.cfg, graph, m.feed, from_source)
 
     def load_reference(self) -> None:
         """The unsplit model the exactness check runs (torch, fp32)."""

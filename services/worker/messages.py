@@ -1,21 +1,30 @@
 """Proto <-> the engine's plain dataclasses (the only place the worker's run logic meets the wire types)."""
 from __future__ import annotations
 
+from cnnvideo.model.engines import EngineError
 from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc.convert import calibration_from_pb
 from cnnvideo.wire.protocol import HopSettings
 
 from .runloop import Payload, Result, RunSettings, StagePlan, StageReport, Task
 
 
 def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
-    """RunSettings of a RunSetup; ValueError on a mode that is not full or delta."""
+    """RunSettings of a RunSetup; ValueError on a mode that is not full or delta, or a calibration whose fields
+    disagree (one line)."""
     if msg.mode not in ("full", "delta"):
         raise ValueError("mode must be full or delta, got %r" % msg.mode)
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
+    calibration = None
+    if msg.HasField("calibration"):
+        try:
+            calibration = calibration_from_pb(msg.calibration)
+        except EngineError as exc:
+            raise ValueError(str(exc)) from None
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
                        warm=stage_plan_from_pb(msg.warm) if msg.HasField("warm") else None,
-                       skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera))
+                       skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera), calibration=calibration)
 
 
 def stage_plan_from_pb(msg: pb.StagePlan) -> StagePlan:

@@ -101,7 +101,9 @@ class WorkerRole:
         self.costs: Optional[WorkerProfile] = None
         self.costs_cached = False
         self.cfs: Tuple[float, float] = (0.0, 0.0)  # CFS (quota, period) seconds of this container's CPU cap
-        self.stages = None  # engines.StageFactory: this worker's stages on its engine
+        self.stages = None  # engines.StageFactory: this worker's stages on its engine (the video's calibration)
+        self.calibrated: Dict[str, object] = {}  # calibration digest -> the factory of its int8 stages
+        self.camera_stages: Dict[str, object] = {}  # camera -> the factory its run uses
         self.engine_available = True
         self.runs: Dict[str, Run] = {}  # camera -> its run (a single-camera master's camera is "")
         self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
@@ -192,17 +194,38 @@ class WorkerRole:
                  ", ".join("%s %.4f s" % (label, float(p.seconds.sum())) for label, p in profiles.items()))
         return fastest_profile(profiles), cached
 
-    def forward(self, start: int, end: int, x: np.ndarray) -> np.ndarray:
-        """The stage's compute: segments start..end-1 on x, on this worker's engine (one stage per range)."""
-        return self.stages.stage(start, end).run(x)
+    def forward(self, start: int, end: int, x: np.ndarray, stages=None) -> np.ndarray:
+        """The stage's compute: segments start..end-1 on x, on this worker's engine (one stage per range); `stages`:
+        the factory of the run's calibration (default the worker's own)."""
+        return (stages or self.stages).stage(start, end).run(x)
 
-    def describe(self, start: int, end: int) -> Tuple[str, str]:
+    def describe(self, start: int, end: int, stages=None) -> Tuple[str, str]:
         """(engine-precision, why not the one asked for; with `engine: auto`, why this one: the times compared) of
         the stage start..end."""
-        st = self.stages.stage(start, end)
-        why = self.stages.choose(start, end)[1] if isinstance(self.stages, AutoStages) else ""
-        reason = st.reason or self.stages.int8_failed
+        stages = stages or self.stages
+        st = stages.stage(start, end)
+        why = stages.choose(start, end)[1] if isinstance(stages, AutoStages) else ""
+        reason = st.reason or stages.int8_failed
         return "%s-%s" % (st.engine, st.precision), "; ".join(x for x in (why, reason) if x)
+
+    def stages_for(self, calibration) -> object:
+        """The factory whose int8 stages use `calibration` (one per digest, kept); the worker's own without one or
+        on fp32. ValueError (one line) when the calibration is of another model or frame size."""
+        if calibration is None or self.cfg.precision != "int8":
+            return self.stages
+        with self.lock:
+            stages = self.calibrated.get(calibration.digest)
+        if stages is None:
+            try:
+                stages = self.stages.with_calibration(calibration)
+            except EngineError as exc:
+                log.warning("worker %d: %s", self.worker_id, exc)
+                raise ValueError(str(exc)) from None
+            log.info("worker %d: int8 calibration %s of %s (%d frames) for this run's stages", self.worker_id,
+                     calibration.digest, calibration.source, len(calibration.jpegs))
+            with self.lock:
+                stages = self.calibrated.setdefault(calibration.digest, stages)
+        return stages
 
     def _emit(self, task: Task) -> None:
         """Hand a task to the worker its route names for the next stage (the engine's `emit`). While it is
@@ -241,20 +264,29 @@ class WorkerRole:
                 stage = self.stage_of(setup.warm)
             except ValueError as exc:
                 raise ValueError("warm: %s" % exc) from None
+        stages = self.stages_for(setup.calibration)
+
+        def forward(start: int, end: int, x: np.ndarray) -> np.ndarray:
+            return self.forward(start, end, x, stages)
+
+        def describe(start: int, end: int) -> Tuple[str, str]:
+            return self.describe(start, end, stages)
+
         with self.lock:
+            self.camera_stages[setup.camera] = stages
             old = self.runs.pop(setup.camera, None)
             if old is not None:
                 old.close()
             if not self.runs:  # (another camera's run may have calls on the channels)
                 self.peers.renew_all()  # fresh channels: no reconnect backoff left over from a restarted neighbour
             emit = self._emit if self.cfg.n_workers > 1 else None
-            self.runs[setup.camera] = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], self.forward,
-                                          emit, self.cfg.max_message_bytes, quant=self.stages.qparams,
-                                          describe=self.describe)
+            self.runs[setup.camera] = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], forward,
+                                          emit, self.cfg.max_message_bytes, quant=stages.qparams,
+                                          describe=describe)
         log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
                  setup.hops.mode)
         if setup.warm is not None:
-            self._warm(stage)
+            self._warm(stage, stages)
 
     def stage_of(self, plan: StagePlan) -> Tuple[int, int]:
         """(start, end) cuts of this worker's stage in `plan`; (0, 0) when the plan leaves this worker out.
@@ -264,7 +296,7 @@ class WorkerRole:
         s = int(plan.stage_of[self.worker_id])
         return (int(cuts[s]), int(cuts[s + 1])) if s >= 0 else (0, 0)
 
-    def _warm(self, stage: Tuple[int, int]) -> None:
+    def _warm(self, stage: Tuple[int, int], stages) -> None:
         """Build this worker's stage (start, end) now (engines cache it), not when its first frame arrives; a
         stage that cannot be built is left to fail (or fall back) there, as without warming."""
         start, end = stage
@@ -272,14 +304,14 @@ class WorkerRole:
             return
         t0 = time.time()
         try:
-            st = self.stages.stage(start, end)
+            st = stages.stage(start, end)
         except EngineError as exc:
             log.warning("worker %d: stage %d..%d not built before the run: %s", self.worker_id, start, end, exc)
             return
         log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 
-    def prepare(self, plan: StagePlan) -> Tuple[bool, str]:
+    def prepare(self, plan: StagePlan, camera: str = "") -> Tuple[bool, str]:
         """(ready, error) of this worker's stage of `plan`; a stage not built yet starts building in a background
         thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot be built
         (engine_options.on_error: stop). ValueError when the plan does not fit the cluster."""
@@ -287,20 +319,23 @@ class WorkerRole:
             key = self.stage_of(plan)
         except ValueError as exc:
             raise ValueError("prepare: %s" % exc) from None
-        if key[1] <= key[0] or self.stages.built(*key):
+        with self.lock:
+            stages = self.camera_stages.get(camera, self.stages)  # `camera`: whose run (its calibration's stages)
+        if key[1] <= key[0] or stages.built(*key):
             return True, ""
         with self.lock:
             error = self.preparing.get(key)
             if error is None:
                 self.preparing[key] = ""
-                threading.Thread(target=self._prepare, args=key, name="prepare-%d-%d" % key, daemon=True).start()
+                threading.Thread(target=self._prepare, args=key + (stages,), name="prepare-%d-%d" % key,
+                                 daemon=True).start()
         return False, error or ""
 
-    def _prepare(self, start: int, end: int) -> None:
+    def _prepare(self, start: int, end: int, stages) -> None:
         """Build stage start..end (the body of prepare's thread); a failure is kept for the next prepare."""
         t0 = time.time()
         try:
-            st = self.stages.stage(start, end)
+            st = stages.stage(start, end)
         except Exception as exc:  # EngineError, or a bug: either way the master must hear why, not wait forever
             with self.lock:
                 self.preparing[(start, end)] = "stage %d..%d: %s" % (start, end, exc)

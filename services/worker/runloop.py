@@ -81,6 +81,7 @@ class RunSettings:
     warm: Optional[StagePlan] = None  # the plan of the first frames: the role builds its stage before it answers
     skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
     camera: str = ""  # the camera the run serves: a worker holds one run per camera
+    calibration: Optional[object] = None  # int8: the camera's calibration (camera_calibration.CameraCalibration)
 
 
 @dataclass

@@ -114,7 +114,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def Prepare(self, request, context):
         try:
-            ready, error = self.role.prepare(messages.stage_plan_from_pb(request.plan))
+            ready, error = self.role.prepare(messages.stage_plan_from_pb(request.plan), str(request.camera))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PrepareReply(ready=ready, error=error)

@@ -155,6 +155,13 @@ def calibration_file(calibration_base: str, digest: str) -> str:
     return "%s-%s.npz" % (calibration_base, digest)
 
 
+def camera_calibration_file(cache_root: str, model: str, frame_size, camera: str, source: str) -> str:
+    """<calibration_path(...)>-camera-<sha16 of camera name and source>.npz: the int8 calibration a master made on
+    that camera's own frames (camera_calibration), kept and reused by its later runs."""
+    digest = hashlib.sha1(("%s|%s" % (camera, source)).encode()).hexdigest()[:16]
+    return "%s-camera-%s.npz" % (calibration_path(cache_root, model, frame_size), digest)
+
+
 def models_dir() -> str:
     """The user's model cache: $CNNVIDEO_MODELS, else ~/.cache/cnnvideo/models (scripts/fetch_detector.sh places
     the person detector there; the images set CNNVIDEO_MODELS to their copy)."""

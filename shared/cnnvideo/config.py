@@ -30,6 +30,7 @@ import yaml
 from cnnvideo.config_cameras import camera_config, camera_configs, pick_camera, require_one_camera
 from cnnvideo.config_cameras import resolve as resolve_cameras
 from cnnvideo.config_types import (
+    CALIBRATIONS,
     CAMERA_NAME,
     CAMERA_NAME_RULE,
     CPUS_ROLES,
@@ -72,7 +73,8 @@ from cnnvideo.errors import ConfigError
 # Names callers reach as `config.<name>`: defined here, or re-exported from the module that owns them.
 __all__ = [
     # config_types
-    "CAMERA_NAME", "CAMERA_NAME_RULE", "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR", "PRECISIONS",
+    "CALIBRATIONS", "CAMERA_NAME", "CAMERA_NAME_RULE", "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR",
+    "PRECISIONS",
     "Camera", "CameraEntry", "Cluster", "Config", "CostModel", "Delta", "Detect", "EngineOptions", "Events",
     "Int8Options", "Limits", "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls",
     "TrainerOptions",

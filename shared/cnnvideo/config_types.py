@@ -150,14 +150,21 @@ class EngineOptions:
     on_error: str = "fallback"
 
 
+CALIBRATIONS = ("camera", "video")  # int8.calibration: the camera's own first frames, or the trainer's video
+
+
 @dataclass
 class Int8Options:
-    """Calibration of `precision: int8`: `calibration_frames` frames of the trainer's video, every
-    `calibration_stride`-th from `calibration_start` (-1 = the first frame after those the run evaluates)."""
+    """Calibration of `precision: int8`. `calibration: camera`: the master samples `calibration_frames` of the
+    camera's own first frames, every `calibration_stride`-th, skipping black, flat and frozen ones, keeps that
+    calibration per camera and sends it to the workers. `calibration: video`: `calibration_frames` frames of the
+    trainer's video, every `calibration_stride`-th from `calibration_start` (-1 = the first frame after those the
+    trainer fits on). Workers always profile on the video's calibration; neither depends on `frames:`."""
 
+    calibration: str = "camera"
     calibration_frames: int = 16
     calibration_start: int = -1
-    calibration_stride: int = 10
+    calibration_stride: int = 5
 
 
 @dataclass
@@ -361,8 +368,9 @@ class Config:
 
     @property
     def calibration_start(self) -> int:
-        """First calibration frame: after the frames a run evaluates unless set."""
-        return self.frames if self.int8.calibration_start < 0 else self.int8.calibration_start
+        """First calibration frame of the video: after the frames the trainer fits on unless set (never the run's
+        `frames:`, which would calibrate, and so build every int8 stage, again for each new value)."""
+        return self.trainer.frames if self.int8.calibration_start < 0 else self.int8.calibration_start
 
     def cpu_share(self, role: str) -> Optional[float]:
         """The `cpus` share of a role ('master', 'trainer', 'worker<i>' or 'w<i>'), None when not capped; a worker

@@ -21,10 +21,16 @@ from __future__ import annotations
 from cnnvideo import config_rules
 from cnnvideo.config_types import Config
 from cnnvideo.errors import ConfigError
+from cnnvideo.events import from_config as events_part
 from cnnvideo.events.from_config import events_keys_set
 from cnnvideo.events.types import EventsConfigError
+from cnnvideo.model import from_config as model_part
 from cnnvideo.model.from_config import model_unavailable, resolve_fallback
+from cnnvideo.plan import from_config as plan_part
+from cnnvideo.results import from_config as results_part
 from cnnvideo.results.from_config import VIEW_TOKEN_ENV, is_loopback, view_token
+from cnnvideo.rpc import tls
+from cnnvideo.video import from_config as video_part
 
 __all__ = ["validate", "events_keys_set", "model_unavailable", "resolve_fallback", "VIEW_TOKEN_ENV", "is_loopback",
            "view_token"]
@@ -33,13 +39,6 @@ __all__ = ["validate", "events_keys_set", "model_unavailable", "resolve_fallback
 def validate(cfg: Config, check_files: bool = True) -> Config:
     """Check values that types alone cannot, part by part; raise ConfigError naming the key. The model before the
     video (a missing model file says so even when the default video is missing too)."""
-    from cnnvideo.events import from_config as events_part
-    from cnnvideo.model import from_config as model_part
-    from cnnvideo.plan import from_config as plan_part
-    from cnnvideo.results import from_config as results_part
-    from cnnvideo.rpc import tls
-    from cnnvideo.video import from_config as video_part
-
     config_rules.check_cluster(cfg)
     model_part.check_config(cfg, check_files)
     results_part.check_config(cfg)

@@ -8,7 +8,7 @@ import logging
 import os
 
 from cnnvideo.artifacts import onnx_model_path
-from cnnvideo.config_types import ENGINE_CHOICES, ON_ERROR, PRECISIONS, Config, ModelChoice
+from cnnvideo.config_types import CALIBRATIONS, ENGINE_CHOICES, ON_ERROR, PRECISIONS, Config, ModelChoice
 from cnnvideo.errors import ConfigError
 from cnnvideo.model import catalog
 
@@ -47,8 +47,11 @@ def check_config(cfg: Config, check_files: bool = True) -> None:
     for key in ("calibration_frames", "calibration_stride"):
         if getattr(cfg.int8, key) <= 0:
             raise ConfigError("config key 'int8.%s' must be positive, got %r" % (key, getattr(cfg.int8, key)))
+    if cfg.int8.calibration not in CALIBRATIONS:
+        raise ConfigError("config key 'int8.calibration' must be one of %s, got %r" % ("|".join(CALIBRATIONS),
+                                                                                     cfg.int8.calibration))
     if cfg.int8.calibration_start < -1:
-        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the run's frames)")
+        raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the trainer's frames)")
     if (cfg.precision == "int8" and cfg.calibration_video == cfg.video
             and 0 <= cfg.int8.calibration_start < cfg.frames):
         raise ConfigError("config key 'int8.calibration_start' (%d) must not be below 'frames' (%d): int8 calibrates "

@@ -5,6 +5,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from cnnvideo.model.engines.base import QParams
+from cnnvideo.model.engines.camera_calibration import CalibrationRefused, CameraCalibration
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.wire import settings as run_settings
 from cnnvideo.wire.settings import Settings
@@ -81,3 +83,30 @@ def refusal(cfg: Any, keys: Sequence[str], role: str, msg: Any) -> str:
     """'' if the proto Settings `msg` of a request agrees with this role's config over `keys`, else why not."""
     theirs, digest = settings_from_pb(msg)
     return run_settings.difference(run_settings.of(cfg, keys, role), theirs, digest)
+
+
+def calibration_to_pb(cal) -> pb.Int8Calibration:
+    """The wire form of a camera_calibration.CameraCalibration."""
+    cuts = sorted(cal.qparams)
+    return pb.Int8Calibration(digest=cal.digest, model_key=cal.model_key, height=int(cal.frame_size[0]),
+                              width=int(cal.frame_size[1]), source=cal.source, frame_index=list(cal.indices),
+                              frame_time=list(cal.times), jpeg=list(cal.jpegs), cut=cuts,
+                              scale=[cal.qparams[c].scale for c in cuts],
+                              zero_point=[cal.qparams[c].zero_point for c in cuts], rules=cal.rules)
+
+
+def calibration_from_pb(msg: pb.Int8Calibration):
+    """camera_calibration.CameraCalibration of the message; CalibrationRefused when its fields do not agree (lengths,
+    or the digest the frames and key give)."""
+    if not (len(msg.cut) == len(msg.scale) == len(msg.zero_point)) or not msg.jpeg:
+        raise CalibrationRefused("int8 calibration %s refused: %d frames, %d cuts, %d scales, %d zero points"
+                                 % (msg.digest, len(msg.jpeg), len(msg.cut), len(msg.scale), len(msg.zero_point)))
+    cal = CameraCalibration(msg.model_key, (int(msg.height), int(msg.width)), msg.source,
+                            [int(i) for i in msg.frame_index], [float(t) for t in msg.frame_time],
+                            [bytes(b) for b in msg.jpeg],
+                            {int(c): QParams(float(s), int(z)) for c, s, z in zip(msg.cut, msg.scale, msg.zero_point)},
+                            msg.rules)
+    if cal.digest != msg.digest:
+        raise CalibrationRefused("int8 calibration refused: its digest %s does not match its content (%s)"
+                                 % (msg.digest, cal.digest))
+    return cal

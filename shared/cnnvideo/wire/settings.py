@@ -15,7 +15,8 @@ from typing import Any, Dict, Sequence
 
 # keys a worker's results and profile depend on (the graph it runs, the hop codec it profiles)
 WORKER_KEYS = ("model", "weights", "seed", "frame_size", "delta.input_threshold", "delta.threshold", "delta.fp16",
-               "engine", "precision", "int8.calibration_frames", "int8.calibration_start", "int8.calibration_stride")
+               "engine", "precision", "int8.calibration", "int8.calibration_frames", "int8.calibration_start",
+               "int8.calibration_stride")
 # keys the trainer's fitted predictors depend on
 TRAINER_KEYS = WORKER_KEYS + ("trainer.frames", "trainer.video", "trainer.fit_fraction")
 _MISSING = object()

@@ -131,7 +131,8 @@ def test_plan_profiles_on_the_configured_engine_and_precision(tmp_path, syntheti
     """`cnnvideo plan` with engine onnxruntime profiles real ORT stages (exported into cache_dir/onnx), as a worker
     does, and says so; it used to profile torch fp32 whatever the config asked."""
     extra = {"engine": "onnxruntime", "precision": precision, "frames": 4,
-             "int8": {"calibration_frames": 4, "calibration_stride": 2}}
+             "int8": {"calibration_frames": 4, "calibration_stride": 2},
+             "trainer": {"frames": 4}}  # the video's calibration starts after the trainer's frames
     data = _plan_json(tmp_path, synthetic_video, capsys, **extra)
     assert data["engine"] == "onnxruntime-%s" % precision
     assert [f for f in os.listdir(str(tmp_path / "cache" / "onnx")) if f.endswith(".onnx")]

@@ -49,6 +49,12 @@ class AutoStages:
         compared = ", ".join("%s %.4f s" % (label, t) for label, t in sorted(times.items(), key=lambda kv: kv[1]))
         return best, "auto: stage %d..%d on %s (profiled %s)" % (start, end, best, compared)
 
+    def with_calibration(self, calibration) -> "AutoStages":
+        """The same engines with another int8 calibration (StageFactory.with_calibration), the same profiles."""
+        other = AutoStages({label: f.with_calibration(calibration) for label, f in self.factories.items()})
+        other.seconds = dict(self.seconds)
+        return other
+
     def stage(self, start: int, end: int) -> Stage:
         """The stage on the chosen engine (built on first use, once, by that engine's factory)."""
         return self.factories[self.choose(start, end)[0]].stage(start, end)

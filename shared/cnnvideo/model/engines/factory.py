@@ -48,6 +48,18 @@ class StageFactory:
         self._building: Dict[Tuple[int, int], threading.Lock] = {}  # one lock per stage being built
         self._calibration_lock = threading.Lock()
         self.notes: List[str] = []  # one line per fallback, for the report
+        self.stem = "model"  # which int8 blocks stay fp32: half the model input's resolution (ort_engine.stem_area)
+        self.per_channel = True  # int8 weights: one scale per output channel (False: per tensor, for studies)
+
+    def with_calibration(self, calibration) -> "StageFactory":
+        """A factory of the same engine whose int8 stages use `calibration` (camera_calibration.CameraCalibration,
+        checked against this model and frame size: CalibrationRefused otherwise); its stages are built apart
+        (the calibration digest is in their cache key)."""
+        calibration.check(self.key, self.graph.frame_size, self.graph.num_segments)
+        cal = calibration.to_calibration(self.graph)
+        other = StageFactory(self.graph, self.spec, self.cache_dir, self.key, lambda: cal)
+        other.stem, other.per_channel = self.stem, self.per_channel
+        return other
 
     @property
     def calibration(self):
@@ -152,6 +164,11 @@ def weights_digest(graph) -> str:
     return h.hexdigest()[:16]
 
 
+def model_key(cfg, graph) -> str:
+    """The model identity in stage and calibration keys: model, frame size, weights digest."""
+    return "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))
+
+
 def factory_for(cfg, graph) -> StageFactory:
     """The StageFactory of a Config (`engine: auto`: onnxruntime where installed; a worker builds one factory per
     engine instead, `auto.AutoStages`): its engine keys, the cache folder (cache_dir/onnx) and int8 calibration on
@@ -160,7 +177,7 @@ def factory_for(cfg, graph) -> StageFactory:
     if engine == "auto":  # one factory (a trainer's calibration, `cnnvideo plan`): the engine auto would try first
         engine = "onnxruntime" if ort_available()[0] else "torch"
     spec = EngineSpec(engine, cfg.precision, cfg.engine_options.threads, cfg.engine_options.on_error)
-    key = "%s %dx%d weights %s" % (cfg.model, graph.frame_size[0], graph.frame_size[1], weights_digest(graph))
+    key = model_key(cfg, graph)
     cal = CalibrationSpec(cfg.calibration_video, cfg.int8.calibration_frames, cfg.calibration_start,
                           cfg.int8.calibration_stride)
     cal_path = calibration_path(cfg.cache_dir, cfg.model, graph.frame_size)

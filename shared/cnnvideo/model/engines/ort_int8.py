@@ -198,7 +198,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                    workdir: str, first_conv: bool = False, classifier: bool = False, stem_area: int = 0,
                    correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
                    method: str = "minmax", reduce_range: bool = False, weights: str = "s8",
-                   postprocess: bool = False, float_input: bool = False) -> bytes:
+                   postprocess: bool = False, float_input: bool = False, keep_prefixes: tuple = (),
+                   per_channel: bool = True) -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
@@ -209,7 +210,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise).
     `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes).
     `float_input`: the stage starts at an inner cut the calibration keeps float (quant.MAX_READ_ERROR), so the
-    nodes reading 'x' stay fp32: quantising it here would round the channels the float hop kept."""
+    nodes reading 'x' stay fp32: quantising it here would round the channels the float hop kept. `keep_prefixes`:
+    nodes whose names start so stay fp32; `per_channel`: False for one weight scale per tensor (studies)."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -245,13 +247,16 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
             model = onnx.load(pre)
             named = name_nodes(model.graph)
             keep = fp32_nodes(model, first_conv, classifier, stem_area, postprocess)
+            if keep_prefixes:
+                keep += [n.name for n in model.graph.node if n.name.startswith(tuple(keep_prefixes))
+                         and n.name not in keep]
             if float_input:
                 keep += [n.name for n in model.graph.node if "x" in n.input and n.name not in keep]
             if correct_bias:
                 keep += with_correction_node(model)
             if correct_bias or named:
                 onnx.save(model, pre)
-            quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=True,
+            quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                             activation_type=QuantType.QUInt8, reduce_range=reduce_range,
                             weight_type=QuantType.QInt8 if weights == "s8" else QuantType.QUInt8,
                             calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
