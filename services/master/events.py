@@ -52,18 +52,24 @@ class MasterEvents:
 
     # --- setup and the end
 
-    def start(self) -> None:
-        """Make the Metrics and (events.enabled) the pipeline; the MQTT publisher connects in the background, from
-        the host's network when the master runs in a namespace of its own (`cnnvideo local` with tc links, see
-        cnnvideo.hostnet)."""
-        m, cfg = self.m, self.m.cfg
-        if cfg.live_view.port or cfg.events.enabled:
+    def start_metrics(self) -> None:
+        """Make the Metrics (with the live view or events on), so /metrics answers from the master's start; nothing
+        is published anywhere yet."""
+        cfg = self.m.cfg
+        if self.metrics is None and (cfg.live_view.port or cfg.events.enabled):
             try:
                 from cnnvideo.events.metrics import Metrics
 
                 self.metrics = Metrics(cfg.events.camera)
             except ImportError as exc:
                 log.warning("no /metrics: prometheus_client is not installed (%s)", exc)
+
+    def start(self) -> None:
+        """(events.enabled, once setup is done) the pipeline; the MQTT publisher connects in the background, from
+        the host's network when the master runs in a namespace of its own (`cnnvideo local` with tc links, see
+        cnnvideo.hostnet). A master whose setup failed never connects: its camera publishes nothing."""
+        m, cfg = self.m, self.m.cfg
+        self.start_metrics()
         if not cfg.events.enabled:
             return
         self.pipeline = pipeline_from_config(cfg.events.pipeline_config(m.out), cfg.frame_size, metrics=self.metrics,

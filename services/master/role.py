@@ -120,16 +120,16 @@ class MasterRole:
     def start(self) -> None:
         """Everything before the first frame (see `setup.Setup`); the role takes over what it made. The live page
         and the metrics serve from the start: the page shows setup's progress."""
-        self.events.start()  # metrics and (events.enabled) the events pipeline; MQTT connects in the background
+        self.events.start_metrics()
         self.page.start()
         self.setup_progress.start()
         got = self.setup.run()
         self.links, self.scheduler, self.predictors = got.links, got.scheduler, got.predictors
         self.onnx_graph, self.detecting, self.reference = got.onnx_graph, got.detecting, got.reference
         self.checker, self.weights_used, self.setup_s = got.checker, got.weights_used, got.seconds
-        self.telemetry.overheads = got.overheads
-        self.calibration = got.calibration  # int8 on the camera's own frames (None: the video's)
+        self.calibration, self.telemetry.overheads = got.calibration, got.overheads  # calibration None: the video's
         self.calibration_report = got.calibration_report or self.calibration_report
+        self.events.start()  # (events.enabled) the events pipeline; MQTT connects in the background
         if self.detecting is None and self.onnx_graph is None:  # a classifier: each result's top-5 in its record
             self.outputs.add_sink(self.tracker.label_top5)
 

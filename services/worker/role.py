@@ -114,6 +114,9 @@ class WorkerRole:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        # bind the port first: it was picked free moments ago (`cnnvideo local`), and another run on the host could
+        # take it while the model loads (13 s under load); it answers once the servicer is in and it is started
+        self.server = net.Server(self.address, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
         t0 = time.time()
         self.graph = load_graph(self.cfg)
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
@@ -130,7 +133,6 @@ class WorkerRole:
             log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
         self.cfs = cfs_quota()
         self.costs, self.costs_cached = self._profile()
-        self.server = net.Server(self.address, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
         self.server.start()
         log.info("worker %d ready on %s (%d workers in the cluster)", self.worker_id, self.address, self.cfg.n_workers)

@@ -29,7 +29,6 @@ from cnnvideo.model.from_config import model_unavailable, resolve_fallback
 from cnnvideo.plan import from_config as plan_part
 from cnnvideo.results import from_config as results_part
 from cnnvideo.results.from_config import VIEW_TOKEN_ENV, is_loopback, view_token
-from cnnvideo.rpc import tls
 from cnnvideo.video import from_config as video_part
 
 __all__ = ["validate", "events_keys_set", "model_unavailable", "resolve_fallback", "VIEW_TOKEN_ENV", "is_loopback",
@@ -45,6 +44,8 @@ def validate(cfg: Config, check_files: bool = True) -> Config:
     video_part.check_config(cfg, check_files)
     config_rules.check_config(cfg)
     plan_part.check_config(cfg)
+    from cnnvideo.rpc import tls  # grpc: never imported before the prefork server forks (tools/prefork.py)
+
     tls.check_config(cfg.tls)
     try:
         events_part.check_config(cfg, check_files)

@@ -1,0 +1,22 @@
+"""The prefork server's preloaded modules import no module that must not be shared across a fork (gRPC's threads
+and sockets): checked in a fresh interpreter, in a second, before the slow integration test that starts the server."""
+import json
+import subprocess
+import sys
+
+from cnnvideo.tools import prefork
+
+
+def test_the_preloaded_modules_do_not_import_grpc():
+    """Importing every PRELOAD module (those installed) leaves NOT_BEFORE_FORK out of sys.modules; `cnnvideo.config`
+    reached grpc through rpc.tls once, and every `cnnvideo local` run then fell back to plain processes."""
+    code = ("import importlib, json, sys\n"
+            "for name in %r:\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError:\n"
+            "        pass\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))\n"
+            % (prefork.PRELOAD, prefork.NOT_BEFORE_FORK))
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, check=True, universal_newlines=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
