@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
         if role == "master":
             p.add_argument("--camera", default="", help="the camera this master runs, of several under 'cameras:'")
+        if role == "worker":
+            p.add_argument("--join", default=None, metavar="HOST:PORT",
+                           help="join the running pool of the master at HOST:PORT (its cluster.join); no -i")
+            p.add_argument("--listen", default="0.0.0.0:50060", metavar="ADDR",
+                           help="with --join: serve on ADDR (host:port; 0.0.0.0 = every interface, reached by this "
+                                "host's name)")
     p = sub.add_parser("local", help="run trainer, workers and master as local processes")
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--frames", type=int, default=None, help="override config 'frames'")

@@ -40,6 +40,14 @@ class WorkerLinks:
     def n(self) -> int:
         return len(self.addresses)
 
+    def add(self, address: str, info: pb.WorkerInfo) -> int:
+        """A worker joined at `address` (its Info already fetched): its id, the next one."""
+        self.addresses.append(address)
+        self.channels.append(net.channel(address, self.max_bytes))
+        self.stubs.append(pb_grpc.WorkerStub(self.channels[-1]))
+        self.infos.append(info)
+        return len(self.addresses) - 1
+
     def name(self, w: int) -> str:
         return "worker w%d at %s" % (w, self.addresses[w])
 
@@ -154,12 +162,15 @@ class WorkerLinks:
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 
-    def tell_peers(self, run_id: str, gen: int, replicas: Sequence[int], out: bool, only: Sequence[int]) -> None:
-        """Tell every worker of `only` that the pool replicas `replicas` are left out (`out`) or back, so that their
-        links with them start over (the Peer call); MasterError naming the first worker that could not be told."""
+    def tell_peers(self, run_id: str, gen: int, replicas: Sequence[int], out: bool, only: Sequence[int],
+                   joined: bool = False) -> None:
+        """Tell every worker of `only` that the pool replicas `replicas` are left out (`out`) or back (or, `joined`,
+        new: with their addresses), so that their links with them start over (the Peer call); MasterError naming
+        the first worker that could not be told."""
         for w in self._which(only):
             for r in replicas:
-                self.call(w, "Peer", pb.PeerRequest(run_id=run_id, generation=gen, worker=r, out=out))
+                self.call(w, "Peer", pb.PeerRequest(run_id=run_id, generation=gen, worker=r, out=out,
+                                                    address=self.addresses[r] if joined else ""))
 
     def end_run(self, run_id: str) -> None:
         """Tell every worker the run is over (best effort: a dead worker has nothing to end)."""

@@ -52,7 +52,10 @@ class Overheads:
         return overhead.apply(seg_time, cm.net_cpu_us_per_message, self.used)
 
     def stage_report(self, w: int, rep) -> None:
-        """One StageReport of worker w (its process CPU and its stage threads')."""
+        """One StageReport of worker w (its process CPU and its stage threads'); a worker that joined after setup
+        has no profile here and is not measured."""
+        if w >= len(self.devices):
+            return
         cpu = {st.stage: st.cpu for st in rep.stages if st.stage in CODEC_STAGES}
         self.meter.add(w, rep.process_cpu, sum(cpu.values()), cpu.get("compute", 0.0), rep.start_cut, rep.end_cut,
                        not rep.skipped, rep.bytes_in + rep.bytes_out)

@@ -155,7 +155,7 @@ class StreamReader:
                 m.telemetry.compute(w, rep.start_cut, rep.end_cut, st.end - st.start, rep.skipped)
                 if not rep.skipped:  # a skipped stage says nothing about the stage's speed
                     m.scheduler.observe(Compute(w, rep.start_cut, rep.end_cut, st.end - st.start))
-        if rep.hop_out < m.W:
+        if rep.end_cut < len(m.infos[0].cuts) - 1 and 0 <= rep.hop_out < m.W:  # forwarded (else: to the master)
             send = [st for st in rep.stages if st.stage == "send"]
             wire = (send[0].end - send[0].start) if send else 0.0
             hop = "w%d->w%d" % (w, rep.hop_out)

@@ -32,9 +32,11 @@ from .delivery import ResultConsumers
 from .events import MasterEvents
 from .feed import Feed
 from .finishing import Finisher
+from .join_server import JoinServer
 from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
 from .pool import Pool
+from .pool.joins import Joins
 from .receiving import StreamReader
 from .recovery import Recovery, wait_watching
 from .results_log import ResultsLog
@@ -61,8 +63,7 @@ class MasterRole:
         self.cfg = cfg
         self.out = out_dir
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.W = cfg.n_workers
-        self.addresses = list(cfg.cluster.workers)
+        self._addresses = list(cfg.cluster.workers)  # the config's; the links' from setup on (workers join)
         self.max_bytes = cfg.max_message_bytes
         self.timeout = cfg.limits.rpc_timeout_s
         self.wait_s = cfg.reliability.peer_wait_s if cfg.reliability.restart else 0.0  # for a restarting peer
@@ -100,10 +101,12 @@ class MasterRole:
         self.sending = FrameSender(self)
         self.reader = StreamReader(self)
         self.recovery = Recovery(self)
+        self.joins = JoinServer(self, Joins(self, self.recovery.lock))  # workers joining (cluster.join)
         self.finisher = Finisher(self)
         self.page = LivePage(self)
         self.events = MasterEvents(self)  # events (events.enabled) and the Prometheus metrics (/metrics)
 
+    W = property(lambda self: len(self.addresses))  # workers in the pool (grows as workers join)
     cond = property(lambda self: self.run.cond)
     failure = property(lambda self: self.run.failure)
     closing = property(lambda self: self.run.closing)
@@ -114,8 +117,11 @@ class MasterRole:
     last_event = property(lambda self: self.run.last_event)
 
     @property
-    def infos(self) -> List[pb.WorkerInfo]:
-        return self.links.infos if self.links is not None else []
+    def addresses(self) -> List[str]:
+        """Each worker's address, by id: the config's, then those that joined."""
+        return self.links.addresses if self.links is not None else self._addresses
+
+    infos = property(lambda self: self.links.infos if self.links is not None else [])  # each worker's Info
 
     def start(self) -> None:
         """Everything before the first frame (see `setup.Setup`); the role takes over what it made. The live page
@@ -165,6 +171,7 @@ class MasterRole:
         gc.freeze()
         t0 = self.tracker.t0 = time.time()
         self.run.started(t0)
+        self.joins.start()
         self._run_loop()
         wall = time.time() - t0
         if self.failure is None:
@@ -214,17 +221,8 @@ class MasterRole:
         else:
             self.fail("interrupted by signal %d" % signum)
 
-    def setup_msg(self, gen: int, warm: Optional[Plan] = None) -> pb.RunSetup:
-        """StartRun's message for generation `gen` (the workers build their stage of plan `warm` before
-        answering)."""
-        d = self.cfg.delta
-        return pb.RunSetup(run_id=self.run_id, mode=self.cfg.mode, input_threshold=d.input_threshold,
-                           threshold=d.threshold, fp16=d.fp16, n_workers=self.W, generation=gen,
-                           settings=self.settings_pb(settings.WORKER_KEYS),
-                           warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(self.W)),
-                           skip_unchanged=d.skip_unchanged, camera=self.cfg.events.camera,
-                           calibration=(None if self.calibration is None
-                                        else convert.calibration_to_pb(self.calibration)))
+    def setup_msg(self, gen: int, warm: Optional[Plan] = None, worker: int = -1) -> pb.RunSetup:
+        return self.setup.run_message(gen, warm, worker)  # (a part of its own: the recovery's tests fake it)
 
     def open_streams(self, gen: int, only: Optional[List[int]] = None) -> None:
         """The result and stage streams of generation `gen` on every worker of `only` (default all)."""
@@ -232,8 +230,7 @@ class MasterRole:
             self.pool.membership.opened_streams(range(self.W) if only is None else only)
         self.links.open_streams(self.run_id, gen, self.reader.results, self.reader.stages, only=only)
 
-    def live_workers(self) -> List[int]:
-        """The workers frames may go to: all but those left out after a fault."""
+    def live_workers(self) -> List[int]:  # the workers frames may go to: all but those left out
         return self.pool.live()
 
     def settings_pb(self, keys) -> pb.Settings:
@@ -247,8 +244,7 @@ class MasterRole:
             self.restarts += 1
             self.worker_restarts[w] += 1
 
-    def fail(self, message: str) -> None:
-        """The run cannot go on: stop with `message`."""
+    def fail(self, message: str) -> None:  # the run cannot go on: stop with `message`
         self.run.fail(message)
 
     def fault(self, message: str, gen: Optional[int] = None, worker: Optional[int] = None,
@@ -261,8 +257,7 @@ class MasterRole:
             if gen is not None and gen != self.tracker.generation:
                 log.debug("stale fault of generation %d: %s", gen, message)
                 return
-            if worker is not None and (worker in self.pool.membership.out or
-                                       (epoch is not None and epoch != self.pool.membership.stream_epochs[worker])):
+            if worker is not None and self.pool.membership.stale(worker, epoch):
                 log.debug("stale fault of w%d (left out, or streams since reopened): %s", worker, message)
                 return
             if not self.cfg.reliability.restart:
@@ -286,7 +281,11 @@ class MasterRole:
         self.progress.update(state=state, sent=tr.next_new, completed=tr.completed, dropped=tr.dropped,
                              generation=tr.generation)
 
+    def replan(self, scheduler: schedulers.Scheduler) -> None:  # the pool changed (a worker joined): hold `cond`
+        self.scheduler = scheduler
+
     def stop(self) -> None:
+        self.joins.stop()
         self.events.close()  # after a failed run too: the last tracks end and MQTT says `offline`
         self.feed.close()
         if self.checker is not None:

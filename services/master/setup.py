@@ -24,6 +24,7 @@ from cnnvideo.plan.costinputs import (
     pool_alike,
 )
 from cnnvideo.plan.costinputs import build as cost_inputs
+from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.predict import Predictors
 from cnnvideo.results.exactness import OnlineChecker
 from cnnvideo.rpc import cnnvideo_pb2 as pb
@@ -61,6 +62,7 @@ class SetupProducts:
     reference: object = None  # the unsplit model for the exactness check
     checker: object = None  # results.exactness.OnlineChecker with check: true
     scheduler: object = None
+    costs: list = field(default_factory=list)  # each worker's Costs answer (a worker that joins adds its own)
     calibration: object = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
     calibration_report: Optional[dict] = None  # report.json `int8_calibration`, when the camera calibrated
     seconds: Dict[str, float] = field(default_factory=dict)  # each setup step's time
@@ -92,13 +94,8 @@ class Setup:
                                  settings=m.settings_pb(settings.WORKER_KEYS))
         with self.progress.step("profiling the workers' stages (Costs)", waiting=range(m.W)):
             costs = self.all_costs(request)
-        seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
-        if cfg.cost_model.alike_profiles:
-            seg_time = self.pool_alike(costs, seg_time)
-        codec_time = codec_times(costs, seg_time.shape[1] + 1)
-        got.overheads = Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs],
-                                          [(c.cfs_quota_s, c.cfs_period_s) for c in costs], codec_time)
-        seg_time, message_us = got.overheads.plan_inputs(seg_time)
+        got.costs = list(costs)
+        got.overheads = self.overheads_of(costs)
         got.seconds["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
             got.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
@@ -140,22 +137,57 @@ class Setup:
             raise MasterError(str(exc)) from None
         if cfg.check:
             self.start_checker()
+        got.scheduler = self.scheduler_for(costs, got.overheads)
+        got.scheduler.initial_plan()
+        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
+                 m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
+                 len(self.links.infos[0].cuts), cfg.scheduler)
+        return got
+
+    def overheads_of(self, costs, seg_time: Optional[np.ndarray] = None) -> Overheads:
+        """The measured overheads of a pool whose workers' profiles are `costs` (and the stored ones it plans with)."""
+        cfg = self.m.cfg
+        seg_time = self.segment_times(costs) if seg_time is None else seg_time
+        return Overheads(cfg, [c.device for c in costs], seg_time, [c.wall_per_cpu for c in costs],
+                         [(c.cfs_quota_s, c.cfs_period_s) for c in costs], codec_times(costs, seg_time.shape[1] + 1))
+
+    def segment_times(self, costs) -> np.ndarray:
+        """[W, K] seconds of each worker's segments, alike workers with one profile (cost_model.alike_profiles)."""
+        seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
+        return self.pool_alike(costs, seg_time) if self.m.cfg.cost_model.alike_profiles else seg_time
+
+    def scheduler_for(self, costs, overheads: Optional[Overheads] = None):
+        """The scheduler of a pool whose workers' profiles are `costs`: setup's, and a re-plan after a worker
+        joined (`overheads`: the run's, else a fresh one that only reads the stored figures)."""
+        m, cfg, got = self.m, self.m.cfg, self.products
+        seg_time = self.segment_times(costs)
+        overheads = overheads or self.overheads_of(costs, seg_time)
+        codec_time = codec_times(costs, seg_time.shape[1] + 1)
+        seg_time, message_us = overheads.plan_inputs(seg_time)
         dense = np.array([c.bytes_dense for c in self.links.infos[0].cuts], dtype=np.float64)
         frame_nz = m.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
         delta = cfg.mode == "delta"
-        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(), dense, got.predictors, m.feed.mean_change(), *codec_time,
-                             delta_mode=delta, share=payload_share(cfg.local.links),
+        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(len(costs)), dense, got.predictors, m.feed.mean_change(),
+                             *codec_time, delta_mode=delta, share=payload_share(cfg.local.links),
                              turnaround=cfg.cost_model.master_turnaround_s, master_time=master_time(cfg),
                              input_stride_exponent=input_stride_exponent(cfg),
                              p_unchanged=None if delta and cfg.delta.skip_unchanged else 0.0,
                              **cpu_model(costs, cfg.in_flight, cfg.cost_model.net_cpu_ns_per_byte, message_us))
-        got.scheduler = schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
-                                          cfg.group_size, got.predictors, frame_nz)
-        got.scheduler.initial_plan()
-        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
-                 m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
-                 len(dense), cfg.scheduler)
-        return got
+        return schedulers.create(cfg.scheduler, inputs, cfg.in_flight, delta, cfg.scheduler_options,
+                                 cfg.group_size, got.predictors, frame_nz)
+
+    def run_message(self, gen: int, warm: Optional[Plan] = None, worker: int = -1) -> pb.RunSetup:
+        """StartRun's message for generation `gen` (the workers build their stage of plan `warm` before
+        answering), with the pool's addresses; `worker`: the id of the one worker it is for (one that joined),
+        else each keeps the id it was started with."""
+        m, d = self.m, self.m.cfg.delta
+        return pb.RunSetup(run_id=m.run_id, mode=m.cfg.mode, input_threshold=d.input_threshold,
+                           threshold=d.threshold, fp16=d.fp16, n_workers=m.W, generation=gen,
+                           settings=m.settings_pb(settings.WORKER_KEYS),
+                           warm=None if warm is None else convert.stage_plan_to_pb(warm.cuts, warm.stage_of(m.W)),
+                           skip_unchanged=d.skip_unchanged, camera=m.cfg.events.camera,
+                           workers=m.addresses, worker_id=worker,
+                           calibration=(None if m.calibration is None else convert.calibration_to_pb(m.calibration)))
 
     def start_workers(self, message: pb.RunSetup) -> None:
         """StartRun on every worker, at once: each builds its stage of the message's warm plan before answering

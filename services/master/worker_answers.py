@@ -21,12 +21,27 @@ def check_infos(infos: Sequence, model: str, frame_size: Sequence[int], addresse
         if info.worker_id != w:
             raise MasterError("worker at %s says it is w%d, the config puts it at w%d" % (addresses[w],
                                                                                          info.worker_id, w))
-        same = (info.model == model and list(info.frame_size) == list(frame_size)
-                and [tuple(c.shape) for c in info.cuts] == [tuple(c.shape) for c in first.cuts])
-        if not same:
+        if not fits(info, first, model, frame_size):
             raise MasterError("worker w%d at %s runs %s at %s with %d cuts; the master expects %s at %s"
                               % (w, addresses[w], info.model, list(info.frame_size), len(info.cuts), model,
                                  list(frame_size)))
+
+
+def fits(info, first, model: str, frame_size: Sequence[int]) -> bool:
+    """Whether a worker's Info says the model, frame size and cuts of the pool (`first`: its first worker's)."""
+    return (info.model == model and list(info.frame_size) == list(frame_size)
+            and [tuple(c.shape) for c in info.cuts] == [tuple(c.shape) for c in first.cuts])
+
+
+def joiner_problem(info, first, model: str, frame_size: Sequence[int]) -> str:
+    """Why a worker that asks to join cannot serve the pool (its model, frame size, cuts or engine), or ""."""
+    if not fits(info, first, model, frame_size):
+        return ("it runs %s at %s with %d cuts; the pool runs %s at %s with %d"
+                % (info.model, "x".join(map(str, info.frame_size)), len(info.cuts), model,
+                   "x".join(map(str, frame_size)), len(first.cuts)))
+    if info.engine != first.engine:
+        return "it runs engine %s; the pool runs %s" % (info.engine, first.engine)
+    return ""
 
 
 def codec_times(costs: Sequence, n_cuts: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:

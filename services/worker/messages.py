@@ -24,7 +24,8 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
             raise ValueError(str(exc)) from None
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
                        warm=stage_plan_from_pb(msg.warm) if msg.HasField("warm") else None,
-                       skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera), calibration=calibration)
+                       skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera), calibration=calibration,
+                       workers=tuple(str(a) for a in msg.workers), worker_id=int(msg.worker_id))
 
 
 def stage_plan_from_pb(msg: pb.StagePlan) -> StagePlan:

@@ -87,14 +87,17 @@ def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=
 class WorkerRole:
     """Owns one worker's model, server, and the current run."""
 
-    def __init__(self, cfg: Config, worker_id: int) -> None:
-        if not 0 <= worker_id < cfg.n_workers:
+    def __init__(self, cfg: Config, worker_id: int, listen: str = "", address: str = "") -> None:
+        """Worker `worker_id` of the config's `cluster.workers`; or, with `listen` (and the `address` it is reached
+        at), one that joins a running pool (`worker_id` -1 until the master assigns one: `joined`)."""
+        if not listen and not 0 <= worker_id < cfg.n_workers:
             raise ValueError("worker id %d is not in the chain of %d workers" % (worker_id, cfg.n_workers))
         self.cfg = cfg
         self.worker_id = worker_id
-        self.address = cfg.cluster.workers[worker_id]
-        self.next_address = cfg.cluster.workers[worker_id + 1] if worker_id + 1 < cfg.n_workers else ""
-        self.peers = Peers(cfg, cfg.cluster.workers)  # the workers this one sends to (its route's next stage)
+        self.listen = listen or cfg.cluster.workers[worker_id]
+        self.address = address or self.listen
+        self.next_address = cfg.cluster.workers[worker_id + 1] if 0 <= worker_id < cfg.n_workers - 1 else ""
+        self.peers = Peers(cfg)  # the workers this one sends to (its route's next stage)
         self.host = os.environ.get("CNNVIDEO_HOST") or socket.gethostname()
         self.device = device_tag()  # with the CPU cap: which workers the cost model takes as alike
         self.graph = None
@@ -116,7 +119,7 @@ class WorkerRole:
     def start(self) -> None:
         # bind the port first: it was picked free moments ago (`cnnvideo local`), and another run on the host could
         # take it while the model loads (13 s under load); it answers once the servicer is in and it is started
-        self.server = net.Server(self.address, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
+        self.server = net.Server(self.listen, self.cfg.max_message_bytes, threads=16, service_name="cnnvideo.Worker")
         t0 = time.time()
         self.graph = load_graph(self.cfg)
         log.info("worker %d: %s loaded, %d cuts, frame %dx%d (%.1f s)", self.worker_id, self.cfg.model,
@@ -135,7 +138,15 @@ class WorkerRole:
         self.costs, self.costs_cached = self._profile()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
         self.server.start()
-        log.info("worker %d ready on %s (%d workers in the cluster)", self.worker_id, self.address, self.cfg.n_workers)
+        if self.worker_id >= 0:
+            log.info("worker %d ready on %s (%d workers in the cluster)", self.worker_id, self.address,
+                     self.cfg.n_workers)
+        else:
+            log.info("worker ready on %s, reached at %s: joining the pool", self.listen, self.address)
+
+    def joined(self, worker_id: int) -> None:
+        """The master took this worker into its pool as `worker_id`."""
+        self.worker_id = worker_id
 
     def serve(self) -> None:
         """Serve until a signal. The first one drains: each master is told that this worker leaves, routes it no new
@@ -237,6 +248,11 @@ class WorkerRole:
         backoff = net.Backoff(self.cfg.reliability.peer_wait_s if self.cfg.reliability.restart else 0.0)
         dest = task.receiver()
         msg = messages.task_to_pb(task)
+        run = self.find(task.run_id)
+        address = run.address_of(dest, self.cfg.cluster.workers) if run is not None else ""
+        if not address:
+            raise EmitError("cannot forward frame %d to worker w%d: no address for it in run %s"
+                            % (task.frame_id, dest, task.run_id))
         pacer = self.peers.pacer(dest)
         if pacer is not None:  # `local.links: paced`: the hop out waits bytes / rate, like a shaped link
             pacer.wait(msg.ByteSize())
@@ -247,10 +263,10 @@ class WorkerRole:
                     and not self.stopping.is_set())
 
         try:
-            ack = send_with_retry(lambda: self.peers.stub(dest), msg, self.cfg.limits.rpc_timeout_s, backoff, current,
-                                  lambda stub: self.peers.renew(dest, stub),
+            ack = send_with_retry(lambda: self.peers.stub(address), msg, self.cfg.limits.rpc_timeout_s, backoff,
+                                  current, lambda stub: self.peers.renew(address, stub),
                                   lambda problem: "cannot forward frame %d to worker w%d at %s: %s" % (
-                                      task.frame_id, dest, self.cfg.cluster.workers[dest], problem))
+                                      task.frame_id, dest, address, problem))
         except LinkError as exc:
             raise EmitError(str(exc)) from None
         if not ack.ok:
@@ -258,12 +274,20 @@ class WorkerRole:
 
     def start_run(self, setup: RunSettings) -> None:
         """Start (or restart at a new generation) a run: fresh hop state on both sides, a fresh channel on."""
-        if setup.n_workers != self.cfg.n_workers:
+        if not setup.workers and setup.n_workers != self.cfg.n_workers:
             raise ValueError("master has %d workers, this worker's config has %d" % (setup.n_workers,
                                                                                      self.cfg.n_workers))
+        if setup.workers and len(setup.workers) != setup.n_workers:
+            raise ValueError("master has %d workers but lists %d" % (setup.n_workers, len(setup.workers)))
+        with self.lock:
+            old = self.runs.get(setup.camera)
+        # a resync names no id: this worker keeps the one its camera's master gave it (joined), else its own
+        wid = setup.worker_id if setup.worker_id >= 0 else old.worker_id if old is not None else self.worker_id
+        if not 0 <= wid < setup.n_workers:
+            raise ValueError("worker id %d is not in the master's pool of %d" % (wid, setup.n_workers))
         if setup.warm is not None:
             try:
-                stage = self.stage_of(setup.warm)
+                stage = self.stage_of(setup.warm, wid, setup.n_workers)
             except ValueError as exc:
                 raise ValueError("warm: %s" % exc) from None
         stages = self.stages_for(setup.calibration)
@@ -281,24 +305,24 @@ class WorkerRole:
                 old.close()
             if not self.runs:  # (another camera's run may have calls on the channels)
                 self.peers.renew_all()  # fresh channels: no reconnect backoff left over from a restarted neighbour
-            emit = self._emit if self.cfg.n_workers > 1 else None
-            self.runs[setup.camera] = Run(setup, self.worker_id, [c.shape for c in self.graph.cuts], forward,
+            emit = self._emit
+            self.runs[setup.camera] = Run(setup, wid, [c.shape for c in self.graph.cuts], forward,
                                           emit, self.cfg.max_message_bytes, quant=stages.qparams,
                                           describe=describe)
-        log.info("worker %d: run %s generation %d started (%s mode)", self.worker_id, setup.run_id, setup.generation,
+        log.info("worker %d: run %s generation %d started (%s mode)", wid, setup.run_id, setup.generation,
                  setup.hops.mode)
         if setup.warm is not None:
-            self._warm(stage, stages)
+            self._warm(stage, stages, wid)
 
-    def stage_of(self, plan: StagePlan) -> Tuple[int, int]:
-        """(start, end) cuts of this worker's stage in `plan`; (0, 0) when the plan leaves this worker out.
-        ValueError when the plan does not fit the cluster."""
+    def stage_of(self, plan: StagePlan, wid: int, n_workers: int) -> Tuple[int, int]:
+        """(start, end) cuts of the stage of worker `wid` (this worker's id in the run) in `plan` of a pool of
+        `n_workers`; (0, 0) when the plan leaves this worker out. ValueError when the plan does not fit the pool."""
         cuts = list(plan.cuts)
-        check_stage_of(cuts, list(plan.stage_of), self.cfg.n_workers, len(self.graph.cuts) - 1)
-        s = int(plan.stage_of[self.worker_id])
+        check_stage_of(cuts, list(plan.stage_of), n_workers, len(self.graph.cuts) - 1)
+        s = int(plan.stage_of[wid])
         return (int(cuts[s]), int(cuts[s + 1])) if s >= 0 else (0, 0)
 
-    def _warm(self, stage: Tuple[int, int], stages) -> None:
+    def _warm(self, stage: Tuple[int, int], stages, wid: int) -> None:
         """Build this worker's stage (start, end) now (engines cache it), not when its first frame arrives; a
         stage that cannot be built is left to fail (or fall back) there, as without warming."""
         start, end = stage
@@ -308,21 +332,23 @@ class WorkerRole:
         try:
             st = stages.stage(start, end)
         except EngineError as exc:
-            log.warning("worker %d: stage %d..%d not built before the run: %s", self.worker_id, start, end, exc)
+            log.warning("worker %d: stage %d..%d not built before the run: %s", wid, start, end, exc)
             return
-        log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", self.worker_id, start, end,
+        log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", wid, start, end,
                  st.engine, st.precision, time.time() - t0)
 
     def prepare(self, plan: StagePlan, camera: str = "") -> Tuple[bool, str]:
         """(ready, error) of this worker's stage of `plan`; a stage not built yet starts building in a background
         thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot be built
         (engine_options.on_error: stop). ValueError when the plan does not fit the cluster."""
-        try:
-            key = self.stage_of(plan)
-        except ValueError as exc:
-            raise ValueError("prepare: %s" % exc) from None
         with self.lock:
             stages = self.camera_stages.get(camera, self.stages)  # `camera`: whose run (its calibration's stages)
+            run = self.runs.get(camera)
+        wid, n = (run.worker_id, run.n_workers) if run is not None else (self.worker_id, self.cfg.n_workers)
+        try:
+            key = self.stage_of(plan, wid, n)
+        except ValueError as exc:
+            raise ValueError("prepare: %s" % exc) from None
         if key[1] <= key[0] or stages.built(*key):
             return True, ""
         with self.lock:
@@ -362,15 +388,17 @@ class WorkerRole:
                 run_id, self.worker_id, ", ".join(r.run_id for r in list(self.runs.values())) or "none"))
         return run
 
-    def peer(self, run_id: str, generation: int, worker: int, out: bool) -> None:
-        """The master left replica `worker` of run `run_id` out (`out`) or took it back: the links with it start over
-        (Run.peer), on a fresh channel. LookupError without that run, StaleError at another generation."""
+    def peer(self, run_id: str, generation: int, worker: int, out: bool, address: str = "") -> None:
+        """The master left replica `worker` of run `run_id` out (`out`) or took it back (or, with `address`, it
+        joined): the links with it start over (Run.peer), on a fresh channel. LookupError without that run,
+        StaleError at another generation, ValueError for a worker the run does not have (or a joined one's id that
+        is not the run's next)."""
         run = self.current(run_id)
         if generation != run.generation:
             raise StaleError("peer change of generation %d, run %s on worker %d is at generation %d"
                              % (generation, run_id, self.worker_id, run.generation))
-        run.peer(worker, out)
-        self.peers.renew(worker)
+        run.peer(worker, out, address)
+        self.peers.renew(run.address_of(worker, self.cfg.cluster.workers))
 
     def end_run(self, run_id: str) -> None:
         with self.lock:

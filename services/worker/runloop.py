@@ -82,6 +82,8 @@ class RunSettings:
     skip_unchanged: bool = False  # an unchanged input reuses the held output instead of computing the stage again
     camera: str = ""  # the camera the run serves: a worker holds one run per camera
     calibration: Optional[object] = None  # int8: the camera's calibration (camera_calibration.CameraCalibration)
+    workers: Tuple[str, ...] = ()  # the pool's addresses by id (empty: the worker's config lists them)
+    worker_id: int = -1  # this worker's id in the run (-1: the id it was started with)
 
 
 @dataclass
@@ -210,8 +212,9 @@ class Run:
         self.describe = describe or (lambda start, end: ("", ""))
         self.run_id = settings.run_id
         self.generation = int(settings.generation)
-        self.worker_id = worker_id
-        self.n_workers = settings.n_workers
+        self.worker_id = settings.worker_id if settings.worker_id >= 0 else worker_id
+        self.workers: List[str] = list(settings.workers)  # the pool's addresses by id (empty: the config's)
+        self.n_workers = max(settings.n_workers, len(self.workers))
         self.cut_shapes = [tuple(s) for s in cut_shapes]
         self.num_segments = len(self.cut_shapes) - 1
         self.forward = forward
@@ -451,12 +454,22 @@ class Run:
             self.put(self.stages, report)
 
     # ------------------------------------------------------------------ replicas left out and taken back
-    def peer(self, worker: int, out: bool) -> None:
+    def peer(self, worker: int, out: bool, address: str = "") -> None:
         """The master left replica `worker` out (`out`) or took it back: the links between it and this worker start
         over on both sides. The sender state and sequence to it go (tasks encoded for it before are not sent), and so
         do the receive state from it and its tasks still waiting here; while it is out, tasks from it are refused
-        (StaleError) and none go to it."""
+        (StaleError) and none go to it. With `address`, `worker` joined the pool: the next id of the run's (ValueError
+        for any other id)."""
         with self.cond:
+            if address:
+                if worker != self.n_workers and not (worker < len(self.workers) and self.workers[worker] == address):
+                    raise ValueError("worker %d joined at %s, but the run's next id is %d"
+                                     % (worker, address, self.n_workers))
+                if worker == self.n_workers:
+                    self.workers += [""] * (worker - len(self.workers)) + [address]
+                    self.n_workers = worker + 1
+            elif not 0 <= worker < self.n_workers:
+                raise ValueError("no worker %d in a pool of %d" % (worker, self.n_workers))
             self.links_out.restart(worker)
             link = self.links_in.pop(worker, None)
             if link is not None:
@@ -467,7 +480,16 @@ class Run:
                 self.out.discard(worker)
             self.cond.notify_all()
         log.info("run %s: worker %d %s; the links with it start over (%d of its tasks dropped)", self.run_id, worker,
-                 "left out" if out else "back", len(link.pending) if link is not None else 0)
+                 "left out" if out else "joined at %s" % address if address else "back",
+                 len(link.pending) if link is not None else 0)
+
+    def address_of(self, worker: int, configured: Sequence[str]) -> str:
+        """Where worker `worker` of this run listens: the run's roster, else the config's list."""
+        with self.cond:
+            if worker < len(self.workers):
+                return self.workers[worker]
+        return configured[worker] if worker < len(configured) else ""
+
 
     def link_dropped(self, task: Task) -> bool:
         """Whether `task` (encoded here for its receiver) is not to be sent: the receiver is left out, or its link

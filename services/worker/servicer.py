@@ -120,13 +120,13 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return pb.PrepareReply(ready=ready, error=error)
 
     def Peer(self, request, context):
-        if not 0 <= request.worker < self.role.cfg.n_workers:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no worker %d in a cluster of %d"
-                          % (request.worker, self.role.cfg.n_workers))
         try:
-            self.role.peer(request.run_id, int(request.generation), int(request.worker), bool(request.out))
+            self.role.peer(request.run_id, int(request.generation), int(request.worker), bool(request.out),
+                           str(request.address))
         except (LookupError, StaleError) as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.Ack(ok=True)
 
     def EndRun(self, request, context):

@@ -6,7 +6,9 @@ config_validation runs them all. Imports only the dataclasses, the `cpus` spelli
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import re
 from typing import Dict, Tuple
 
@@ -17,6 +19,23 @@ from cnnvideo.errors import ConfigError
 # the logger config's warnings always used (log lines read `cnnvideo.config: ...`)
 log = logging.getLogger("cnnvideo.config")
 
+JOIN_TOKEN_ENV = "CNNVIDEO_JOIN_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def join_token(cfg: Config) -> str:
+    """The token a joining worker presents and the master checks: `cluster.join_token`, else $CNNVIDEO_JOIN_TOKEN."""
+    return cfg.cluster.join_token or os.environ.get(JOIN_TOKEN_ENV, "")
+
 
 def check_cluster(cfg: Config) -> None:
     if not cfg.cluster.workers:
@@ -26,6 +45,19 @@ def check_cluster(cfg: Config) -> None:
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
+    if cfg.cluster.join:
+        host, _, port = cfg.cluster.join.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError("config key 'cluster.join' must be host:port (or empty: no joins), got %r"
+                              % cfg.cluster.join)
+        token = join_token(cfg)
+        if token and len(token) < 16:
+            raise ConfigError("config key 'cluster.join_token' must be at least 16 characters (e.g. `openssl rand "
+                              "-hex 16`)")
+        if not token and not cfg.tls.enabled and not is_loopback(host):
+            raise ConfigError("config key 'cluster.join_token' (or environment variable %s) is required when "
+                              "cluster.join is %r (not loopback) and tls is off: anyone could join the pool"
+                              % (JOIN_TOKEN_ENV, cfg.cluster.join))
 
 
 def check_config(cfg: Config) -> None:

@@ -29,10 +29,16 @@ CAMERA_NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or 
 
 @dataclass
 class Cluster:
-    """Addresses (host:port). The master only dials out; workers are the chain in order."""
+    """Addresses (host:port). The master dials the workers (in id order) and the trainer; with `join` set it also
+    takes workers that join the running pool."""
 
     trainer: str = "127.0.0.1:50051"
     workers: List[str] = field(default_factory=lambda: ["127.0.0.1:50060", "127.0.0.1:50061"])
+    # host:port the master takes joining workers on (`cnnvideo worker --join`; docs/pool.md); "" = the pool is the
+    # workers listed above (one camera: with several, each master would need its own; not built yet)
+    join: str = ""
+    # the secret a joining worker must present (else $CNNVIDEO_JOIN_TOKEN): required off loopback without TLS
+    join_token: str = ""
 
 
 @dataclass
@@ -354,11 +360,12 @@ class Config:
     def max_message_bytes(self) -> int:
         return int(self.limits.max_message_mib * 1024 * 1024)
 
-    def bandwidth_bytes(self) -> List[float]:
-        """Per-hop bandwidth in bytes/s (`bandwidth` is MB/s, 10^6 bytes/s), one per worker (hop into worker i)."""
+    def bandwidth_bytes(self, n_workers: Optional[int] = None) -> List[float]:
+        """Per-hop bandwidth in bytes/s (`bandwidth` is MB/s, 10^6 bytes/s), one per worker (hop into worker i) of
+        `n_workers` (default the config's): a worker past the list (one that joined) has the last one's."""
+        n = self.n_workers if n_workers is None else n_workers
         bw = list(self.bandwidth)
-        if len(bw) == 1:
-            bw = bw * self.n_workers
+        bw = bw + [bw[-1]] * (n - len(bw)) if len(bw) < n else bw
         return [b * 1e6 for b in bw]
 
     @property

@@ -1,6 +1,6 @@
 """The pool part of the master: membership (who is in, left out, or back), routes and dispatch to the least-loaded
 replica, each input link's sender state, the reorder buffer, and a replica leaving and coming back
-(`replicas.Replicas`). A worker that joins at run time is added here."""
+(`replicas.Replicas`), and a worker that joins at run time (`joins.Joins`)."""
 from __future__ import annotations
 
 from typing import Dict
@@ -21,6 +21,13 @@ class Pool:
         self.dispatcher = Dispatcher(n_workers, self.membership)
         self.inputs = InputLinks(cfg, n_workers)
         self.ordering = ReorderBuffer(max_wait_s=max(cfg.limits.worker_down_s, 1.0))  # results in frame order
+
+    def add_worker(self, cfg, gen: int, at_s: float, address: str) -> int:
+        """A worker joined at `address`: its id, with its membership, dispatch and input link state."""
+        w = self.membership.add(gen, at_s, address)
+        self.dispatcher.add()
+        self.inputs.add(cfg)
+        return w
 
     def live(self):
         """The workers not left out."""

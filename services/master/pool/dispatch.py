@@ -25,6 +25,12 @@ class Dispatcher:
         self._ticks = [0] * int(n_workers)  # when each worker was last picked: ties go to the longest idle
         self._clock = 0
 
+    def add(self) -> None:
+        """A worker joined (the membership's next id): nothing outstanding on it, nothing sent yet."""
+        self.outstanding.append(0)
+        self.sent.append(0)
+        self._ticks.append(0)
+
     def usable(self, plan: Plan) -> bool:
         """Whether every stage of `plan` keeps a worker that is not left out."""
         return all(set(g) - self.membership.unroutable() for g in plan.groups)

@@ -32,9 +32,15 @@ class InputLinks(LinksOut):
 
     def __init__(self, cfg, n_workers: int) -> None:
         super().__init__(HopSettings.from_delta(cfg.delta, cfg.mode))
-        self.n = n_workers
+        self.n = n_workers  # grows as workers join (add)
         self.pacers = [pacer_for(cfg, w) for w in range(n_workers)]
         self.clocks = [LinkClock() for _ in range(n_workers)]
+
+    def add(self, cfg) -> None:
+        """A worker joined: its input link's pacer and clock (its sender is made on its first frame)."""
+        self.pacers.append(pacer_for(cfg, self.n))
+        self.clocks.append(LinkClock())
+        self.n += 1
 
     def all_key_due(self) -> None:
         """Every link's next frame is whole (the source came back after an outage)."""

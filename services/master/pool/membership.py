@@ -1,9 +1,9 @@
 """Who is in the pool: the workers left out after a fault, when each left or came back, and each worker's stream
 epoch (a result stream opened before the newest opening is stale). Pure bookkeeping: the master calls it holding
-its condition. A worker that joins at run time is added here."""
+its condition. A worker that joins at run time is added here (`add`: the next id)."""
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 
 class Membership:
@@ -15,6 +15,15 @@ class Membership:
         self.draining: Set[int] = set()  # leaving (SIGTERM): routed no new frame, their frames still finish
         self.events: List[Dict[str, object]] = []  # report.json pool.left_out: every leave and return
         self.stream_epochs = [0] * self.n  # per worker: bumped by each opening of its streams
+
+    def add(self, gen: int, at_s: float, address: str) -> int:
+        """A worker joined the pool at `address`: its id (the next one), in no stage until a plan gives it one."""
+        w = self.n
+        self.n += 1
+        self.stream_epochs.append(0)
+        self.events.append({"generation": gen, "left_out": [], "back": [], "joined": [w], "address": address,
+                            "scope": "joined", "at_s": round(at_s, 3)})
+        return w
 
     def live(self) -> List[int]:
         """The workers not left out, in order."""
@@ -46,6 +55,10 @@ class Membership:
             self.events.append({"generation": gen, "left_out": list(leave_out), "back": back,
                                 "at_s": round(at_s, 3)})
         return back
+
+    def stale(self, w: int, epoch: Optional[int] = None) -> bool:
+        """Whether a fault of worker w is stale: it is left out, or its streams were opened again since `epoch`."""
+        return w in self.out or (epoch is not None and epoch != self.stream_epochs[w])
 
     def opened_streams(self, workers: Sequence[int]) -> None:
         """The streams of `workers` were opened again: older ones are stale."""

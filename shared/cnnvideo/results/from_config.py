@@ -1,14 +1,15 @@
 """The results part's keys of the typed config: `detect` (what a detector keeps: results.detections) and
 `live_view` (the live page's address and token: results.liveview), check_config; config_validation runs it with the
-other parts' checks. The live view's token rule (view_token, is_loopback) lives here, where the page is served."""
+other parts' checks. The live view's token rule (view_token) lives here, where the page is served (is_loopback is
+config_rules', which the join rule shares)."""
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from typing import Optional
 
 from cnnvideo.artifacts import onnx_model_path
+from cnnvideo.config_rules import is_loopback
 from cnnvideo.config_types import Config
 from cnnvideo.errors import ConfigError
 from cnnvideo.results.detections import check_settings, is_detector
@@ -19,16 +20,6 @@ VIEW_TOKEN_ENV = "CNNVIDEO_VIEW_TOKEN"
 def view_token(cfg: Config) -> Optional[str]:
     """The live view's bearer token: `live_view.token`, else $CNNVIDEO_VIEW_TOKEN, else None."""
     return cfg.live_view.token or os.environ.get(VIEW_TOKEN_ENV) or None
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_live_view(cfg: Config) -> None:

@@ -36,5 +36,5 @@ def pacer_for(cfg, hop: int) -> Optional[Pacer]:
     """The pacer of hop `hop` (into worker `hop`) when the config asks for paced links, else None."""
     if cfg.local.links != "paced":
         return None
-    rates = cfg.bandwidth_bytes()
+    rates = cfg.bandwidth_bytes(max(hop + 1, cfg.n_workers))  # (a worker that joined: the last link's rate)
     return Pacer(rates[hop]) if 0 <= hop < len(rates) else None

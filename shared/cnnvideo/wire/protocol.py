@@ -117,6 +117,13 @@ class HopPlanner:
             self.last_cut[w] = cuts[w]
         return keyframe, list(self.epochs)
 
+    def grow(self, n_workers: int) -> None:
+        """The pool grew to `n_workers` (a worker joined): a plan may now have that many hops."""
+        extra = max(int(n_workers) - self.n_workers, 0)
+        self.n_workers += extra
+        self.last_cut += [None] * extra
+        self.epochs += [0] * extra
+
     def resync(self) -> None:
         """After a resync every hop starts over: its next frame keyframes, in a new epoch."""
         self.last_cut = [None] * self.n_workers

@@ -96,6 +96,15 @@ class Scheduler:
     def observe(self, sample) -> None:
         """A measurement of the run (Transfer, Compute or InputDelta); static schedulers ignore them."""
 
+    def take_over(self, old: "Scheduler", frame: int) -> Plan:
+        """Follow `old` from `frame` on (the pool changed: a worker joined): this one's first plan, with the record
+        of the plans `old` used before it."""
+        plan = self.initial_plan()
+        new = plan != old.current
+        self.decisions = old.decisions + ([(frame, list(plan.cuts))] if new else [])
+        self.plans = old.plans + ([(frame, plan)] if new else [])
+        return plan
+
     def _use(self, frame: int, plan: Plan) -> Plan:
         if self.current is None or plan != self.current:
             self.decisions.append((frame, list(plan.cuts)))

@@ -1,0 +1,126 @@
+"""A worker that joins the running pool (`cnnvideo worker --join`): admitted (token, rate), dialled and checked
+(model, frame size, engine, settings: its Costs answer), given the next id, started at the run's generation with
+the pool's addresses and told to the other workers; then the planner plans the grown pool, and frames take the new
+plan once every worker has built its stage of it (warming.StageWarmer), the joined one first (its StartRun builds
+its stage of it). Its first input frame is a keyframe (a fresh link). A member's address that asks again is one that
+restarted: the return watch takes it back."""
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from cnnvideo.config_rules import join_token
+from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
+from cnnvideo.rpc import net
+from cnnvideo.wire import settings
+
+from ..links import MasterError
+from ..setup import SETUP_TIMEOUT_S
+from ..worker_answers import joiner_problem
+from .admission import Admission, JoinRefused
+
+log = logging.getLogger(__name__)
+
+
+class Joins:
+    """Takes workers into the pool of the role `m` (`lock`: the recovery's, one change of the pool at a time)."""
+
+    def __init__(self, m, lock) -> None:
+        self.m = m
+        self.lock = lock
+        self.admission = Admission(join_token(m.cfg))
+
+    def join(self, address: str, token: str, peer: str = "") -> int:
+        """Take the worker at `address` into the pool: its id. JoinRefused (a gRPC status name and one line, also
+        logged here) when it may not or cannot join."""
+        try:
+            return self._join(address, token)
+        except JoinRefused as exc:
+            log.warning("join refused: worker at %s (from %s): %s", address or "?", peer or "?", exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must not take the run down: the worker hears why
+            log.exception("join of the worker at %s failed", address)
+            raise JoinRefused("INTERNAL", "the master failed to take it: %s" % exc) from None
+
+    def _join(self, address: str, token: str) -> int:
+        m = self.m
+        self.admission.admit(token)
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise JoinRefused("INVALID_ARGUMENT", "its address must be host:port, got %r" % address)
+        if m.t_run is None or m.links is None:
+            raise JoinRefused("UNAVAILABLE", "the master is still setting up its run: try again")
+        if m.failure is not None or m.closing:
+            raise JoinRefused("UNAVAILABLE", "the run is over")
+        if address in m.addresses:
+            w = m.addresses.index(address)
+            if w in m.pool.membership.out:
+                log.info("%s asks to join again: it is taken back once it serves (the return watch)", m.links.name(w))
+                return w
+            raise JoinRefused("ALREADY_EXISTS", "%s is already in the pool as w%d" % (address, w))
+        info, costs = self._ask(address)
+        with self.lock:
+            if m.failure is not None or m.closing:
+                raise JoinRefused("UNAVAILABLE", "the run is over")
+            return self._add(address, info, costs)
+
+    def _ask(self, address: str):
+        """(Info with the model checked, Costs) of the worker at `address`; JoinRefused if it cannot serve."""
+        m = self.m
+        chan = net.channel(address, m.max_bytes)
+        try:
+            stub = pb_grpc.WorkerStub(chan)
+            try:
+                info = stub.Info(pb.Empty(), timeout=m.timeout)
+            except grpc.RpcError as exc:
+                raise JoinRefused("FAILED_PRECONDITION", "the master cannot reach it at %s: %s"
+                                  % (address, net.code_name(exc))) from None
+            problem = joiner_problem(info, m.infos[0], m.cfg.model, m.cfg.frame_size)
+            if problem:
+                raise JoinRefused("FAILED_PRECONDITION", problem)
+            cfg = m.cfg
+            request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
+                                     settings=m.settings_pb(settings.WORKER_KEYS))
+            try:
+                costs = stub.Costs(request, timeout=SETUP_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                why = exc.details() if exc.code() == grpc.StatusCode.FAILED_PRECONDITION else net.code_name(exc)
+                raise JoinRefused("FAILED_PRECONDITION", "its profile (Costs): %s" % why) from None
+            return info, costs
+        finally:
+            chan.close()
+
+    def _add(self, address: str, info, costs) -> int:
+        """Grow the pool by the worker at `address` (holding the lock): its id."""
+        m = self.m
+        t0 = time.time()
+        scheduler = m.setup.scheduler_for(m.setup.products.costs + [costs])  # (a plan for one worker more)
+        with m.cond:
+            gen = m.tracker.generation
+            info.worker_id = m.W  # its id (its Info was read before it knew it)
+            w = m.links.add(address, info)
+            m.pool.add_worker(m.cfg, gen, t0 - m.t_run, address)
+            m.pool.membership.out.add(w)  # no frame goes to it before it is started
+            m.sending.hop_plan.grow(m.W)
+            m.worker_restarts.append(0)
+            plan = scheduler.take_over(m.scheduler, m.tracker.next_new)
+        try:
+            m.links.start_run(m.setup_msg(gen, plan, worker=w), timeout=SETUP_TIMEOUT_S, only=[w])
+            m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w], joined=True)
+            m.open_streams(gen, only=[w])
+        except MasterError as exc:
+            with m.cond:
+                m.pool.membership.leave_out([w], gen, time.time() - m.t_run, scope="join failed")
+            raise JoinRefused("FAILED_PRECONDITION", "it could not be started: %s" % exc) from None
+        m.setup.products.costs.append(costs)
+        with m.cond:
+            m.pool.membership.out.discard(w)
+            m.replan(scheduler)
+            m.cond.notify_all()
+        log.info("%s joined the pool (%s, %s): %d workers; planned %s, frames take it once every worker has "
+                 "built its stage (%.1f s)", m.links.name(w), costs.device or info.host, info.engine, m.W, plan,
+                 time.time() - t0)
+        return w

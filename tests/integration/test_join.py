@@ -1,0 +1,108 @@
+"""Workers that join a running pool (`cnnvideo worker --join`), in real processes over real gRPC: a worker joins
+mid-run and gets frames (none lost, every one exact), one with a wrong token is refused with a line on each side
+while the pool runs on, and a join to an address that is not a master fails with one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+from cnnvideo.rpc.net import free_port
+from tests.integration.helpers import REPO, LocalRun, base_config, env, stop_procs, write_config
+
+FRAMES = 600  # 30 s at 20 fps: a joining process loads its model in 5-15 s
+TOKEN = "join-token-0123456789abcdef"
+
+
+def _lines(out):
+    with open(os.path.join(out, "results.jsonl")) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _worker(cfg_path: str, join: str, log_path: str, token: str = "") -> subprocess.Popen:
+    """`cnnvideo worker --join` on a free loopback port with the config at `cfg_path` but `token` as its join token,
+    its log in `log_path`."""
+    with open(cfg_path) as fh:
+        data = yaml.safe_load(fh)
+    data["cluster"]["join_token"] = token
+    cfg_path = write_config(log_path + ".yml", data)
+    e = env()
+    e.pop("CNNVIDEO_JOIN_TOKEN", None)
+    return subprocess.Popen([sys.executable, "-m", "cnnvideo", "worker", "-c", cfg_path, "--join", join, "--listen",
+                             "127.0.0.1:%d" % free_port()], stdout=subprocess.DEVNULL,
+                            stderr=open(log_path, "w"), env=e, cwd=REPO)
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_video):
+    """Two workers, full replication, joins on with a token. Mid-run a worker with a wrong token asks to join: it
+    is refused (it exits 1 naming the refusal; the master logs one line) and the run goes on; a worker with the
+    token, started beside it, joins: the master gives it id w2, re-plans onto three replicas, and the frames after the join reach
+    it. Every frame completes, in order, exact against the unsplit model, and nothing is sent again."""
+    cache = str(tmp_path / "cache")
+    join = "127.0.0.1:%d" % free_port()
+    data = base_config(synthetic_video, cache, frames=FRAMES, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none"},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
+                       cluster={"workers": ["127.0.0.1:50060", "127.0.0.1:50061"], "join": join,
+                                "join_token": TOKEN}, bandwidth=[3])
+    out = str(tmp_path / "join")
+    run = LocalRun(write_config(str(tmp_path / "join.yml"), data), out)
+    workers = []
+    try:
+        run.wait_for(lambda: run.sent >= 40, 300)
+        resolved = os.path.join(out, "config.yml")  # the launcher's config: the same settings as the pool's
+        intruder = _worker(resolved, join, str(tmp_path / "intruder.log"), token="wrong-token-0123456789abcdef")
+        joiner = _worker(resolved, join, str(tmp_path / "w2.log"), token=TOKEN)
+        workers += [intruder, joiner]
+        assert intruder.wait(120) == 1
+        said = _read(str(tmp_path / "intruder.log"))
+        assert "refused this worker: wrong join token" in said, said[-2000:]
+        run.wait_for(lambda: run.count("join refused") >= 1, 30)
+        run.wait_for(lambda: run.count("joined the pool") >= 1, 120)
+        code, report, text = run.finish(600)
+    finally:
+        stop_procs(workers)
+    assert code == 0, text[-4000:]
+    assert report["completed"] == FRAMES and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    assert report["retried"] == 0, text[-4000:]
+    assert [ln for ln in text.splitlines() if "join refused" in ln][0].endswith("wrong join token")
+    assert "worker w2 at 127.0.0.1:" in text and "joined the pool" in text
+    events = report["pool"]["left_out"]
+    assert [e.get("joined") for e in events if e.get("scope") == "joined"] == [[2]], events
+    lines = _lines(out)
+    assert [e["frame"] for e in lines] == list(range(FRAMES))
+    assert any(e["route"][0] == 2 for e in lines), "the joined worker got no frame"
+    first = min(e["frame"] for e in lines if e["route"][0] == 2)
+    assert all(e["route"][0] in (0, 1) for e in lines[:first])
+    assert "joined the pool of the master at %s as w2" % join in _read(str(tmp_path / "w2.log"))
+
+
+def test_a_join_to_an_address_that_is_not_a_master_fails_with_one_line(tmp_path, synthetic_video):
+    """`--join` naming a worker's port (a gRPC server without the Join service) exits 1 with one line."""
+    cache = str(tmp_path / "cache")
+    port = free_port()
+    data = base_config(synthetic_video, cache, cluster={"workers": ["127.0.0.1:%d" % port]}, bandwidth=[3])
+    cfg = write_config(str(tmp_path / "w.yml"), data)
+    target = subprocess.Popen([sys.executable, "-m", "cnnvideo", "worker", "-c", cfg, "-i", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=REPO)
+    try:
+        from cnnvideo.rpc import net
+
+        assert net.wait_healthy("127.0.0.1:%d" % port, 120)
+        proc = subprocess.run([sys.executable, "-m", "cnnvideo", "worker", "-c", cfg, "--join",
+                               "127.0.0.1:%d" % port, "--listen", "127.0.0.1:%d" % free_port()],
+                              capture_output=True, text=True, env=env(), cwd=REPO, timeout=180)
+    finally:
+        stop_procs([target])
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and errors[0].endswith("is not a cnnvideo master (it has no Join service)"), \
+        proc.stderr[-2000:]
