@@ -15,6 +15,7 @@ COMMANDS = {
     "worker": "cnnvideo.worker.main:run",
     "trainer": "cnnvideo.trainer.main:run",
     "local": "cnnvideo.tools.launcher:run",
+    "local-worker": "cnnvideo.tools.local_join:run",
     "plan": "cnnvideo.tools.planner:run",
     "bench codec": "cnnvideo.tools.bench.codec:run",
     "bench predict": "cnnvideo.tools.bench.predict:run",
@@ -26,6 +27,7 @@ COMMANDS = {
     "bench track": "cnnvideo.tools.bench.track:run",
     "bench capped-profile": "cnnvideo.tools.bench.capped_profile:run",
     "bench int8-scenes": "cnnvideo.tools.bench.int8_scenes:run",
+    "bench join": "cnnvideo.tools.bench.join:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--frames", type=int, default=None, help="override config 'frames'")
     p.add_argument("--out", default=None, help="output folder (default: config 'out')")
+    p = sub.add_parser("local-worker", help="add a worker to a running `cnnvideo local` cluster (Ctrl-C: it leaves)")
+    p.add_argument("out", help="the running cluster's output folder (its config.yml names the join address)")
     p = sub.add_parser("plan", help="print every scheduler's split and predicted time (no network)")
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -158,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alone-cuts", default="9,18", help="comma list of cuts whose two stages are also timed alone")
     p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
     p.add_argument("--out", default=None, help="also write results.md and capped-profile.json into this folder")
+    p = bench.add_parser("join", help="a pool that grows by joins mid-run against one started at its final size")
+    p.add_argument("-c", "--config", required=True, help="the cluster config both runs use (its frames, caps, links)")
+    p.add_argument("--workers", type=int, default=4, help="the final size N (the first run starts with N)")
+    p.add_argument("--joins", type=int, default=2, help="workers that join the second run (it starts with N - J)")
+    p.add_argument("--join-at", type=int, default=100, help="the joiners start once the master sent this frame")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
+    p.add_argument("--out", required=True, help="work folder: both runs' outputs and join.json")
     p = bench.add_parser("int8-scenes", help="int8 detector F1 vs fp32 on vtest and unseen scenes, before and after")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table)")
     p.add_argument("--frames", type=int, default=100, help="frames a scene")

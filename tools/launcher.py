@@ -206,7 +206,8 @@ def effective_config(args) -> Tuple[config.Config, str]:
     return cfg, path
 
 
-def _child_env() -> Dict[str, str]:
+def child_env() -> Dict[str, str]:
+    """The environment of a role `cnnvideo local` starts (one thread for torch: the same results on every worker)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
@@ -426,7 +427,7 @@ def run(args) -> int:
 
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out
-    env = _child_env()
+    env = child_env()
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []
     caps = linkemu.CpuCaps(local_cameras.master_shares(linkemu.role_shares(cfg), cfg), cfg.local.cpus)

@@ -18,6 +18,8 @@ from cnnvideo.events import pipeline_from_config
 from cnnvideo.events.labelchange import label_change_from_config
 from cnnvideo.events.types import Detection
 
+from .view import members
+
 log = logging.getLogger(__name__)
 
 
@@ -182,6 +184,8 @@ class MasterEvents:
         with m.cond:
             st = m.feed.source.stats() if m.feed.source is not None else {"captured": 0, "skipped": 0}
             now = {"captured": st["captured"], "skipped": st["skipped"], "dropped": m.tracker.dropped}
+            pool = members(m) if m.links is not None else []
+        mx.observe_members(pool)
         with self._lock:
             for key, inc in (("captured", mx.frame_captured), ("skipped", mx.frame_skipped),
                              ("dropped", mx.frame_dropped)):

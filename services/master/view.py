@@ -75,6 +75,14 @@ class ViewState:
         return out
 
 
+def members(m) -> List[Dict[str, Any]]:
+    """The pool's workers as the live page, /state.json and /metrics show them (pool.Pool.members), holding
+    m.cond."""
+    plan = m.sending.sent_plan
+    devices = [c.device for c in m.setup.products.costs]
+    return m.pool.members(m.addresses, devices, plan.stage_of(m.W) if plan is not None else [], time.time())
+
+
 class LivePage:
     """The master's live page (`live_view.port`): starts the server and answers its JSON from the role `m`."""
 
@@ -137,5 +145,6 @@ class LivePage:
             counters["checked"] = chk.get("checked")
             counters["max_abs_err"] = chk.get("max_abs_err")
             counters["setup"] = m.setup_progress.snapshot()  # the step setup is in, or how long it took
+            counters["members"] = members(m)
             hops = [m.telemetry.hops[n] for n in sorted(m.telemetry.hops)]
             return self.view.state(m.t_run or time.time(), counters, hops, dict)

@@ -25,7 +25,8 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
                        warm=stage_plan_from_pb(msg.warm) if msg.HasField("warm") else None,
                        skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera), calibration=calibration,
-                       workers=tuple(str(a) for a in msg.workers), worker_id=int(msg.worker_id))
+                       workers=tuple(str(a) for a in msg.workers),
+                       worker_id=int(msg.worker_id) if msg.workers else -1)  # (0 is also an unset id's value)
 
 
 def stage_plan_from_pb(msg: pb.StagePlan) -> StagePlan:

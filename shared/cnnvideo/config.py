@@ -341,8 +341,9 @@ def to_dict(cfg: Config) -> Dict[str, Any]:
 
 
 def dump(cfg: Config, path: str) -> None:
-    """Write the config as YAML; only the owner may read it when it holds the live view's token."""
-    if cfg.live_view.token:
+    """Write the config as YAML; only the owner may read it when it holds a secret (the live view's or the join
+    token)."""
+    if cfg.live_view.token or cfg.cluster.join_token:
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             os.chmod(path, 0o600)
             yaml.safe_dump(to_dict(cfg), fh, sort_keys=False)

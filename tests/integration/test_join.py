@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 
 import yaml
 
 from cnnvideo.rpc.net import free_port
 from tests.integration.helpers import REPO, LocalRun, base_config, env, stop_procs, write_config
 
-FRAMES = 600  # 30 s at 20 fps: a joining process loads its model in 5-15 s
 TOKEN = "join-token-0123456789abcdef"
 
 
@@ -22,12 +24,13 @@ def _lines(out):
         return [json.loads(line) for line in fh]
 
 
-def _worker(cfg_path: str, join: str, log_path: str, token: str = "") -> subprocess.Popen:
-    """`cnnvideo worker --join` on a free loopback port with the config at `cfg_path` but `token` as its join token,
-    its log in `log_path`."""
+def _worker(cfg_path: str, join: str, log_path: str, token: str = "", **change) -> subprocess.Popen:
+    """`cnnvideo worker --join` on a free loopback port with the config at `cfg_path` but `token` as its join token
+    (and the keys of `change`), its log in `log_path`."""
     with open(cfg_path) as fh:
         data = yaml.safe_load(fh)
     data["cluster"]["join_token"] = token
+    data.update(change)
     cfg_path = write_config(log_path + ".yml", data)
     e = env()
     e.pop("CNNVIDEO_JOIN_TOKEN", None)
@@ -36,23 +39,37 @@ def _worker(cfg_path: str, join: str, log_path: str, token: str = "") -> subproc
                             stderr=open(log_path, "w"), env=e, cwd=REPO)
 
 
+def _state(port: int, ready, timeout: float = 60.0):
+    """The master's /state.json once `ready(state)` holds."""
+    deadline = time.time() + timeout
+    while True:
+        with urllib.request.urlopen("http://127.0.0.1:%d/state.json" % port, timeout=5) as r:
+            st = json.load(r)
+        if ready(st) or time.time() > deadline:
+            return st
+        time.sleep(0.5)
+
+
 def _read(path: str) -> str:
     with open(path) as fh:
         return fh.read()
 
 
 def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_video):
-    """Two workers, full replication, joins on with a token. Mid-run a worker with a wrong token asks to join: it
-    is refused (it exits 1 naming the refusal; the master logs one line) and the run goes on; a worker with the
-    token, started beside it, joins: the master gives it id w2, re-plans onto three replicas, and the frames after the join reach
-    it. Every frame completes, in order, exact against the unsplit model, and nothing is sent again."""
+    """Two workers, full replication, joins on with a token, a camera-like run (20 fps, looped) until SIGTERM. A
+    worker with a wrong token, and one with another frame size, ask to join: each is refused (it exits 1 naming the
+    refusal; the master logs one line) and the run goes on; a worker with the token, started beside them, joins:
+    the master gives it id w2, re-plans onto three replicas, and frames reach it (/state.json lists the three
+    members). Then SIGTERM: every frame sent completes, in order, exact against the unsplit model, and nothing is
+    sent again. However slow the host, the run lasts until the joiner has served frames."""
     cache = str(tmp_path / "cache")
     join = "127.0.0.1:%d" % free_port()
-    data = base_config(synthetic_video, cache, frames=FRAMES, in_flight=3, scheduler="replicas",
-                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none"},
+    port = free_port()
+    data = base_config(synthetic_video, cache, frames=0, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
                        reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
                        cluster={"workers": ["127.0.0.1:50060", "127.0.0.1:50061"], "join": join,
-                                "join_token": TOKEN}, bandwidth=[3])
+                                "join_token": TOKEN}, bandwidth=[3], live_view={"port": port})
     out = str(tmp_path / "join")
     run = LocalRun(write_config(str(tmp_path / "join.yml"), data), out)
     workers = []
@@ -60,29 +77,41 @@ def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_v
         run.wait_for(lambda: run.sent >= 40, 300)
         resolved = os.path.join(out, "config.yml")  # the launcher's config: the same settings as the pool's
         intruder = _worker(resolved, join, str(tmp_path / "intruder.log"), token="wrong-token-0123456789abcdef")
+        misfit = _worker(resolved, join, str(tmp_path / "misfit.log"), token=TOKEN, frame_size=[64, 96])
         joiner = _worker(resolved, join, str(tmp_path / "w2.log"), token=TOKEN)
-        workers += [intruder, joiner]
-        assert intruder.wait(120) == 1
+        workers += [intruder, misfit, joiner]
+        assert intruder.wait(300) == 1 and misfit.wait(300) == 1
         said = _read(str(tmp_path / "intruder.log"))
         assert "refused this worker: wrong join token" in said, said[-2000:]
-        run.wait_for(lambda: run.count("join refused") >= 1, 30)
-        run.wait_for(lambda: run.count("joined the pool") >= 1, 120)
-        code, report, text = run.finish(600)
+        said = _read(str(tmp_path / "misfit.log"))
+        assert "refused this worker: it runs alexnet at 64x96" in said and "the pool runs alexnet at 96x128" in said
+        run.wait_for(lambda: run.count("join refused") >= 2, 30)
+        run.wait_for(lambda: run.count("joined the pool") >= 1, 300)
+        state = _state(port, lambda st: len(st["members"]) == 3 and st["members"][2]["frames"] >= 20, 300)
+        run.proc.send_signal(signal.SIGTERM)  # the master takes no new frame, drains and reports
+        code, report, text = run.finish(300)
     finally:
         stop_procs(workers)
+        if run.proc.poll() is None:
+            run.proc.kill()
     assert code == 0, text[-4000:]
-    assert report["completed"] == FRAMES and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    assert report["completed"] == report["frames"] > 40 and report["lost"] == 0 and report["max_abs_err"] == 0.0
     assert report["retried"] == 0, text[-4000:]
-    assert [ln for ln in text.splitlines() if "join refused" in ln][0].endswith("wrong join token")
+    refused = sorted(ln.split(": ")[-1] for ln in text.splitlines() if "join refused" in ln)
+    assert refused[1] == "wrong join token" and refused[0].startswith("it runs alexnet at 64x96"), refused
     assert "worker w2 at 127.0.0.1:" in text and "joined the pool" in text
     events = report["pool"]["left_out"]
     assert [e.get("joined") for e in events if e.get("scope") == "joined"] == [[2]], events
     lines = _lines(out)
-    assert [e["frame"] for e in lines] == list(range(FRAMES))
-    assert any(e["route"][0] == 2 for e in lines), "the joined worker got no frame"
+    assert [e["frame"] for e in lines] == list(range(report["completed"]))
     first = min(e["frame"] for e in lines if e["route"][0] == 2)
     assert all(e["route"][0] in (0, 1) for e in lines[:first])
+    assert sum(e["route"][0] == 2 for e in lines) >= 20
     assert "joined the pool of the master at %s as w2" % join in _read(str(tmp_path / "w2.log"))
+    members = state["members"]
+    assert [m["worker"] for m in members] == ["w0", "w1", "w2"] and {m["state"] for m in members} == {"serving"}
+    assert members[0]["joined_at_s"] is None and members[2]["joined_at_s"] > 0 and members[2]["stage"] == 0
+    assert members[2]["address"].startswith("127.0.0.1:") and members[2]["device"]
 
 
 def test_a_join_to_an_address_that_is_not_a_master_fails_with_one_line(tmp_path, synthetic_video):

@@ -90,7 +90,7 @@ class Master:
     def count_restarts(self, restarted):
         pass
 
-    def setup_msg(self, gen, warm=None):
+    def setup_msg(self, gen, warm=None, worker=-1):
         return ("setup", gen)
 
     def open_streams(self, gen, only=None):

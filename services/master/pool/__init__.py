@@ -3,7 +3,7 @@ replica, each input link's sender state, the reorder buffer, and a replica leavi
 (`replicas.Replicas`), and a worker that joins at run time (`joins.Joins`)."""
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, List, Sequence
 
 from .dispatch import Dispatcher, NoReplica
 from .inputs import InputLinks
@@ -32,6 +32,29 @@ class Pool:
     def live(self):
         """The workers not left out."""
         return self.membership.live()
+
+    def members(self, addresses: Sequence[str], devices: Sequence[str], stage_of: Sequence[int],
+                now: float) -> List[Dict[str, object]]:
+        """The pool's workers for the live page, /state.json and /metrics: each one's address, device, stage in the
+        current plan (-1: none), state (serving, leaving, out), frames and frames a second, and when it joined or
+        last left (seconds into the run; None: from the start, or never)."""
+        ms = self.membership
+        joined: Dict[int, float] = {}
+        left: Dict[int, float] = {}
+        for e in ms.events:
+            for w in e.get("joined") or []:
+                joined[w] = e["at_s"]
+            for w in e["left_out"]:
+                left[w] = e["at_s"]
+        out = []
+        for w in range(ms.n):
+            state = "out" if w in ms.out else "leaving" if w in ms.draining else "serving"
+            out.append({"worker": "w%d" % w, "address": addresses[w] if w < len(addresses) else "",
+                        "device": devices[w] if w < len(devices) else "",
+                        "stage": int(stage_of[w]) if w < len(stage_of) else -1, "state": state,
+                        "frames": self.dispatcher.sent[w], "fps": round(self.dispatcher.fps(w, now), 2),
+                        "joined_at_s": joined.get(w), "left_at_s": left.get(w)})
+        return out
 
     def report(self) -> Dict[str, object]:
         """report.json `pool`'s share of it: the frames each worker got, every leave and return, the ordering."""

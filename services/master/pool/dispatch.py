@@ -4,11 +4,15 @@ out get none until they are taken back, and workers leaving get no new one. Pure
 holding its condition."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import collections
+import time
+from typing import Deque, List, Optional, Sequence
 
 from cnnvideo.plan.plan import Plan
 
 from .membership import Membership
+
+ENDED_KEPT = 512  # end times kept per worker (its frames a second over the last seconds)
 
 
 class NoReplica(LookupError):
@@ -24,12 +28,14 @@ class Dispatcher:
         self.sent = [0] * int(n_workers)  # frames each worker was given (the report's per-worker share)
         self._ticks = [0] * int(n_workers)  # when each worker was last picked: ties go to the longest idle
         self._clock = 0
+        self.ended: List[Deque[float]] = [collections.deque(maxlen=ENDED_KEPT) for _ in range(int(n_workers))]
 
     def add(self) -> None:
         """A worker joined (the membership's next id): nothing outstanding on it, nothing sent yet."""
         self.outstanding.append(0)
         self.sent.append(0)
         self._ticks.append(0)
+        self.ended.append(collections.deque(maxlen=ENDED_KEPT))
 
     def usable(self, plan: Plan) -> bool:
         """Whether every stage of `plan` keeps a worker that is not left out."""
@@ -57,8 +63,14 @@ class Dispatcher:
 
     def release(self, route: Sequence[int]) -> None:
         """The frame on `route` ended (its result came, or it was dropped)."""
+        now = time.time()
         for w in route:
             self.outstanding[w] = max(self.outstanding[w] - 1, 0)
+            self.ended[w].append(now)
+
+    def fps(self, w: int, now: float, window_s: float = 10.0) -> float:
+        """Frames through worker w that ended over the last `window_s` seconds, a second."""
+        return sum(1 for t in self.ended[w] if t >= now - window_s) / window_s
 
     def forget(self, workers: Sequence[int]) -> None:
         """Replicas `workers` left: none of their frames is outstanding (those in flight were queued again)."""

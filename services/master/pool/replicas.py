@@ -82,7 +82,7 @@ class Replicas:
             m.links.refresh(w)
             m.count_restarts(m.links.fetch_infos(only=[w]))
             m.setup.check_infos()
-            m.links.start_run(m.setup_msg(gen, m.sending.sent_plan), timeout=SETUP_TIMEOUT_S, only=[w])
+            m.links.start_run(m.setup_msg(gen, m.sending.sent_plan, worker=w), timeout=SETUP_TIMEOUT_S, only=[w])
             m.sending.reset_link(w)
             m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w])
             m.open_streams(gen, only=[w])

@@ -106,6 +106,10 @@ class Metrics:
         self.events_queued = Gauge("events_queued", "Events waiting for the MQTT broker", namespace=ns, registry=r)
         self.mqtt_connected = Gauge("mqtt_connected", "1 while connected to the MQTT broker", namespace=ns,
                                     registry=r)
+        self.pool_workers = Gauge("pool_workers", "Workers of the pool by state (serving, leaving, out)", ["state"],
+                                  namespace=ns, registry=r)
+        self.worker_fps = Gauge("worker_fps", "Frames a second through a worker of the pool (last 10 s)",
+                                ["worker", "address"], namespace=ns, registry=r)
         self.registry = CollectorRegistry(auto_describe=True)  # after the metrics: it learns their names now
         self.registry.register(CameraLabel(self._unlabelled, camera))
         self._lock = threading.Lock()
@@ -161,6 +165,16 @@ class Metrics:
             self._pub_seen = (max(p0, published), max(d0, dropped))
         self.events_queued.set(queued)
         self.mqtt_connected.set(1 if connected else 0)
+
+    def observe_members(self, members: Iterable[Dict[str, object]]) -> None:
+        """The pool's workers now (the master's pool.members): how many in each state, and each one's frames a
+        second."""
+        counts = {"serving": 0, "leaving": 0, "out": 0}
+        for m in members:
+            counts[str(m["state"])] = counts.get(str(m["state"]), 0) + 1
+            self.worker_fps.labels(worker=str(m["worker"]), address=str(m["address"])).set(float(m["fps"]))
+        for state, n in counts.items():
+            self.pool_workers.labels(state=state).set(n)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry (every series with this camera's label)."""

@@ -65,6 +65,8 @@ td,th{padding:2px 8px;text-align:right} th{background:#eee}
   <div>checked <b id="checked">-</b>, max abs error <b id="max_err">-</b></div>
   <table><thead><tr><th>hop</th><th>bytes sent</th><th>MB/s</th><th>messages</th></tr></thead>
   <tbody id="hops"></tbody></table>
+  <table><thead><tr><th>worker</th><th>address</th><th>device</th><th>stage</th><th>state</th><th>frames</th>
+  <th>fps</th><th>joined s</th><th>left s</th></tr></thead><tbody id="members"></tbody></table>
  </div>
 </div>
 <div class="card"><div class="k">stages, last <span id="window">10</span> s</div>
@@ -106,6 +108,12 @@ async function tick(){
     document.getElementById("hops").innerHTML=(st.hops||[]).map(h=>
       `<tr class="hop"><td>${h.name}</td><td>${h.bytes_sent}</td><td>${h.MBps===null?"-":h.MBps.toFixed(3)}</td>`+
       `<td>${h.messages}</td></tr>`).join("");
+    const mb=document.getElementById("members"); mb.textContent="";  // (worker-sent text: never as HTML)
+    (st.members||[]).forEach(m=>{const tr=document.createElement("tr"); tr.className="member";
+      [m.worker,m.address,m.device,m.stage<0?"-":m.stage,m.state,m.frames,m.fps,m.joined_at_s,m.left_at_s]
+        .forEach(v=>{const td=document.createElement("td"); td.textContent=(v===null||v===undefined)?"-":v;
+          tr.appendChild(td);});
+      mb.appendChild(tr);});
     if(st.latest && st.latest.frame!==lastFrame){
       lastFrame=st.latest.frame; set("frame_id", st.latest.frame); set("result", st.latest.result);
       const det=st.latest.detections;

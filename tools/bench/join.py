@@ -1,0 +1,147 @@
+"""`cnnvideo bench join`: a pool that grows while it runs, against one that started at its final size (issue 45).
+
+Two `cnnvideo local` runs of one config, one after the other:
+- `start-N`: N workers from the start;
+- `grow`: N - J workers with joins on (`cluster.join`); once the master has sent `--join-at` frames, J workers are
+  started with `cnnvideo local-worker` (the launcher's environment and a worker's CPU cap) and join.
+From each run's results.jsonl (each frame's route and result time) and report.json it prints, as JSON: every frame
+completed and none lost; for each joined worker the seconds from its process start to its own first result (and from
+the master's join line); the fps of `grow` after the last joined worker's first result against `start-N`'s over the
+same frames (the steady rate past its first 60 frames when they do not overlap), and the ratio.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from cnnvideo.rpc.net import free_port
+
+
+def _fps(times: List[float]) -> Optional[float]:
+    times = sorted(times)
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) >= 2 and times[-1] > times[0] else None
+
+
+def _lines(out: str) -> List[Dict[str, Any]]:
+    with open(os.path.join(out, "results.jsonl")) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _report(out: str) -> Dict[str, Any]:
+    with open(os.path.join(out, "report.json")) as fh:
+        return json.load(fh)
+
+
+class LocalCluster:
+    """`cnnvideo local` in the background: its stderr kept, the frames the master has sent so far."""
+
+    def __init__(self, cfg_path: str, out: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.sent = 0
+        self.lines: List[str] = []
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "[master]" in line and "sent frame " in line:
+                self.sent = max(self.sent, int(line.split("sent frame ")[1].split("/")[0]))
+
+    def wait_sent(self, n: int, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while self.sent < n:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("the run ended or stalled before frame %d:\n%s" % (n, "".join(self.lines[-30:])))
+            time.sleep(0.2)
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        self.thread.join(5)
+        return code
+
+
+def run(args) -> int:
+    with open(args.config) as fh:
+        base = yaml.safe_load(fh)
+    work = os.path.abspath(args.out)
+    os.makedirs(work, exist_ok=True)
+    n, joins = args.workers, args.joins
+    bw = list(base.get("bandwidth") or [3.0])[:1]
+    results: Dict[str, Any] = {"config": args.config, "workers": n, "joins": joins, "join_at_frame": args.join_at,
+                               "frames": base.get("frames"), "runs": {}}
+
+    def config_for(name: str, workers: int, join: str = "") -> str:
+        cfg = dict(base, bandwidth=bw * workers)
+        cluster = dict(cfg.get("cluster") or {})
+        cluster["workers"] = ["127.0.0.1:%d" % (50060 + w) for w in range(workers)]  # (the launcher picks ports)
+        if join:
+            cluster["join"] = join
+        cfg["cluster"] = cluster
+        path = os.path.join(work, name + ".yml")
+        with open(path, "w") as fh:
+            yaml.safe_dump(cfg, fh)
+        return path
+
+    # start-N
+    out_full = os.path.join(work, "start-%d" % n)
+    full = LocalCluster(config_for("start-%d" % n, n), out_full)
+    if full.wait(args.timeout) != 0:
+        print("".join(full.lines[-40:]), file=sys.stderr)
+        return 1
+    # grow: N - J, then J join
+    out_grow = os.path.join(work, "grow")
+    join = "127.0.0.1:%d" % free_port()
+    grow = LocalCluster(config_for("grow", n - joins, join), out_grow)
+    grow.wait_sent(args.join_at, args.timeout)
+    joiners = []
+    for _ in range(joins):
+        joiners.append((time.time(), subprocess.Popen([sys.executable, "-m", "cnnvideo", "local-worker", out_grow],
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    code = grow.wait(args.timeout)
+    for _, p in joiners:
+        if p.poll() is None:
+            p.terminate()
+        p.wait(90)
+    if code != 0:
+        print("".join(grow.lines[-40:]), file=sys.stderr)
+        return 1
+
+    rep_full, rep_grow = _report(out_full), _report(out_grow)
+    lines_full, lines_grow = _lines(out_full), _lines(out_grow)
+    joined_lines = [ln for ln in grow.lines if "joined the pool (" in ln]
+    new_ids = list(range(n - joins, n))
+    first = {w: min((e["result_time"] for e in lines_grow if w in e["route"]), default=None) for w in new_ids}
+    starts = sorted(t for t, _ in joiners)
+    after = max(t for t in first.values() if t is not None) if all(first.values()) else None
+    from_frame = min(e["frame"] for e in lines_grow if e["result_time"] >= after) if after else None
+    grow_fps = _fps([e["result_time"] for e in lines_grow if e["result_time"] >= after]) if after else None
+    same = [e["result_time"] for e in lines_full if from_frame is not None and e["frame"] >= from_frame]
+    full_fps = _fps(same) if len(same) >= 30 else rep_full["start"].get("fps_after_60")
+    for name, rep in (("start-%d" % n, rep_full), ("grow", rep_grow)):
+        results["runs"][name] = {"completed": rep["completed"], "lost": rep["lost"], "retried": rep["retried"],
+                                 "max_abs_err": rep.get("max_abs_err"), "throughput_fps": rep["throughput_fps"],
+                                 "start": rep.get("start"), "frames_sent_per_worker":
+                                     rep["pool"].get("frames_sent_per_worker")}
+    results.update({
+        "joined_lines": [ln.strip() for ln in joined_lines],
+        "first_result_after_process_start_s": {"w%d" % w: round(first[w] - starts[i], 2) if first[w] else None
+                                               for i, w in enumerate(new_ids)},
+        "fps_after_joins": grow_fps and round(grow_fps, 3), "after_joins_from_frame": from_frame,
+        "fps_start_n_same_frames": full_fps and round(full_fps, 3),
+        "ratio": round(grow_fps / full_fps, 3) if grow_fps and full_fps else None,
+    })
+    text = json.dumps(results, indent=1)
+    with open(os.path.join(work, "join.json"), "w") as fh:
+        fh.write(text + "\n")
+    print(text)
+    return 0
