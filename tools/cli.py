@@ -152,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", type=float, default=5.0,
                    help="frames: mean run of misses and life of a false box in the bursty noise (held out only)")
     p.add_argument("--out", default=None, help="also write results.md and track.json into this folder")
+    p.add_argument("--before", default=None, metavar="TRACK_JSON",
+                   help="an earlier run's track.json: results.md shows its held-out cells beside the new ones")
     p = bench.add_parser("capped-profile", help="an ORT profile under a real CFS cap vs uncapped, at every cut")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--model", default="mobilenet_v2")

@@ -12,7 +12,9 @@ Split (issue 46): the Kalman tracker's constants (`Constants`, a small grid arou
 searched on one sequence under the `base` noise only, then scored on the other sequence, both ways; held out it is
 also scored under a heavier noise and a bursty one (misses and false boxes in runs, drifting jitter) that no
 tuning saw. The library's defaults are checked against the maximin of the two tuning sides. The grid search scores
-IDF1 with `fast_idf1` (numpy, motmetrics' definition); the held-out figures come from motmetrics.
+IDF1 with `fast_idf1` (numpy, motmetrics' definition); the held-out figures come from motmetrics. `--before` puts an
+earlier run's held-out cells beside the new ones on the page, and a hand-written `notes.md` in the `--out` folder
+ends it.
 
 `norfair`, `sort` and `bytetrack` (the `trackers` package) are measured too when they are installed and asked
 for (`--trackers`); the project does not depend on them.
@@ -325,18 +327,24 @@ def summarise(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 class Constants:
     """The Kalman tracker's searched constants; the field defaults are the library's defaults."""
 
-    iou_threshold: float = TrackerSettings.iou_threshold
+    iou_threshold: float = KalmanTracker.DEFAULT_IOU_THRESHOLD
     coast_s: float = KalmanTracker.DEFAULT_COAST_S
     proc_vel: float = DEFAULT_CONSTANTS.proc_vel
+    min_frames: int = KalmanTracker.DEFAULT_MIN_FRAMES
+    tentative_misses: int = DEFAULT_CONSTANTS.tentative_misses
 
     def tracker(self) -> KalmanTracker:
         """A fresh Kalman tracker with these constants (everything else at its default)."""
-        settings = TrackerSettings(kind="kalman", iou_threshold=self.iou_threshold, coast_s=self.coast_s)
-        return KalmanTracker(settings, dataclasses.replace(DEFAULT_CONSTANTS, proc_vel=self.proc_vel))
+        settings = TrackerSettings(kind="kalman", iou_threshold=self.iou_threshold, coast_s=self.coast_s,
+                                   min_frames=int(self.min_frames))
+        return KalmanTracker(settings, dataclasses.replace(DEFAULT_CONSTANTS, proc_vel=self.proc_vel,
+                                                           tentative_misses=int(self.tentative_misses)))
 
 
-# each constant at about half, at and about twice its default; small enough to search in seconds
-GRID = {"iou_threshold": (0.2, 0.3, 0.4), "coast_s": (0.1, 0.2, 0.4), "proc_vel": (0.25, 0.5, 1.0)}
+# each constant at about half, at and about twice its default; candidates confirmed after 2 or 3 hits, dropped at
+# their first or second miss in a row; 108 points, searched in about a minute
+GRID = {"iou_threshold": (0.2, 0.3, 0.4), "coast_s": (0.1, 0.2, 0.4), "proc_vel": (0.25, 0.5, 1.0),
+        "min_frames": (2, 3), "tentative_misses": (1, 2)}
 
 
 def grid_points(grid: Dict[str, Sequence[float]] = GRID) -> List[Constants]:
@@ -540,13 +548,34 @@ def _fmt(c: Dict[str, Any]) -> str:
     return ", ".join("%s %g" % (k, float(v)) for k, v in sorted(c.items()))
 
 
-def page_lines(split: Dict[str, Any], trackers: Dict[str, Any], out: str) -> List[str]:
-    """results.md: both folds' held-out cells, the defaults' choice, and the old in-sample table."""
+def before_lines(split: Dict[str, Any], before: Dict[str, Any], path: str) -> List[str]:
+    """A table of the held-out cells of an earlier run (`before`, its track.json's split, at `path` from the
+    page) beside this run's."""
+    old = {(f["tune"], c["noise"]): (f, c) for f in before["folds"] for c in f["held_out"]}
+    lines = ["**Before and after** (before: [%s](%s), the same command on the earlier tracker):" % (
+        os.path.basename(path), path), "",
+        "| tuned on | scored on | noise | IDF1 before | IDF1 after | ID switches max before | after | "
+        "tracks / people before | after |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for f in split["folds"]:
+        for c in f["held_out"]:
+            if (f["tune"], c["noise"]) not in old:
+                continue
+            _, b = old[(f["tune"], c["noise"])]
+            lines.append("| %s | %s | %s | %.3f | **%.3f** | %d | %d | %.1f / %.1f | %.1f / %.1f |" % (
+                f["tune"], f["score"], c["noise"], b["idf1_mean"], c["idf1_mean"], b["switches_max"],
+                c["switches_max"], b["tracks_mean"], b["people_mean"], c["tracks_mean"], c["people_mean"]))
+    return lines + [""]
+
+
+def page_lines(split: Dict[str, Any], trackers: Dict[str, Any], out: str,
+               before: Optional[Tuple[Dict[str, Any], str]] = None) -> List[str]:
+    """results.md: both folds' held-out cells (beside an earlier run's, `before`: its split and the path given on
+    the command line), the defaults' choice, and the old in-sample table."""
     d = split["defaults"]
     lines = ["# The tracker tuned on one sequence and scored on the other (issue 46 item 4)", "",
-             "`cnnvideo bench track --json --out %s` (module docstring: `tools/bench/track.py`). Not a cluster "
+             "`cnnvideo bench track --json --out %s%s` (module docstring: `tools/bench/track.py`). Not a cluster "
              "run: the tracker alone on the CPU; the grid search took %.1f s, the held-out scoring %.1f s." % (
-                 out, split["tuning_s"], split["scoring_s"]), "",
+                 out, " --before %s" % before[1] if before else "", split["tuning_s"], split["scoring_s"]), "",
              "- Ground truth: motmetrics' TUD-Campus (71 frames) and TUD-Stadtmitte (179 frames), 25 fps; seeds %s; "
              "every frame and 1 in %s kept." % (",".join(map(str, split["seeds"])),
                                                  " / 1 in ".join(str(k) for k in split["keep_every"] if k > 1)),
@@ -568,7 +597,8 @@ def page_lines(split: Dict[str, Any], trackers: Dict[str, Any], out: str) -> Lis
                 f["tune"], f["score"], _fmt(f["chosen"]), c["noise"], c["idf1_mean"], c["idf1_min"],
                 c["mota_mean"], c["switches_mean"], c["switches_max"], c["tracks_mean"], c["people_mean"],
                 "met" if c["meets_target"] else "**not met**"))
-    lines += ["", "**Defaults.** Of the grid, the constants whose worse tuning-side IDF1 is highest: %s (%s). "
+    lines += [""] + (before_lines(split, before[0], os.path.relpath(before[1], out)) if before else [])
+    lines += ["**Defaults.** Of the grid, the constants whose worse tuning-side IDF1 is highest: %s (%s). "
               "The library's defaults: %s (%s); %s." % (
                   _fmt(d["maximin"]), ", ".join("%s %.3f" % kv for kv in d["maximin_tune_idf1"].items()),
                   _fmt(d["library"]), ", ".join("%s %.3f" % kv for kv in d["library_tune_idf1"].items()),
@@ -584,13 +614,23 @@ def page_lines(split: Dict[str, Any], trackers: Dict[str, Any], out: str) -> Lis
     return lines
 
 
-def write_page(result: Dict[str, Any], out: str) -> None:
-    """track.json and a generated results.md into `out`."""
+def write_page(result: Dict[str, Any], out: str, before: Optional[str] = None) -> None:
+    """track.json and a generated results.md into `out`; `before`: an earlier run's track.json to compare with;
+    a hand-written notes.md in `out`, when there is one, ends the page."""
     os.makedirs(out, exist_ok=True)
+    old = None
+    if before:
+        with open(before) as fh:
+            old = (json.load(fh)["split"], before)
     with open(os.path.join(out, "track.json"), "w") as fh:
         json.dump(result, fh, indent=1)
+    lines = page_lines(result["split"], result["trackers"], out, old)
+    notes = os.path.join(out, "notes.md")
+    if os.path.isfile(notes):
+        with open(notes) as fh:
+            lines += ["", fh.read().rstrip("\n")]
     with open(os.path.join(out, "results.md"), "w") as fh:
-        fh.write("\n".join(page_lines(result["split"], result["trackers"], out)) + "\n")
+        fh.write("\n".join(lines) + "\n")
 
 
 def _print_table(result: Dict[str, Any]) -> None:
@@ -623,7 +663,7 @@ def run(args) -> int:
                           "idf1_held_out_other_noise": TARGET_IDF1_HARD}}
     result = json.loads(json.dumps(result, default=float))
     if args.out:
-        write_page(result, args.out)
+        write_page(result, args.out, getattr(args, "before", None))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

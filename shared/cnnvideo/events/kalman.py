@@ -2,11 +2,19 @@
 
 SORT / ByteTrack's idea with numpy only (every track's filter is one row of a batched array): each frame the
 filters are moved on by the capture time since the last processed frame (so frames the drop policy skipped
-only widen the prediction), detections are matched by IoU with the predicted boxes (announced tracks first,
-then the candidates, so a false box cannot steal a person from a known track), and the matched boxes
-correct the filters. A track the detector misses for a frame or two coasts on its prediction (`coast_s`); one
-it lost for longer is relinked by Mahalanobis distance, whose gate widens with the time it has been unseen
-(up to `max_unseen_s`, 2 s by default), so a person the detector drops for a second keeps their id.
+only widen the prediction), detections are matched by IoU with the predicted boxes inside a Mahalanobis gate
+(announced tracks first, then the candidates, so a false box cannot steal a person from a known track), and the
+matched boxes correct the filters. A track the detector misses for a frame or two coasts on its prediction
+(`coast_s`).
+
+Against false boxes and jitter (issue 46): a candidate must match `min_frames` (2) consecutive processed frames,
+it is dropped at its first miss (SORT's tentative tracks), so a one-off false box never starts a track; and the
+measurement noise follows the detector: the mean normalised innovation of the announced tracks' matches should be
+4 (4 measured values), and when it runs higher the noise grows (up to `r_max` times the constants), so a
+jittery detector widens the gate instead of splitting its people into new tracks. A person lost for longer than a
+prediction can follow (up to `max_unseen_s`, 2 s by default) keeps their id when they come back: the candidate
+they start, once confirmed, takes the id of the lost track whose Mahalanobis gate (wider the longer it is unseen)
+holds it. Unlike matching the lost track to any single box in its gate, this needs `min_frames` consistent boxes.
 
 State per track: [cx, cy, w, h, vcx, vcy, vw, vh], pixels and pixels per second. Noise scales with the box
 size (a near person moves more pixels than a far one), as in ByteTrack; the constants are per second, not
@@ -15,20 +23,24 @@ per frame, so they hold at any frame rate.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import numpy as np
 
-from .tracker import MAX_UNSEEN_S, BoxTracker, TrackerSettings
+from .tracker import IOU_THRESHOLD, MAX_UNSEEN_S, MIN_FRAMES, BoxTracker, TrackerSettings
 from .types import Detection
 
 MEAS_POS = 0.05  # measurement noise std of the centre, fraction of the box size
 MEAS_SIZE = 0.10  # of width and height (a jittered box's size varies about twice as much as its centre)
 PROC_POS = 0.25  # process noise of the centre and size, fraction of the size per sqrt(second)
-PROC_VEL = 0.5  # of their velocities, fraction of the size per second per sqrt(second): walkers turn slowly
+PROC_VEL = 0.25  # of their velocities, fraction of the size per second per sqrt(second): walkers turn slowly
 INIT_VEL = 1.0  # initial velocity std, fraction of the size per second (a walker moves ~1 height a second)
 GATE = 18.47  # chi-square, 4 degrees of freedom, 99.9%: a detection this unlikely never continues a track
 MIN_SIZE = 1.0  # pixels: a predicted box never shrinks below this
+TENTATIVE_MISSES = 1  # a candidate missed this many processed frames in a row is dropped
+R_MAX = 3.0  # the measurement noise grows at most this much (std) when the detector is noisier than MEAS_*
+NIS_DOF = 4.0  # expected squared Mahalanobis distance of a measurement that fits the noise model (cx, cy, w, h)
+NIS_MIN = 20  # matches of announced tracks before the measurement noise adapts; then each frame, older ones halved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +54,12 @@ class KalmanConstants:
     proc_vel: float = PROC_VEL
     init_vel: float = INIT_VEL
     gate: float = GATE
+    tentative_misses: int = TENTATIVE_MISSES
+    r_max: float = R_MAX
+
+    def scaled(self, r: float) -> "KalmanConstants":
+        """These constants with the measurement noise std multiplied by `r`."""
+        return dataclasses.replace(self, meas_pos=self.meas_pos * r, meas_size=self.meas_size * r)
 
 
 DEFAULT_CONSTANTS = KalmanConstants()
@@ -110,6 +128,17 @@ def kf_distance(x: np.ndarray, p: np.ndarray, z: np.ndarray, k: KalmanConstants 
     return np.einsum("nmi,nij,nmj->nm", y, np.linalg.inv(s), y)
 
 
+def kf_nis(x: np.ndarray, p: np.ndarray, z: np.ndarray, k: KalmanConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """Squared Mahalanobis distance of measurement z[i] (M, 4) from state i's prediction, (M,): the normalised
+    innovation of each matched pair, chi-square with 4 degrees of freedom when the noise model fits."""
+    r = _meas_var(_scale(x), k)
+    s = p[:, :4, :4].copy()
+    idx = np.arange(4)
+    s[:, idx, idx] += r
+    y = z - x[:, :4]
+    return np.einsum("mi,mi->m", y, np.linalg.solve(s, y[:, :, None])[:, :, 0])
+
+
 def kf_update(x: np.ndarray, p: np.ndarray, z: np.ndarray,
               k: KalmanConstants = DEFAULT_CONSTANTS) -> Tuple[np.ndarray, np.ndarray]:
     """States (M, 8) corrected by measurements z (M, 4) cx,cy,w,h."""
@@ -129,18 +158,31 @@ class KalmanTracker(BoxTracker):
     """Matches detections to each track's Kalman-predicted box: announced tracks first, then candidates."""
 
     DEFAULT_MAX_UNSEEN_S = MAX_UNSEEN_S["kalman"]
-    # A missed frame or two at 25 fps (one at 12.5; at 10 fps only when the gap is at most 0.1 s). Chosen by
-    # `cnnvideo bench track` on its tuning side only: of its grid, the constants whose worse tuning-side IDF1
-    # (tuned on TUD-Campus, tuned on TUD-Stadtmitte) is highest; coast 0.1 s gave 0.919 / 0.964 against 0.904 /
-    # 0.962 for the 0.2 s used before. The filter's constants (iou_threshold 0.3, PROC_VEL 0.5) were already
-    # that choice. Held-out figures: docs/results/track/results.md.
+    DEFAULT_MIN_FRAMES = MIN_FRAMES["kalman"]
+    DEFAULT_IOU_THRESHOLD = IOU_THRESHOLD["kalman"]
+    # coast_s: a missed frame or two at 25 fps (one at 12.5; at 10 fps only when the gap is at most 0.1 s). It,
+    # min_frames, iou_threshold, PROC_VEL and TENTATIVE_MISSES were chosen by `cnnvideo bench track` on its tuning
+    # side only: of its grid, the constants whose worse tuning-side IDF1 (tuned on TUD-Campus, tuned on
+    # TUD-Stadtmitte) is highest. Held-out figures: docs/results/track/results.md.
     DEFAULT_COAST_S = 0.1
 
     def __init__(self, settings: Optional[TrackerSettings] = None, constants: Optional[KalmanConstants] = None):
         super().__init__(settings)
         self.constants = constants or DEFAULT_CONSTANTS
+        self._tentative_misses = self.constants.tentative_misses
         self._x = np.zeros((0, 8))
         self._p = np.zeros((0, 8, 8))
+        self._r = 1.0  # measurement noise std, times the constants' (see `_adapt`)
+        self._nis_sum = 0.0
+        self._nis_n = 0.0
+
+    @property
+    def noise_scale(self) -> float:
+        """How much the measurement noise has grown to fit the detector (1: as the constants say)."""
+        return self._r
+
+    def _k(self) -> KalmanConstants:
+        return self.constants.scaled(self._r) if self._r != 1.0 else self.constants
 
     def _expected(self) -> np.ndarray:
         return z_to_xyxy(self._x)
@@ -150,7 +192,23 @@ class KalmanTracker(BoxTracker):
 
     def _corrected(self, rows: List[int], boxes: np.ndarray) -> None:
         idx = np.asarray(rows, dtype=np.int64)
-        self._x[idx], self._p[idx] = kf_update(self._x[idx], self._p[idx], xyxy_to_z(boxes), self.constants)
+        z = xyxy_to_z(boxes)
+        k = self._k()
+        confirmed = np.array([self._tracks[r].confirmed for r in rows], dtype=bool)
+        nis = kf_nis(self._x[idx[confirmed]], self._p[idx[confirmed]], z[confirmed], k)
+        self._x[idx], self._p[idx] = kf_update(self._x[idx], self._p[idx], z, k)
+        self._adapt(nis)
+
+    def _adapt(self, nis: np.ndarray) -> None:
+        """Fit the measurement noise to the detector: scale its std by sqrt(mean NIS / 4) over the recent matches
+        of announced tracks (older ones halved each frame), never below the constants nor above `r_max` times."""
+        self._nis_sum += float(nis.sum())
+        self._nis_n += len(nis)
+        if self._nis_n >= NIS_MIN:
+            ratio = np.sqrt(self._nis_sum / self._nis_n / NIS_DOF)
+            self._r = float(np.clip(self._r * ratio, 1.0, self.constants.r_max))
+            self._nis_sum /= 2.0
+            self._nis_n /= 2.0
 
     def _added(self, boxes: np.ndarray) -> None:
         x, p = kf_init(boxes, self.constants)
@@ -163,29 +221,27 @@ class KalmanTracker(BoxTracker):
 
     def _gate(self, rows: List[int], boxes: np.ndarray) -> np.ndarray:
         idx = np.asarray(rows, dtype=np.int64)
-        return kf_distance(self._x[idx], self._p[idx], xyxy_to_z(boxes), self.constants) <= self.constants.gate
+        k = self._k()
+        return kf_distance(self._x[idx], self._p[idx], xyxy_to_z(boxes), k) <= k.gate
 
     def _match(self, dets: List[Detection], expected: np.ndarray) -> List[Tuple[int, int]]:
         confirmed = [i for i, t in enumerate(self._tracks) if t.confirmed]
         candidates = [i for i, t in enumerate(self._tracks) if not t.confirmed]
         pairs = self._match_rows(confirmed, dets, list(range(len(dets))), expected)
-        pairs += self._relink([r for r in confirmed if r not in {a for a, _ in pairs}], dets,
-                              [c for c in range(len(dets)) if c not in {b for _, b in pairs}])
         used = {c for _, c in pairs}
         return pairs + self._match_rows(candidates, dets, [c for c in range(len(dets)) if c not in used], expected)
 
-    def _relink(self, rows: List[int], dets: List[Detection], cols: List[int]) -> List[Tuple[int, int]]:
-        """Announced tracks no box overlapped, paired with the boxes left by Mahalanobis distance within GATE:
-        the longer a track is unseen, the wider its gate, so a person the detector lost for a second or two
-        is picked up where the filter expects them."""
-        if not rows or not cols:
-            return []
+    def _heir(self, row: int, matched: Set[int]) -> Optional[int]:
+        """The lost announced track (unmatched this frame) of the candidate's label whose Mahalanobis gate holds
+        the candidate's filtered box, the nearest when several do: a person the detector lost for longer than a
+        prediction can follow keeps their id once `min_frames` boxes in a row show them again."""
+        cand = self._tracks[row]
+        rows = [i for i, t in enumerate(self._tracks) if t.confirmed and i not in matched
+                and (not self.settings.class_aware or t.label == cand.label)]
+        if not rows:
+            return None
         idx = np.asarray(rows, dtype=np.int64)
-        db = np.array([dets[c].box for c in cols], dtype=np.float64)
-        d = kf_distance(self._x[idx], self._p[idx], xyxy_to_z(db), self.constants)
-        valid = d <= self.constants.gate
-        if self.settings.class_aware:
-            tl = np.array([self._tracks[r].label for r in rows], dtype=object)
-            dl = np.array([dets[c].label for c in cols], dtype=object)
-            valid &= tl[:, None] == dl[None, :]
-        return [(rows[r], cols[c]) for r, c in self._assign(-d, valid)]
+        k = self._k()
+        d = kf_distance(self._x[idx], self._p[idx], self._x[row:row + 1, :4], k)[:, 0]
+        best = int(np.argmin(d))
+        return rows[best] if d[best] <= k.gate else None

@@ -9,12 +9,13 @@ Time is capture time, not the frame number: the master's drop policy can skip fr
 after `max_unseen_s` seconds of capture time without a match (and, optionally, after `max_unseen_updates`
 processed frames without one). A track is announced (`new`, and given its id) only after `min_frames`
 matched frames, so a one-frame false detection never becomes an event; ids are 1, 2, 3... in announcement
-order and never reused.
+order and never reused. A kind may drop a candidate (not yet announced) that misses a frame, and may hand a lost
+announced track's id to a candidate confirmed where that track is expected (`_heir`).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from .types import Box, Detection, Event, EventsConfigError
 KINDS = ("kalman", "iou")
 MATCHERS = ("auto", "greedy", "hungarian")
 MAX_UNSEEN_S = {"kalman": 2.0, "iou": 1.0}  # max_unseen_s when unset: the Kalman tracker relinks after longer gaps
+MIN_FRAMES = {"kalman": 2, "iou": 3}  # min_frames when unset: Kalman candidates must hit in consecutive frames
+IOU_THRESHOLD = {"kalman": 0.2, "iou": 0.3}  # iou_threshold when unset: the Kalman tracker matches inside its gate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +33,10 @@ class TrackerSettings:
     """How detections are matched to tracks and when tracks are announced and ended.
 
     kind: `kalman` (match to each track's predicted box; the default) or `iou` (match to its last box).
-    iou_threshold: least IoU for a detection to continue a track.
-    min_frames: matched frames before a track is announced with `new` (1 = at once).
+    iou_threshold: least IoU for a detection to continue a track (None: 0.2 for `kalman`, whose Mahalanobis gate
+        also holds a match; 0.3 for `iou`).
+    min_frames: matched frames before a track is announced with `new` (1 = at once; None: 2 for `kalman`, whose
+        candidates must match them in consecutive processed frames, 3 for `iou`).
     max_unseen_s: capture-time seconds without a match after which a track ends (None: 2.0 for `kalman`, 1.0
         for `iou`).
     max_unseen_updates: processed frames without a match after which a track ends (None: time only).
@@ -50,8 +55,8 @@ class TrackerSettings:
         `kalman`, 0 for `iou`). A score of 0 marks a box with no detection behind it; snapshots never pick it.
     """
 
-    iou_threshold: float = 0.3
-    min_frames: int = 3
+    iou_threshold: Optional[float] = None
+    min_frames: Optional[int] = None
     max_unseen_s: Optional[float] = None
     max_unseen_updates: Optional[int] = None
     labels: Optional[FrozenSet[str]] = None
@@ -71,10 +76,10 @@ class TrackerSettings:
         """Raise EventsConfigError naming the first bad field."""
         if self.kind not in KINDS:
             raise EventsConfigError("%s.kind: must be one of %s, got %r" % (key, "|".join(KINDS), self.kind))
-        if not 0.0 < self.iou_threshold <= 1.0:
-            raise EventsConfigError("%s.iou_threshold: must be in (0, 1], got %r" % (key, self.iou_threshold))
-        if int(self.min_frames) != self.min_frames or self.min_frames < 1:
-            raise EventsConfigError("%s.min_frames: must be an integer >= 1, got %r" % (key, self.min_frames))
+        if self.iou_threshold is not None and not 0.0 < self.iou_threshold <= 1.0:
+            raise EventsConfigError("%s.iou_threshold: must be in (0, 1] or null, got %r" % (key, self.iou_threshold))
+        if self.min_frames is not None and (int(self.min_frames) != self.min_frames or self.min_frames < 1):
+            raise EventsConfigError("%s.min_frames: must be an integer >= 1 or null, got %r" % (key, self.min_frames))
         if self.max_unseen_s is not None and not self.max_unseen_s > 0:
             raise EventsConfigError("%s.max_unseen_s: must be > 0 seconds or null, got %r" % (key, self.max_unseen_s))
         if self.max_unseen_updates is not None and (int(self.max_unseen_updates) != self.max_unseen_updates
@@ -191,6 +196,8 @@ class BoxTracker:
 
     DEFAULT_MAX_UNSEEN_S = MAX_UNSEEN_S["iou"]  # max_unseen_s when the settings leave it unset
     DEFAULT_COAST_S = 0.0  # coast_s when the settings leave it unset
+    DEFAULT_MIN_FRAMES = MIN_FRAMES["iou"]  # min_frames when the settings leave it unset
+    DEFAULT_IOU_THRESHOLD = IOU_THRESHOLD["iou"]  # iou_threshold when the settings leave it unset
 
     def __init__(self, settings: Optional[TrackerSettings] = None):
         self.settings = settings or TrackerSettings()
@@ -202,6 +209,9 @@ class BoxTracker:
         s = self.settings
         self._max_unseen = float(s.max_unseen_s) if s.max_unseen_s is not None else self.DEFAULT_MAX_UNSEEN_S
         self._coast = float(s.coast_s) if s.coast_s is not None else min(self.DEFAULT_COAST_S, self._max_unseen / 2)
+        self._min_frames = int(s.min_frames) if s.min_frames is not None else self.DEFAULT_MIN_FRAMES
+        self._iou_threshold = float(s.iou_threshold) if s.iou_threshold is not None else self.DEFAULT_IOU_THRESHOLD
+        self._tentative_misses: Optional[int] = None  # a candidate missed this many frames in a row is dropped
 
     @property
     def tracks(self) -> List[Track]:
@@ -239,6 +249,11 @@ class BoxTracker:
         """Keep only the tracks where the boolean mask `keep` is true."""
         self._tracks = [t for t, k in zip(self._tracks, keep.tolist()) if k]
 
+    def _heir(self, row: int, matched: Set[int]) -> Optional[int]:
+        """Candidate `row` reached min_frames: the row of a lost announced track (not in `matched`) whose id it
+        should take instead of a new one, or None (the default: always a new id)."""
+        return None
+
     # ------------------------------------------------------------------ matching
     def _gate(self, rows: List[int], boxes: np.ndarray) -> np.ndarray:
         """Which (track row, box) pairs may match at all, (len(rows), len(boxes)) bool; all by default."""
@@ -259,7 +274,7 @@ class BoxTracker:
             dl = np.array([dets[c].label for c in cols], dtype=object)
             same &= tl[:, None] == dl[None, :]
         iou = iou_matrix(tb, db)
-        pairs = self._assign(iou, same & (iou >= s.iou_threshold))
+        pairs = self._assign(iou, same & (iou >= self._iou_threshold))
         if s.centroid_fallback_px > 0:
             free_t = np.ones(len(rows), dtype=bool)
             free_d = np.ones(len(cols), dtype=bool)
@@ -303,24 +318,30 @@ class BoxTracker:
         pairs = self._match(dets, expected)
         matched_t = {r for r, _ in pairs}
         matched_d = {c for _, c in pairs}
+        if pairs:  # before the ids are settled, so that `_heir` sees each candidate corrected by its box
+            self._corrected([r for r, _ in pairs], np.array([dets[c].box for _, c in pairs], dtype=np.float64))
         updates: List[Event] = []
         news: List[Event] = []
+        merged: Set[int] = set()  # lost tracks whose ids candidates took: dropped without `end`
         for r, c in pairs:
             t, d = self._tracks[r], dets[c]
             t.box, t.score, t.last_seen = d.box, d.score, now
             t.hits += 1
             t.misses = 0
-            if not t.confirmed and t.hits >= s.min_frames:
+            heir = self._heir(r, matched_t | merged) if not t.confirmed and t.hits >= self._min_frames else None
+            if heir is not None:
+                old = self._tracks[heir]
+                t.track_id, t.first_seen, t.last_update_emitted = old.track_id, old.first_seen, now
+                merged.add(heir)
+                updates.append(self._event("update", t, frame, now))
+            elif not t.confirmed and t.hits >= self._min_frames:
                 self._announce(t, now)
                 news.append(self._event("new", t, frame, now))
             elif t.confirmed and now - t.last_update_emitted >= s.update_interval_s:
                 t.last_update_emitted = now
                 updates.append(self._event("update", t, frame, now))
-        if pairs:
-            rows = [r for r, _ in pairs]
-            self._corrected(rows, np.array([dets[c].box for _, c in pairs], dtype=np.float64))
         for i, t in enumerate(self._tracks):
-            if i in matched_t:
+            if i in matched_t or i in merged:
                 continue
             t.misses += 1
             if (t.confirmed and 0 < now - t.last_seen <= self._coast
@@ -328,12 +349,14 @@ class BoxTracker:
                 t.last_update_emitted = now
                 box = tuple(float(v) for v in expected[i])
                 updates.append(self._event("update", t, frame, now, box=box, score=0.0))
+        if merged:
+            self._retain(np.array([i not in merged for i in range(len(self._tracks))], dtype=bool))
         fresh = [d for c, d in enumerate(dets) if c not in matched_d]
         for d in fresh:
             t = Track(key=self._next_key, label=d.label, box=d.box, score=d.score, first_seen=now, last_seen=now)
             self._next_key += 1
             self._tracks.append(t)
-            if s.min_frames <= 1:
+            if self._min_frames <= 1:
                 self._announce(t, now)
                 news.append(self._event("new", t, frame, now))
         if fresh:
@@ -342,13 +365,16 @@ class BoxTracker:
         return updates + news + ends
 
     def _expire(self, frame: int, now: float, by_misses: bool) -> List[Event]:
-        """Drop tracks unseen for more than max_unseen_s (or max_unseen_updates misses); `end` for announced ones."""
+        """Drop tracks unseen for more than max_unseen_s (or max_unseen_updates misses), and candidates that
+        missed `_tentative_misses` processed frames in a row (None: they expire by time); `end` for announced ones."""
         s = self.settings
         ends: List[Event] = []
         keep = np.ones(len(self._tracks), dtype=bool)
+        tentative = self._tentative_misses
         for i, t in enumerate(self._tracks):
             expired = now - t.last_seen > self._max_unseen or (
-                by_misses and s.max_unseen_updates is not None and t.misses > s.max_unseen_updates)
+                by_misses and s.max_unseen_updates is not None and t.misses > s.max_unseen_updates) or (
+                by_misses and tentative is not None and not t.confirmed and t.misses >= tentative)
             if expired:
                 keep[i] = False
                 if t.confirmed:

@@ -92,7 +92,7 @@ def test_pipeline_from_config(tmp_path):
 @pytest.mark.parametrize("config, message", [
     ({"trackr": {}}, "events.trackr: unknown setting"),
     ({"tracker": {"min_frame": 2}}, "events.tracker.min_frame: unknown setting"),
-    ({"tracker": {"min_frames": 0}}, "events.tracker.min_frames: must be an integer >= 1, got 0"),
+    ({"tracker": {"min_frames": 0}}, "events.tracker.min_frames: must be an integer >= 1 or null, got 0"),
     ({"zones": {"door": [[0, 0], [1, 1]]}}, "events.zones.door: needs at least 3 points, got 2"),
     ({"mqtt": {"topic_prefix": "a/#"}}, "events.mqtt.topic_prefix: must not contain the wildcards"),
     ({"mqtt": {"prt": 1883}}, "events.mqtt.prt: unknown setting"),

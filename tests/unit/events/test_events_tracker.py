@@ -173,3 +173,22 @@ def test_settings_errors_name_the_key():
         TrackerSettings(max_unseen_s=0)
     with pytest.raises(EventsConfigError, match=r"^events\.tracker\.matcher: "):
         TrackerSettings(matcher="magic")
+
+
+def test_unset_settings_take_each_kinds_defaults():
+    """min_frames and iou_threshold left unset take the kind's value (MIN_FRAMES, IOU_THRESHOLD): a still box is
+    announced at its 2nd frame by the Kalman tracker and at its 3rd by the IoU tracker, and set explicitly the
+    value holds for both; a box that moves to IoU 0.25 with its last box continues an IoU track only when
+    iou_threshold is set below the IoU kind's 0.3."""
+    from cnnvideo.events.trackers import make_tracker
+
+    still = [(f, [Detection("person", 0.9, box_at(100, 100))]) for f in range(4)]
+    for kind, first in (("kalman", 1), ("iou", 2)):
+        assert [e.frame for e in run(make_tracker(TrackerSettings(kind=kind)), still) if e.type == "new"] == [first]
+        explicit = make_tracker(TrackerSettings(kind=kind, min_frames=4))
+        assert [e.frame for e in run(explicit, still) if e.type == "new"] == [3]
+    shift = 40 * 0.6  # 40 px wide boxes this far apart overlap at IoU (40 - 24) / (40 + 24) = 0.25
+    moved = [(f, [Detection("person", 0.9, box_at(100 + shift * f, 100))]) for f in range(3)]
+    assert iou_matrix(np.array([box_at(100, 100)]), np.array([box_at(100 + shift, 100)]))[0, 0] == pytest.approx(0.25)
+    assert [e.type for e in run(IouTracker(TrackerSettings(min_frames=1)), moved)].count("new") == 3
+    assert [e.type for e in run(IouTracker(TrackerSettings(min_frames=1, iou_threshold=0.2)), moved)].count("new") == 1

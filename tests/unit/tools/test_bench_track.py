@@ -1,10 +1,14 @@
 """`cnnvideo bench track`: the noise model is seeded, and on real MOT ground truth (motmetrics' TUD-Campus) the
 Kalman tracker reaches the issue's targets where the IoU tracker does not, scored by motmetrics itself."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 pytest.importorskip("motmetrics")
 
+from cnnvideo.events.tracker import TrackerSettings  # noqa: E402
+from cnnvideo.events.trackers import make_tracker  # noqa: E402
 from cnnvideo.tools.bench import track  # noqa: E402
 
 
@@ -106,3 +110,30 @@ def test_defaults_are_the_maximin_of_the_tuning_sides():
     assert keep.maximin == keep.library and keep.library_is_maximin
     move = track.choose_defaults(points, {"A": np.array([0.80, 0.90]), "B": np.array([0.99, 0.89])})
     assert move.maximin["coast_s"] == 0.4 and not move.library_is_maximin
+
+
+def test_grid_holds_the_library_defaults():
+    """Every searched constant's library default is one of the grid's values, so the defaults are searched with
+    the rest (and win ties: grid_points puts them first); Constants().tracker() is the library's default tracker."""
+    default = track.Constants()
+    assert set(track.GRID) == {f.name for f in dataclasses.fields(track.Constants)}
+    assert all(getattr(default, name) in values for name, values in track.GRID.items())
+    assert track.grid_points()[0] == default
+    tr, lib = default.tracker(), make_tracker(TrackerSettings())
+    assert (tr._min_frames, tr._iou_threshold, tr._coast, tr.constants) == (
+        lib._min_frames, lib._iou_threshold, lib._coast, lib.constants)
+
+
+def test_before_table_pairs_the_same_fold_and_noise():
+    """--before: each held-out cell of this run is shown beside the earlier run's cell of the same tuning
+    sequence and noise model, whatever order the folds were stored in."""
+    def split(folds):
+        return {"folds": [{"tune": t, "score": s, "held_out": [
+            {"noise": n, "idf1_mean": v, "switches_max": 1, "tracks_mean": 9.0, "people_mean": 8.0}
+            for n, v in cells]} for t, s, cells in folds]}
+    new = split([("A", "B", [("base", 0.95), ("heavy", 0.88)]), ("B", "A", [("base", 0.92), ("heavy", 0.84)])])
+    old = split([("B", "A", [("heavy", 0.69), ("base", 0.90)]), ("A", "B", [("heavy", 0.74), ("base", 0.96)])])
+    rows = [r for r in track.before_lines(new, old, "before.json") if r.startswith("| A") or r.startswith("| B")]
+    assert [r.split(" | ")[2:5] for r in rows] == [
+        ["base", "0.960", "**0.950**"], ["heavy", "0.740", "**0.880**"],
+        ["base", "0.900", "**0.920**"], ["heavy", "0.690", "**0.840**"]]
