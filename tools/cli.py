@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--photos", default="media/photos", help="folder of darknet's photos")
     p.add_argument("--no-study", action="store_true", help="only the before and after rows")
     p.add_argument("--split", action="store_true", help="also a 2-stage split at the cut that halves compute")
-    p.add_argument("--rows", default="", help="comma list of row names to run (default: all)")
+    p.add_argument("--rows", default="", help="row names to run, split at ';' (or at ',' when there is no ';'; "
+                   "default: all)")
     p.add_argument("--score-threshold", type=float, default=0.5)
     p.add_argument("--cache-dir", default=None, help="ONNX and calibration cache (default: a new temp folder)")
     p.add_argument("--out", default=None, help="also write int8-scenes.json into this folder")

@@ -443,3 +443,121 @@ def test_int8_builds_at_once_in_one_work_folder_do_not_collide(tmp_path):
         t.join()
     assert not errors and len(out) == 2
     assert os.listdir(work) == []
+
+
+def _tiny_detector(shuffle: bool = False):
+    """x (32x32) -> Conv A (stride 4) -> Relu r1 -> Conv B -> Relu r2 -> Conv C -> Sigmoid s -> scores; r1 -> Conv D
+    -> boxes, all after A at 8x8 (an SSD in miniature: A the backbone, B a predictor's depthwise, C and D the
+    predictors); ONNX, shapes inferred."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.RandomState(0)
+
+    def w(name, shape):
+        return numpy_helper.from_array(rng.normal(0, 0.5, shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="A", pads=[1, 1, 1, 1], strides=[4, 4]),
+             helper.make_node("Relu", ["a"], ["r1o"], name="r1"),
+             helper.make_node("Conv", ["r1o", "wb"], ["b"], name="B", pads=[1, 1, 1, 1], group=4),
+             helper.make_node("Relu", ["b"], ["r2o"], name="r2"),
+             helper.make_node("Conv", ["r2o", "wc"], ["c"], name="C"),
+             helper.make_node("Sigmoid", ["c"], ["scores"], name="s"),
+             helper.make_node("Conv", ["r1o", "wd"], ["boxes"], name="D")]
+    if shuffle:
+        nodes = nodes[::-1]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
+                               helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [w("wa", (4, 3, 3, 3)), w("wb", (4, 1, 3, 3)), w("wc", (2, 4, 1, 1)),
+                               w("wd", (4, 4, 1, 1))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_int8_head_nodes_are_the_convolutions_nearest_the_outputs(shuffle):
+    """head_nodes(model, 1) is what has exactly one convolution left on its longest path to an output (the
+    predictors C and D and the ReLU between B and C), depth 2 adds the depthwise B and the ReLU before it, depth 0
+    nothing, the backbone A never and the Sigmoid after the last convolution never; the same in any node order."""
+    from cnnvideo.model.engines.ort_int8 import head_nodes
+
+    model = _tiny_detector(shuffle)
+    assert head_nodes(model, 0) == []
+    assert set(head_nodes(model, 1)) == {"C", "r2", "D"}
+    assert set(head_nodes(model, 2)) == {"C", "r2", "D", "B", "r1"}
+    assert "A" in head_nodes(model, 3) and "s" not in head_nodes(model, 3)
+
+
+@ORT
+def test_int8_heads_stay_fp32_in_the_quantised_stage(tmp_path):
+    """quantize_stage with heads=1 leaves the weights of the predictors (C, D) float and quantises the backbone's
+    and the depthwise's (A, B); with heads=0 every convolution's weights are quantised."""
+    from cnnvideo.model.engines.ort_int8 import quantize_stage
+
+    model = _tiny_detector()
+    inputs = [np.random.RandomState(i).normal(0, 1, (1, 3, 32, 32)).astype(np.float32) for i in range(4)]
+
+    def quantised_weights(heads):
+        import onnx
+
+        q = onnx.load_from_string(quantize_stage(model.SerializeToString(), inputs, None, None, str(tmp_path),
+                                                 correct_bias=False, heads=heads))
+        made_by = {o: n.op_type for n in q.graph.node for o in n.output}
+        return {n.name for n in q.graph.node if n.op_type == "Conv" and made_by.get(n.input[1]) == "DequantizeLinear"}
+
+    assert quantised_weights(0) == {"A", "B", "C", "D"}
+    assert quantised_weights(1) == {"A", "B"}
+
+
+def test_int8_stem_head_rule_and_band_are_the_finest_head_input():
+    """stem_area(graph, 'head') is the pixel count of the largest map a head convolution reads (8x8 here, where
+    'model' is a quarter of the first convolution's 32x32 input); head_band(levels) runs from it to twice the pixels
+    of its levels-th map; fp32_nodes with that band keeps every node reading an 8x8 map and not the backbone's A
+    (which reads 32x32); no band with levels 0 or without an ONNX model (stem_area then falls back to half the
+    frame)."""
+    from types import SimpleNamespace
+
+    from cnnvideo.model.engines.ort_engine import head_band, stem_area
+    from cnnvideo.model.engines.ort_int8 import fp32_nodes
+
+    model = _tiny_detector()
+    graph = SimpleNamespace(frame_size=(128, 192), model=model)
+    assert stem_area(graph, "head") == 64 and stem_area(graph, "model") == 256
+    assert head_band(graph, 1) == (64, 128) and head_band(graph, 2) == (64, 512) and head_band(graph, 0) == (0, 0)
+    assert set(fp32_nodes(model, False, False, band=head_band(graph, 1))) == {"r1", "B", "r2", "C", "s", "D"}
+    assert fp32_nodes(model, False, False, band=(0, 0)) == []
+    bare = SimpleNamespace(frame_size=(128, 192))
+    assert stem_area(bare, "head") == 64 * 96 and head_band(bare, 2) == (0, 0)
+
+
+@ORT
+def test_int8_study_knobs_name_their_stage_and_travel_with_the_calibration(tmp_path):
+    """Each study knob of a StageFactory (heads, method, symmetric activations, kept node prefixes) gives its int8
+    stage another cache key, the defaults add nothing to the key (stages built before the knobs keep their files),
+    and with_calibration hands every knob to the factory it makes."""
+    from cnnvideo.model.engines.ort_engine import stage_key
+
+    class Cal:
+        digest = "d" * 16
+
+    g = _graph("mobilenet_v2")
+    f = _factory(g, tmp_path, precision="int8", calibration=lambda: Cal())
+    base = stage_key(f, 0, 3, "int8")
+    assert not any(w in base for w in ("fp32 heads", "head band", "method", "symmetric", "fp32 nodes"))
+    keys = {base}
+    for knob, value in (("heads", 2), ("band", 2), ("method", "percentile"), ("symmetric", True),
+                        ("keep", ("block_1/",))):
+        other = _factory(g, tmp_path, precision="int8", calibration=lambda: Cal())
+        setattr(other, knob, value)
+        keys.add(stage_key(other, 0, 3, "int8"))
+
+        class Camera:
+            def check(self, *a):
+                pass
+
+            def to_calibration(self, graph):
+                return Cal()
+
+        assert getattr(other.with_calibration(Camera()), knob) == value
+    assert len(keys) == 6

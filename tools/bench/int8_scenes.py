@@ -40,9 +40,13 @@ VIDEO_CAL = (400, 10, 16)  # today's calibration: frames 400, 410, ... of the tr
 
 
 def _rows(study: bool, only: str = "") -> List[Dict[str, Any]]:
-    """The rows named in `only` (comma list; all when empty)."""
+    """The rows named in `only` (a list split at ';' when it has one, else at ','; all rows when empty); ValueError
+    naming a row that does not exist (names such as "camera, 8 frames" hold a comma: list them with ';')."""
     rows = _all_rows(study)
-    names = [n for n in only.split(",") if n]
+    names = [n.strip() for n in only.split(";" if ";" in only else ",") if n.strip()]
+    unknown = sorted(set(names) - {r["name"] for r in rows})
+    if unknown:
+        raise ValueError("no such row: %s (rows: %s)" % (", ".join(unknown), "; ".join(r["name"] for r in rows)))
     return [r for r in rows if r["name"] in names] if names else rows
 
 
@@ -63,8 +67,33 @@ def _all_rows(study: bool) -> List[Dict[str, Any]]:
              "stem": "model", "per_channel": False},
             {"name": "camera + quarter-resolution blocks fp32", "calibration": "camera", "frames": 16,
              "stride": 5, "stem": "quarter"},
+            {"name": "camera, percentile ranges", "calibration": "camera", "frames": 16, "stride": 5,
+             "stem": "model", "method": "percentile"},
+            {"name": "camera, entropy ranges", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
+             "method": "entropy"},
+            {"name": "camera, symmetric activations", "calibration": "camera", "frames": 16, "stride": 5,
+             "stem": "model", "symmetric": True},
+            {"name": "camera + predictor convolutions fp32", "calibration": "camera", "frames": 16, "stride": 5,
+             "stem": "model", "heads": 1},
+            {"name": "camera + predictors fp32 (with their depthwise)", "calibration": "camera", "frames": 16,
+             "stride": 5, "stem": "model", "heads": 2},
+            {"name": "camera + predictors fp32 + the 19x19 blocks (8-13) fp32", "calibration": "camera",
+             "frames": 16, "stride": 5, "stem": "model", "heads": 2, "keep": _blocks(8, 13)},
+            {"name": "camera + predictors fp32 + the 75x75-38x38 blocks (1-7) fp32", "calibration": "camera",
+             "frames": 16, "stride": 5, "stem": "model", "heads": 2, "keep": _blocks(1, 7)},
+            {"name": "camera + predictors fp32 + the 38x38 and 19x19 blocks (4-13) fp32", "calibration": "camera",
+             "frames": 16, "stride": 5, "stem": "model", "heads": 2, "keep": _blocks(4, 13)},
+            {"name": "camera + predictors fp32 + the finest head's two maps fp32", "calibration": "camera",
+             "frames": 16, "stride": 5, "stem": "model", "heads": 2, "band": 2},
+            {"name": "camera + every block down to the finest head's 19x19 map fp32", "calibration": "camera",
+             "frames": 16, "stride": 5, "stem": "head", "heads": 2},
         ]
     return rows
+
+
+def _blocks(first: int, last: int) -> tuple:
+    """Name prefixes of the detector's MobileNetV2 blocks first..last (expanded_conv_<k>), for the study rows."""
+    return tuple("FeatureExtractor/MobilenetV2/expanded_conv_%d/" % k for k in range(first, last + 1))
 
 
 def _clips(scene_names: List[str], frames: int, frame_size, photos: str, video: str, folder: str) -> Dict[str, str]:
@@ -136,6 +165,8 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
         t0 = time.time()
         base = StageFactory(graph, EngineSpec("onnxruntime", "int8", 1, "stop"), onnx_dir(cache_dir), key, video_cal)
         base.stem, base.per_channel = row["stem"], row.get("per_channel", True)
+        base.heads, base.band, base.method = row.get("heads", 0), row.get("band", 0), row.get("method", "minmax")
+        base.symmetric, base.keep = row.get("symmetric", False), tuple(row.get("keep", ()))
         out = dict(row, scenes={}, calibrations={})
         pool_cal = None
         if row["calibration"] == "pool":

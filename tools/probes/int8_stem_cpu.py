@@ -1,6 +1,8 @@
 """CPU a frame of the whole person detector on ORT fp32 and int8 under each fp32 stem rule (ort_engine.stem_area:
-`frame`, the rule before issue 46; `model`, the engine's; `quarter`, a study), timed interleaved in this process
-(one ORT thread, `time.process_time`), on frame 0 of vtest.avi at 480x720.
+`frame`, the rule before issue 46; `model`, the engine's; `quarter`, a study) and the study rows that keep more of
+it fp32 (the predictors, blocks of the backbone, every block down to the finest head: `cnnvideo bench
+int8-scenes`), timed interleaved in this process (one ORT thread, `time.process_time`), on frame 0 of vtest.avi at
+480x720.
 
 Usage: python tools/probes/int8_stem_cpu.py [--cache-dir out/bench-cache] [--runs 25]
 Calibration: 16 frames of vtest.avi from 400, every 10th (the timing does not depend on it). Prints one JSON line:
@@ -18,7 +20,17 @@ from cnnvideo.artifacts import calibration_path, onnx_dir, onnx_model_path
 from cnnvideo.model.engines import EngineSpec, StageFactory
 from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
 from cnnvideo.model.onnx_graph import load_graph
+from cnnvideo.tools.bench.int8_scenes import _blocks
 from cnnvideo.video.frames import read_frames
+
+# name, stem rule, precision, study knobs (StageFactory attributes)
+VARIANTS = (("fp32", "model", "fp32", {}), ("int8 frame rule (before)", "frame", "int8", {}),
+            ("int8 model rule (after)", "model", "int8", {}), ("int8 quarter rule", "quarter", "int8", {}),
+            ("int8 + predictors fp32", "model", "int8", {"heads": 2}),
+            ("int8 + predictors and blocks 8-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(8, 13)}),
+            ("int8 + predictors and blocks 4-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(4, 13)}),
+            ("int8 + predictors and the finest head's two maps fp32", "model", "int8", {"heads": 2, "band": 2}),
+            ("int8 + every block down to the finest head fp32", "head", "int8", {"heads": 2}))
 
 
 def main() -> None:
@@ -36,11 +48,11 @@ def main() -> None:
         return load_or_measure(g, spec, calibration_path(args.cache_dir, "person-ssdlite", size), key)
 
     stages = {}
-    variants = (("fp32", "model", "fp32"), ("int8 frame rule (before)", "frame", "int8"),
-                ("int8 model rule (after)", "model", "int8"), ("int8 quarter rule", "quarter", "int8"))
-    for name, stem, precision in variants:
+    for name, stem, precision, knobs in VARIANTS:
         f = StageFactory(g, EngineSpec("onnxruntime", precision, 1, "stop"), onnx_dir(args.cache_dir), key, cal)
         f.stem = stem
+        for knob, value in knobs.items():
+            setattr(f, knob, value)
         stages[name] = f.stage(0, k)
     x = next(iter(read_frames("media/vtest.avi", size, limit=1, loop=False)))[np.newaxis]
     times = {n: [] for n in stages}

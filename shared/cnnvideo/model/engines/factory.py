@@ -50,6 +50,11 @@ class StageFactory:
         self.notes: List[str] = []  # one line per fallback, for the report
         self.stem = "model"  # which int8 blocks stay fp32: half the model input's resolution (ort_engine.stem_area)
         self.per_channel = True  # int8 weights: one scale per output channel (False: per tensor, for studies)
+        self.heads = 0  # a stage ending at a detector's outputs: its last `heads` convolutions stay fp32
+        self.band = 0  # the nodes on the maps feeding a detector's finest head, `band` maps of it, stay fp32
+        self.method = "minmax"  # the quantiser's range calibration inside a stage (entropy, percentile: studies)
+        self.symmetric = False  # activation ranges symmetric around the zero point (studies)
+        self.keep: Tuple[str, ...] = ()  # names of nodes that stay fp32 start so (studies)
 
     def with_calibration(self, calibration) -> "StageFactory":
         """A factory of the same engine whose int8 stages use `calibration` (camera_calibration.CameraCalibration,
@@ -58,7 +63,8 @@ class StageFactory:
         calibration.check(self.key, self.graph.frame_size, self.graph.num_segments)
         cal = calibration.to_calibration(self.graph)
         other = StageFactory(self.graph, self.spec, self.cache_dir, self.key, lambda: cal)
-        other.stem, other.per_channel = self.stem, self.per_channel
+        for knob in ("stem", "per_channel", "heads", "band", "method", "symmetric", "keep"):
+            setattr(other, knob, getattr(self, knob))
         return other
 
     @property

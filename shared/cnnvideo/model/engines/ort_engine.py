@@ -20,7 +20,7 @@ import numpy as np
 
 from cnnvideo.artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
 from cnnvideo.model.engines.base import EngineError, QParams, Stage, check_input, cpu_threads, first_line
-from cnnvideo.model.engines.ort_int8 import RECIPE, _spatial_sizes, quantize_stage
+from cnnvideo.model.engines.ort_int8 import RECIPE, _spatial_sizes, head_nodes, quantize_stage
 from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE, SegmentNames, segment_kernel_seconds
 from cnnvideo.model.engines.ort_session import session
 
@@ -210,7 +210,24 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
                   "stem area %d" % stem_area(g, getattr(factory, "stem", "model"))]
         if not getattr(factory, "per_channel", True):
             parts.append("per-tensor weights")
+        parts += _study_parts(factory)
     return " | ".join(parts)
+
+
+def _study_parts(factory) -> List[str]:
+    """The stage key's words for a factory's study knobs away from the engine's recipe (none by default)."""
+    parts = []
+    if getattr(factory, "heads", 0):
+        parts.append("fp32 heads %d" % factory.heads)
+    if getattr(factory, "band", 0):
+        parts.append("fp32 head band %d" % factory.band)
+    if getattr(factory, "method", "minmax") != "minmax":
+        parts.append("method %s" % factory.method)
+    if getattr(factory, "symmetric", False):
+        parts.append("symmetric activations")
+    if getattr(factory, "keep", ()):
+        parts.append("fp32 nodes %s" % ",".join(factory.keep))
+    return parts
 
 
 def _store(path: str, data: bytes) -> None:
@@ -258,16 +275,21 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=stem_area(g, getattr(factory, "stem", "model")), chain_inputs=chain,
                        correct_bias=not detector_end, postprocess=detector_end,
-                       per_channel=getattr(factory, "per_channel", True), float_input=start > 0 and q_in is None)
+                       per_channel=getattr(factory, "per_channel", True), float_input=start > 0 and q_in is None,
+                       heads=getattr(factory, "heads", 0) if detector_end else 0,
+                       band=head_band(g, getattr(factory, "band", 0)),
+                       method=getattr(factory, "method", "minmax"), symmetric=getattr(factory, "symmetric", False),
+                       keep_prefixes=tuple(getattr(factory, "keep", ())))
     return _with_key(q, stage_key(factory, start, end, "int8"))
 
 
 def stem_area(graph, rule: str = "model") -> int:
     """Input pixels from which a node stays fp32 (ort_int8.fp32_nodes): half the resolution of the model's own
     input (`model`: the first convolution's input; a detector resizes the frame to 300x300 inside, so its
-    half-resolution blocks are 150x150), a quarter of it (`quarter`: the 75x75 blocks too, a study), or half the
-    frame's (`frame`, the rule before issue 46: it kept none of the detector's blocks fp32). Measured on trained
-    person-ssdlite (docs/results/int8-scenes/README.md, `cnnvideo bench int8-scenes`): the `model` rule took F1
+    half-resolution blocks are 150x150), a quarter of it (`quarter`: the 75x75 blocks too, a study), the input of
+    a detector's finest head (`head`: every block down to the 19x19 map its first predictor reads, a study), or
+    half the frame's (`frame`, the rule before issue 46: it kept none of the detector's blocks fp32). Measured on
+    trained person-ssdlite (docs/results/int8-scenes/README.md, `cnnvideo bench int8-scenes`): the `model` rule took F1
     against fp32 on vtest from 0.983 to 0.993 and on a beach of small people from 0.953 to 0.987."""
     h, w = graph.frame_size
     half_frame = (h // 2) * (w // 2)
@@ -275,11 +297,30 @@ def stem_area(graph, rule: str = "model") -> int:
     if rule == "frame" or model is None:
         return half_frame
     sizes = _spatial_sizes(model)
+    if rule == "head":
+        return _head_area(model) or half_frame
     first = next((n for n in model.graph.node if n.op_type == "Conv"), None)
     area = sizes.get(first.input[0], 0) if first is not None else 0
     if area <= 0:
         return half_frame
     return area // 16 if rule == "quarter" else area // 4
+
+
+def head_band(graph, levels: int) -> Tuple[int, int]:
+    """(lo, hi) input pixels of the nodes that stay fp32 around a detector's finest head (ort_int8.fp32_nodes): its
+    own map and the `levels` - 1 finer maps before it, each 4x the pixels of the next; lo = the head's input (19x19
+    on person-ssdlite), hi = twice the finest map's pixels, so odd sizes (38x38 over 19x19) stay inside and the
+    next map (75x75) outside: levels 2 keeps the 19x19 and 38x38 blocks of its MobileNetV2. (0, 0) with levels 0,
+    or when the graph has no ONNX model or no head."""
+    area = _head_area(graph.model) if levels > 0 and getattr(graph, "model", None) is not None else 0
+    return (area, area * 4 ** (levels - 1) * 2) if area else (0, 0)
+
+
+def _head_area(model) -> int:
+    """Pixels of the largest map a detector's last convolutions read (ort_int8.head_nodes, depth 1); 0 if none."""
+    sizes = _spatial_sizes(model)
+    heads = set(head_nodes(model, 1))
+    return max((sizes.get(n.input[0], 0) for n in model.graph.node if n.name in heads and n.input), default=0)
 
 
 def _chain_inputs(factory, start: int, q_in: Optional[QParams]) -> List[np.ndarray]:

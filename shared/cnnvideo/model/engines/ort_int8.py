@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -84,13 +84,15 @@ def _spatial_sizes(model) -> dict:
     return sizes
 
 
-def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0, postprocess: bool = False) -> List[str]:
+def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0, postprocess: bool = False,
+               band: Tuple[int, int] = (0, 0)) -> List[str]:
     """Nodes kept in fp32: the model's first convolution (its input is the normalised frame), the classifier's
     Gemm/MatMul (its output is what top-1 reads), with `stem_area` > 0 every node whose input has at least
     that many pixels (the blocks at half the input resolution: few channels, so the most quantisation noise per
     multiply-add, measured as the largest share of the int8 error), and with `postprocess` every node after the
     last convolution (postprocess_nodes: a detector's score sigmoid, box decoding and NMS loop, whose uint8
-    rounding moved and dropped boxes)."""
+    rounding moved and dropped boxes), and every node whose input has `band` = (lo, hi) pixels, lo <= n < hi
+    (ort_engine.head_band: the maps that feed a detector's finest head)."""
     nodes = list(model.graph.node)
     names = []
     if postprocess:
@@ -102,6 +104,10 @@ def fp32_nodes(model, first_conv: bool, classifier: bool, stem_area: int = 0, po
     if stem_area > 0:
         sizes = _spatial_sizes(model)
         names += [n.name for n in nodes if n.input and sizes.get(n.input[0], 0) >= stem_area and n.name not in names]
+    if band[1] > band[0]:
+        sizes = _spatial_sizes(model)
+        names += [n.name for n in nodes if n.input and band[0] <= sizes.get(n.input[0], 0) < band[1]
+                  and n.name not in names]
     return names
 
 
@@ -139,6 +145,29 @@ def postprocess_nodes(model) -> List[str]:
         feeds_conv.add(i)
         stack.extend(producer[d] for d in node_deps(nodes[i]) if d in producer)
     return [n.name for i, n in enumerate(nodes) if i not in feeds_conv and n.name]
+
+
+def head_nodes(model, depth: int) -> List[str]:
+    """Names of the nodes with between 1 and `depth` convolutions after them on their longest path to an output
+    (themselves counted): a detector's heads. Depth 1: the last convolutions (an SSD's class and box predictors,
+    whose outputs are the score logits and box offsets) and what lies between them and the one before; depth 2:
+    the depthwise convolutions feeding those too. Nothing with depth 0."""
+    from cnnvideo.model.onnx_nodes import node_deps
+
+    if depth <= 0:
+        return []
+    nodes = list(model.graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    conv = [int(n.op_type.startswith("Conv")) for n in nodes]
+    after = list(conv)  # convolutions on the longest path from the node to an output, itself counted
+    changed = True
+    while changed:  # a fixed point whatever the node order (a DAG: at most its depth passes)
+        changed = False
+        for i in reversed(range(len(nodes))):
+            for j in (producer[d] for d in node_deps(nodes[i]) if d in producer):
+                if conv[j] + after[i] > after[j]:
+                    after[j], changed = conv[j] + after[i], True
+    return [n.name for i, n in enumerate(nodes) if 1 <= after[i] <= depth and n.name]
 
 
 def _run_all(sess, inputs: List[np.ndarray]) -> List[np.ndarray]:
@@ -199,7 +228,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                    correct_bias: bool = True, chain_inputs: Optional[List[np.ndarray]] = None,
                    method: str = "minmax", reduce_range: bool = False, weights: str = "s8",
                    postprocess: bool = False, float_input: bool = False, keep_prefixes: tuple = (),
-                   per_channel: bool = True) -> bytes:
+                   per_channel: bool = True, heads: int = 0, symmetric: bool = False,
+                   band: Tuple[int, int] = (0, 0)) -> bytes:
     """Static QDQ int8 of an fp32 stage model, with the cut tensors pinned to the cut's calibration; `first_conv`
     / `classifier`: the stage holds the model's first convolution / its classifier, which stay fp32; `stem_area`:
     nodes whose input has at least that many pixels stay fp32; `correct_bias`: subtract the output's mean error
@@ -211,7 +241,10 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes).
     `float_input`: the stage starts at an inner cut the calibration keeps float (quant.MAX_READ_ERROR), so the
     nodes reading 'x' stay fp32: quantising it here would round the channels the float hop kept. `keep_prefixes`:
-    nodes whose names start so stay fp32; `per_channel`: False for one weight scale per tensor (studies)."""
+    nodes whose names start so stay fp32; `per_channel`: False for one weight scale per tensor (studies); `heads`:
+    the nodes with at most that many convolutions after them stay fp32 (head_nodes: a detector's predictors);
+    `band`: nodes whose input has lo <= pixels < hi stay fp32 (fp32_nodes);
+    `symmetric`: activation ranges symmetric around their zero point (studies)."""
     if not inputs:
         raise EngineError("int8 calibration without frames: no calibration input for the stage")
     overrides = {}
@@ -246,7 +279,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
             quant_pre_process(src, pre, skip_symbolic_shape=True)
             model = onnx.load(pre)
             named = name_nodes(model.graph)
-            keep = fp32_nodes(model, first_conv, classifier, stem_area, postprocess)
+            keep = fp32_nodes(model, first_conv, classifier, stem_area, postprocess, band)
+            keep += [n for n in head_nodes(model, heads) if n not in keep]
             if keep_prefixes:
                 keep += [n.name for n in model.graph.node if n.name.startswith(tuple(keep_prefixes))
                          and n.name not in keep]
@@ -256,11 +290,14 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
                 keep += with_correction_node(model)
             if correct_bias or named:
                 onnx.save(model, pre)
+            extra = {"TensorQuantOverrides": overrides} if overrides else {}
+            if symmetric:
+                extra["ActivationSymmetric"] = True
             quantize_static(pre, dst, _Reader(inputs), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                             activation_type=QuantType.QUInt8, reduce_range=reduce_range,
                             weight_type=QuantType.QInt8 if weights == "s8" else QuantType.QUInt8,
                             calibrate_method=getattr(CalibrationMethod, _METHODS[method]), nodes_to_exclude=keep,
-                            extra_options={"TensorQuantOverrides": overrides} if overrides else None)
+                            extra_options=extra or None)
         model = onnx.load(dst)
         sort_nodes(model.graph)
         if correct_bias:
