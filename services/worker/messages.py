@@ -81,7 +81,8 @@ def worker_info(role) -> pb.WorkerInfo:
     cuts = [pb.CutInfo(index=c.index, name=c.name, shape=list(c.shape), dtype=c.dtype, bytes_dense=int(c.bytes_dense),
                        layer=c.layer) for c in graph.cuts]
     segs = [list(graph.segment_layers(k)) for k in range(len(graph.cuts) - 1)]
-    return pb.WorkerInfo(worker_id=role.worker_id, model=cfg.model, weights=cfg.weights, seed=cfg.seed,
+    return pb.WorkerInfo(device=role.device, cfs_quota_s=role.cfs[0], cfs_period_s=role.cfs[1],
+                         worker_id=role.worker_id, model=cfg.model, weights=cfg.weights, seed=cfg.seed,
                          frame_size=list(cfg.frame_size), cuts=cuts, host=role.host, next=role.next_address,
                          segment_layers=[len(s) for s in segs], layer_names=[layer.name for layer in graph.layers],
                          segment_layer_ids=[i for s in segs for i in s], instance=role.instance,

@@ -50,17 +50,21 @@ def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32", worker:
                                   cpu_threads(cfg.engine_options.threads))
 
 
+def engine_label(stages=None) -> str:
+    """engine-precision a profile is kept under: the stages' (engines.StageFactory), torch where ORT is missing."""
+    if stages is None:
+        return "torch-fp32"
+    ok = stages.spec.engine == "torch" or ort_available()[0]
+    return "%s-%s" % (stages.spec.engine if ok else "torch", stages.precision)
+
+
 def profile_cached(cfg: Config, graph, host: str, refresh: bool = False, stages=None, worker: int = 0,
                    cap: Optional[Tuple[float, float]] = None) -> Tuple[WorkerProfile, bool]:
     """This worker's profile (segment compute, hop codec) from the on-disk cache, else measured and stored; with
     `stages` (engines.StageFactory) on its engine and precision. The file is this worker's own (its id and the CPU
     cap it sees, `cap` or read now, are in the name), so a neighbour on the same host never hands it a profile
     measured under another cap; either way one log line says what was used."""
-    engine = "torch-fp32"
-    if stages is not None:
-        ok = stages.spec.engine == "torch" or ort_available()[0]
-        engine = "%s-%s" % (stages.spec.engine if ok else "torch", stages.precision)
-    path = costs_cache_path(cfg, host, engine, worker, cfs_quota() if cap is None else cap)
+    path = costs_cache_path(cfg, host, engine_label(stages), worker, cfs_quota() if cap is None else cap)
     k = len(graph.cuts) - 1
     if not refresh and os.path.isfile(path):
         try:
@@ -111,6 +115,7 @@ class WorkerRole:
         self.runs: Dict[str, Run] = {}  # camera -> its run (a single-camera master's camera is "")
         self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
         self.lock = threading.Lock()
+        self.profiling = threading.Lock()  # one profile at a time (a joining worker's, on its first Costs)
         self.stopping = threading.Event()
         self.server: Optional[net.Server] = None
         self.instance = uuid.uuid4().hex[:12]  # tells the master this process is not the one it saw before
@@ -135,7 +140,10 @@ class WorkerRole:
                                                                            ort_available()[1]))
             log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
         self.cfs = cfs_quota()
-        self.costs, self.costs_cached = self._profile()
+        if self.worker_id >= 0 or os.path.isfile(self._costs_path()):
+            self.costs, self.costs_cached = self._profile()
+        # else (joining, not profiled here before): the master plans it with an alike member's profile, or asks
+        # Costs, which profiles then (minutes on a capped device: not before the join)
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
         self.server.start()
         if self.worker_id >= 0:
@@ -186,6 +194,18 @@ class WorkerRole:
         self.peers.close()
 
     # ------------------------------------------------------------------ plain operations behind the servicer
+    def _costs_path(self) -> str:
+        """Where profile_cached keeps this worker's profile (engine auto: the first engine's)."""
+        factory = next(iter(self.stages.factories.values())) if isinstance(self.stages, AutoStages) else self.stages
+        return costs_cache_path(self.cfg, self.host, engine_label(factory), self.worker_id, self.cfs)
+
+    def profiled(self) -> WorkerProfile:
+        """This worker's profile, measured now if it was not at start (a joining worker's first Costs)."""
+        with self.profiling:
+            if self.costs is None:
+                self.costs, self.costs_cached = self._profile()
+            return self.costs
+
     def refresh_costs(self) -> None:
         """Profile again, ignoring the cache (Costs(refresh=true)), under the CPU cap seen now."""
         self.cfs = cfs_quota()

@@ -38,7 +38,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         role = self.role
         if request.refresh:
             role.refresh_costs()
-        prof = role.costs
+        prof = role.profiled()
         if request.rescale:
             prof, _ = rescale(prof, role.graph, passes=min(max(int(request.iters or 3), 1), 10), stages=role.stages)
         return pb.SegmentCosts(worker_id=role.worker_id, host=role.host, seconds=convert.to_array(prof.seconds,

@@ -70,6 +70,37 @@ class LocalCluster:
         return code
 
 
+class Joiner:
+    """`cnnvideo local-worker OUT`: when the command started, and when its worker process was forked (its
+    `[local-worker] started w+PORT pid N` line) on which port."""
+
+    def __init__(self, out: str) -> None:
+        self.t_command = time.time()
+        self.t_process: Optional[float] = None
+        self.port = ""
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local-worker", out],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:
+            if line.startswith("[local-worker] started w+") and self.t_process is None:
+                self.t_process = time.time()
+                self.port = line.split("started w+")[1].split()[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # it leaves (the run is over: at once)
+        self.proc.wait(90)
+        self.thread.join(5)
+
+
+def _since(t: Optional[float], joiner: Optional[Joiner], attr: str) -> Optional[float]:
+    start = getattr(joiner, attr) if joiner is not None else None
+    return round(t - start, 2) if t is not None and start is not None else None
+
+
 def run(args) -> int:
     with open(args.config) as fh:
         base = yaml.safe_load(fh)
@@ -103,15 +134,10 @@ def run(args) -> int:
     join = "127.0.0.1:%d" % free_port()
     grow = LocalCluster(config_for("grow", n - joins, join), out_grow)
     grow.wait_sent(args.join_at, args.timeout)
-    joiners = []
-    for _ in range(joins):
-        joiners.append((time.time(), subprocess.Popen([sys.executable, "-m", "cnnvideo", "local-worker", out_grow],
-                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    joiners = [Joiner(out_grow) for _ in range(joins)]
     code = grow.wait(args.timeout)
-    for _, p in joiners:
-        if p.poll() is None:
-            p.terminate()
-        p.wait(90)
+    for j in joiners:
+        j.stop()
     if code != 0:
         print("".join(grow.lines[-40:]), file=sys.stderr)
         return 1
@@ -119,9 +145,11 @@ def run(args) -> int:
     rep_full, rep_grow = _report(out_full), _report(out_grow)
     lines_full, lines_grow = _lines(out_full), _lines(out_grow)
     joined_lines = [ln for ln in grow.lines if "joined the pool (" in ln]
+    port_of = {int(ln.split(" worker w")[1].split()[0]): ln.split(" at 127.0.0.1:")[1].split()[0]
+               for ln in joined_lines}  # "worker w2 at 127.0.0.1:31085 joined the pool (..."
+    by_port = {j.port: j for j in joiners}
     new_ids = list(range(n - joins, n))
     first = {w: min((e["result_time"] for e in lines_grow if w in e["route"]), default=None) for w in new_ids}
-    starts = sorted(t for t, _ in joiners)
     after = max(t for t in first.values() if t is not None) if all(first.values()) else None
     from_frame = min(e["frame"] for e in lines_grow if e["result_time"] >= after) if after else None
     grow_fps = _fps([e["result_time"] for e in lines_grow if e["result_time"] >= after]) if after else None
@@ -134,8 +162,11 @@ def run(args) -> int:
                                      rep["pool"].get("frames_sent_per_worker")}
     results.update({
         "joined_lines": [ln.strip() for ln in joined_lines],
-        "first_result_after_process_start_s": {"w%d" % w: round(first[w] - starts[i], 2) if first[w] else None
-                                               for i, w in enumerate(new_ids)},
+        # from the `cnnvideo local-worker` command (its fork server starts first), and from the worker's own process
+        "first_result_after_command_s": {"w%d" % w: _since(first[w], by_port.get(port_of.get(w)), "t_command")
+                                         for w in new_ids},
+        "first_result_after_process_start_s": {"w%d" % w: _since(first[w], by_port.get(port_of.get(w)), "t_process")
+                                               for w in new_ids},
         "fps_after_joins": grow_fps and round(grow_fps, 3), "after_joins_from_frame": from_frame,
         "fps_start_n_same_frames": full_fps and round(full_fps, 3),
         "ratio": round(grow_fps / full_fps, 3) if grow_fps and full_fps else None,

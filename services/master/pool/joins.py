@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 import grpc
 
 from cnnvideo.config_rules import join_token
+from cnnvideo.plan.costinputs import alike_key
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
@@ -81,6 +83,9 @@ class Joins:
             problem = joiner_problem(info, m.infos[0], m.cfg.model, m.cfg.frame_size)
             if problem:
                 raise JoinRefused("FAILED_PRECONDITION", problem)
+            alike = self._alike(info)
+            if alike is not None:  # its settings are checked by StartRun
+                return info, alike
             cfg = m.cfg
             request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                      settings=m.settings_pb(settings.WORKER_KEYS))
@@ -92,6 +97,20 @@ class Joins:
             return info, costs
         finally:
             chan.close()
+
+    def _alike(self, info) -> Optional[pb.SegmentCosts]:
+        """The profile of a member alike to the joining worker (same device and CPU cap, cost_model.alike_profiles),
+        as that worker's own: alike workers share one profile, and the joiner need not profile itself (minutes on a
+        capped device). None: a new kind of device, which is profiled (its Costs)."""
+        m = self.m
+        key = alike_key(info.device, info.cfs_quota_s, info.cfs_period_s)
+        if not m.cfg.cost_model.alike_profiles or key is None:
+            return None
+        for w, c in enumerate(m.setup.products.costs):
+            if alike_key(c.device, c.cfs_quota_s, c.cfs_period_s) == key:
+                log.info("the worker joining is alike to w%d (%s): it is planned with w%d's profile", w, info.device, w)
+                return c
+        return None
 
     def _add(self, address: str, info, costs) -> int:
         """Grow the pool by the worker at `address` (holding the lock): its id."""
