@@ -274,7 +274,7 @@ INDENTED_IMPORT_REASONS = (
     "not moved yet: artifacts, engines/quant, engines/ort_int8, events/from_config, tools/launcher and "
     "tools/local_cameras",
 )
-MAX_INDENTED_IMPORTS = 33
+MAX_INDENTED_IMPORTS = 31
 
 
 def indented_imports(source: str):

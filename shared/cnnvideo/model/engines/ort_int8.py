@@ -22,6 +22,7 @@ import numpy as np
 
 from cnnvideo.model.engines.base import EngineError, QParams, first_line
 from cnnvideo.model.engines.ort_session import session
+from cnnvideo.model.onnx_nodes import node_deps, sort_nodes
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,6 @@ def postprocess_nodes(model) -> List[str]:
     """Names of the nodes no convolution depends on (what follows the last convolution on every path: a detector's
     reshapes and concats of the head outputs, score sigmoid, box decoding, NMS loop), reads of Loop/If bodies
     counted as inputs."""
-    from cnnvideo.model.onnx_nodes import node_deps
 
     nodes = list(model.graph.node)
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
@@ -152,7 +152,6 @@ def head_nodes(model, depth: int) -> List[str]:
     (themselves counted): a detector's heads. Depth 1: the last convolutions (an SSD's class and box predictors,
     whose outputs are the score logits and box offsets) and what lies between them and the one before; depth 2:
     the depthwise convolutions feeding those too. Nothing with depth 0."""
-    from cnnvideo.model.onnx_nodes import node_deps
 
     if depth <= 0:
         return []
@@ -265,7 +264,6 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        from cnnvideo.model.onnx_nodes import sort_nodes
     except Exception as exc:  # noqa: BLE001 - e.g. an onnx too old for this quantiser
         raise EngineError("int8 quantisation is not available here: %s" % first_line(exc)) from None
     ort.set_default_logger_severity(3)
