@@ -19,7 +19,7 @@ def role(tmp_path, **events):
                             "events": dict({"enabled": True}, **events)}, check_files=False)
     stats = {"captured": 0, "skipped": 0}
     return types.SimpleNamespace(
-        cfg=cfg, out=str(tmp_path), cond=threading.Condition(),
+        cfg=cfg, out=str(tmp_path), cond=threading.Condition(), links=None,  # (before setup: no pool members yet)
         tracker=types.SimpleNamespace(records={}, dropped=0),
         feed=types.SimpleNamespace(source=types.SimpleNamespace(stats=lambda: dict(stats)), stats=stats))
 
