@@ -28,6 +28,7 @@ COMMANDS = {
     "bench capped-profile": "cnnvideo.tools.bench.capped_profile:run",
     "bench int8-scenes": "cnnvideo.tools.bench.int8_scenes:run",
     "bench join": "cnnvideo.tools.bench.join:run",
+    "bench churn": "cnnvideo.tools.bench.churn:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -169,8 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=4, help="the final size N (the first run starts with N)")
     p.add_argument("--joins", type=int, default=2, help="workers that join the second run (it starts with N - J)")
     p.add_argument("--join-at", type=int, default=100, help="the joiners start once the master sent this frame")
+    p.add_argument("--leave-at", type=int, default=0, help="one joined worker gets SIGTERM at this frame (0: none)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
     p.add_argument("--out", required=True, help="work folder: both runs' outputs and join.json")
+    p = bench.add_parser("churn", help="workers joining and leaving a running pool, one event every few seconds")
+    p.add_argument("-c", "--config", required=True, help="the cluster config (its frames, workers, caps, links)")
+    p.add_argument("--cycles", type=int, default=5, help="joins, each followed by its leave")
+    p.add_argument("--start-at", type=int, default=40, help="the first join once the master sent this frame")
+    p.add_argument("--serve-s", type=float, default=2.0, help="seconds a joined worker serves before SIGTERM")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
+    p.add_argument("--out", required=True, help="work folder: the run's output and churn.json")
     p = bench.add_parser("int8-scenes", help="int8 detector F1 vs fp32 on vtest and unseen scenes, before and after")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table)")
     p.add_argument("--frames", type=int, default=100, help="frames a scene")

@@ -25,6 +25,7 @@ class StreamReader:
 
     def __init__(self, m) -> None:
         self.m = m
+        self.reports = 0  # stage reports of frames taken in (under m.cond)
 
     def results(self, w: int, call, gen: int) -> None:
         m = self.m
@@ -114,6 +115,15 @@ class StreamReader:
             m.feed.release(f)
         m.consumers.deliver_unlocked(done)
 
+    def wait_reports(self, timeout: float) -> None:
+        """At the end of the run, wait up to `timeout` for the stage reports still on their way: a worker reports its
+        stage after it has forwarded the frame, so the last stage's result can reach the master before the reports
+        of the stages before it (the report would then count none of them: a skipped stage went missing)."""
+        m = self.m
+        with m.cond:
+            want = sum(len(r.route) for r in m.tracker.records.values() if r.status == "completed")
+            m.cond.wait_for(lambda: self.reports >= want or m.failure is not None, timeout)
+
     def stages(self, w: int, call, gen: int) -> None:
         m = self.m
         actor = "w%d" % w
@@ -134,6 +144,8 @@ class StreamReader:
                     if gen != m.tracker.generation:
                         return
                     self._stage_report(w, actor, rep)
+                    self.reports += 1
+                    m.cond.notify_all()
             if not m.closing:
                 m.fault("%s ended its stage stream" % name, gen, **who)
         except grpc.RpcError as exc:

@@ -96,6 +96,10 @@ class Joiner:
         self.thread.join(5)
 
 
+def _round(x: Optional[float]) -> Optional[float]:
+    return round(x, 3) if x is not None else None
+
+
 def _since(t: Optional[float], joiner: Optional[Joiner], attr: str) -> Optional[float]:
     start = getattr(joiner, attr) if joiner is not None else None
     return round(t - start, 2) if t is not None and start is not None else None
@@ -135,6 +139,15 @@ def run(args) -> int:
     grow = LocalCluster(config_for("grow", n - joins, join), out_grow)
     grow.wait_sent(args.join_at, args.timeout)
     joiners = [Joiner(out_grow) for _ in range(joins)]
+    t_leave = None
+    if args.leave_at and joiners:  # shrinking: one joined worker sent SIGTERM drains and leaves
+        grow.wait_sent(args.leave_at, args.timeout)
+        joiners[0].proc.terminate()
+        deadline = time.time() + 120
+        while t_leave is None and time.time() < deadline and grow.proc.poll() is None:
+            if any("left the pool after" in ln and "[master]" in ln for ln in list(grow.lines)):
+                t_leave = time.time()
+            time.sleep(0.1)
     code = grow.wait(args.timeout)
     for j in joiners:
         j.stop()
@@ -171,6 +184,14 @@ def run(args) -> int:
         "fps_start_n_same_frames": full_fps and round(full_fps, 3),
         "ratio": round(grow_fps / full_fps, 3) if grow_fps and full_fps else None,
     })
+    if t_leave is not None:
+        left_from = min((e["frame"] for e in lines_grow if e["result_time"] >= t_leave), default=None)
+        after_leave = [e["result_time"] for e in lines_grow if e["result_time"] >= t_leave]
+        same_full = [e["result_time"] for e in lines_full if left_from is not None and e["frame"] >= left_from]
+        results.update({"leave_from_frame": left_from, "fps_after_leave": _round(_fps(after_leave)),
+                        "fps_start_n_after_leave_frames": _round(_fps(same_full)),
+                        "leave_ratio": _round(_fps(after_leave) / _fps(same_full))
+                        if _fps(after_leave) and _fps(same_full) else None})
     text = json.dumps(results, indent=1)
     with open(os.path.join(work, "join.json"), "w") as fh:
         fh.write(text + "\n")
