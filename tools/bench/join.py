@@ -164,9 +164,12 @@ def run(args) -> int:
     new_ids = list(range(n - joins, n))
     first = {w: min((e["result_time"] for e in lines_grow if w in e["route"]), default=None) for w in new_ids}
     after = max(t for t in first.values() if t is not None) if all(first.values()) else None
-    from_frame = min(e["frame"] for e in lines_grow if e["result_time"] >= after) if after else None
-    grow_fps = _fps([e["result_time"] for e in lines_grow if e["result_time"] >= after]) if after else None
-    same = [e["result_time"] for e in lines_full if from_frame is not None and e["frame"] >= from_frame]
+    until = t_leave or float("inf")  # (with --leave-at: up to the leave)
+    window = [e for e in lines_grow if after is not None and after <= e["result_time"] < until]
+    from_frame = min(e["frame"] for e in window) if window else None
+    to_frame = max(e["frame"] for e in window) if window else None
+    grow_fps = _fps([e["result_time"] for e in window]) if window else None
+    same = [e["result_time"] for e in lines_full if from_frame is not None and from_frame <= e["frame"] <= to_frame]
     full_fps = _fps(same) if len(same) >= 30 else rep_full["start"].get("fps_after_60")
     for name, rep in (("start-%d" % n, rep_full), ("grow", rep_grow)):
         results["runs"][name] = {"completed": rep["completed"], "lost": rep["lost"], "retried": rep["retried"],
@@ -180,7 +183,7 @@ def run(args) -> int:
                                          for w in new_ids},
         "first_result_after_process_start_s": {"w%d" % w: _since(first[w], by_port.get(port_of.get(w)), "t_process")
                                                for w in new_ids},
-        "fps_after_joins": grow_fps and round(grow_fps, 3), "after_joins_from_frame": from_frame,
+        "fps_after_joins": grow_fps and round(grow_fps, 3), "after_joins_frames": [from_frame, to_frame],
         "fps_start_n_same_frames": full_fps and round(full_fps, 3),
         "ratio": round(grow_fps / full_fps, 3) if grow_fps and full_fps else None,
     })
