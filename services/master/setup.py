@@ -95,7 +95,8 @@ class Setup:
         with self.progress.step("profiling the workers' stages (Costs)", waiting=range(m.W)):
             costs = self.all_costs(request)
         got.costs = list(costs)
-        got.overheads = self.overheads_of(costs)
+        seg_time = self.segment_times(costs)
+        got.overheads = self.overheads_of(costs, seg_time)
         got.seconds["connect_info_costs"] = time.time() - t0
         if onnx_model_path(cfg.model):
             got.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
@@ -137,7 +138,7 @@ class Setup:
             raise MasterError(str(exc)) from None
         if cfg.check:
             self.start_checker()
-        got.scheduler = self.scheduler_for(costs, got.overheads)
+        got.scheduler = self.scheduler_for(costs, got.overheads, seg_time)
         got.scheduler.initial_plan()
         log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
@@ -156,11 +157,12 @@ class Setup:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         return self.pool_alike(costs, seg_time) if self.m.cfg.cost_model.alike_profiles else seg_time
 
-    def scheduler_for(self, costs, overheads: Optional[Overheads] = None):
+    def scheduler_for(self, costs, overheads: Optional[Overheads] = None, seg_time: Optional[np.ndarray] = None):
         """The scheduler of a pool whose workers' profiles are `costs`: setup's, and a re-plan after a worker
-        joined (`overheads`: the run's, else a fresh one that only reads the stored figures)."""
+        joined (`overheads`: the run's, else a fresh one that only reads the stored figures; `seg_time`: their
+        segment_times when already made)."""
         m, cfg, got = self.m, self.m.cfg, self.products
-        seg_time = self.segment_times(costs)
+        seg_time = self.segment_times(costs) if seg_time is None else seg_time
         overheads = overheads or self.overheads_of(costs, seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         seg_time, message_us = overheads.plan_inputs(seg_time)

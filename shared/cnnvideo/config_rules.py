@@ -32,6 +32,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_host_port(address: str) -> bool:
+    """Whether `address` is host:port with a host and a TCP port (1-65535): the form of every address of the cluster."""
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
 def join_token(cfg: Config) -> str:
     """The token a joining worker presents and the master checks: `cluster.join_token`, else $CNNVIDEO_JOIN_TOKEN."""
     return cfg.cluster.join_token or os.environ.get(JOIN_TOKEN_ENV, "")
@@ -41,20 +47,18 @@ def check_cluster(cfg: Config) -> None:
     if not cfg.cluster.workers:
         raise ConfigError("config key 'cluster.workers' must list at least one worker address")
     for i, addr in enumerate(cfg.cluster.workers + [cfg.cluster.trainer]):
-        host, _, port = addr.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not is_host_port(addr):
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
             raise ConfigError("config key '%s' must be host:port, got %r" % (key, addr))
     if cfg.cluster.join:
-        host, _, port = cfg.cluster.join.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not is_host_port(cfg.cluster.join):
             raise ConfigError("config key 'cluster.join' must be host:port (or empty: no joins), got %r"
                               % cfg.cluster.join)
         token = join_token(cfg)
         if token and len(token) < 16:
             raise ConfigError("config key 'cluster.join_token' must be at least 16 characters (e.g. `openssl rand "
                               "-hex 16`)")
-        if not token and not cfg.tls.enabled and not is_loopback(host):
+        if not token and not cfg.tls.enabled and not is_loopback(cfg.cluster.join.rpartition(":")[0]):
             raise ConfigError("config key 'cluster.join_token' (or environment variable %s) is required when "
                               "cluster.join is %r (not loopback) and tls is off: anyone could join the pool"
                               % (JOIN_TOKEN_ENV, cfg.cluster.join))

@@ -12,7 +12,7 @@ from typing import Optional
 
 import grpc
 
-from cnnvideo.config_rules import join_token
+from cnnvideo.config_rules import is_host_port, join_token
 from cnnvideo.plan.costinputs import alike_key
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -50,8 +50,7 @@ class Joins:
     def _join(self, address: str, token: str) -> int:
         m = self.m
         self.admission.admit(token)
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
+        if not is_host_port(address):
             raise JoinRefused("INVALID_ARGUMENT", "its address must be host:port, got %r" % address)
         if m.t_run is None or m.links is None:
             raise JoinRefused("UNAVAILABLE", "the master is still setting up its run: try again")
