@@ -33,6 +33,17 @@ COMMANDS = {
 }
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be an integer >= 1, got %r" % text) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be an integer >= 1, got %r" % text)
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cnnvideo", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -46,12 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
         if role == "master":
             p.add_argument("--camera", default="", help="the camera this master runs, of several under 'cameras:'")
+            p.add_argument("--min-workers", type=positive_int, default=None, metavar="N",
+                           help="override cluster.min_workers: with no cluster.workers, start once N have joined")
         if role == "worker":
             p.add_argument("--join", default=None, metavar="HOST:PORT",
                            help="join the running pool of the master at HOST:PORT (its cluster.join); no -i")
             p.add_argument("--listen", default="0.0.0.0:50060", metavar="ADDR",
-                           help="with --join: serve on ADDR (host:port; 0.0.0.0 = every interface, reached by this "
-                                "host's name)")
+                           help="with --join: serve on ADDR (host:port; 0.0.0.0 = every interface, reached at this "
+                                "host's address on the route to the master)")
+            p.add_argument("--advertise", default=None, metavar="ADDR",
+                           help="with --join: the address the pool reaches this worker at (default: from --listen)")
     p = sub.add_parser("local", help="run trainer, workers and master as local processes")
     p.add_argument("-c", "--config", default=None, help="config YAML (default: the demo, configs/local.yml)")
     p.add_argument("--frames", type=int, default=None, help="override config 'frames'")

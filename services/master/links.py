@@ -19,6 +19,17 @@ class MasterError(RuntimeError):
     """The run cannot go on (a worker is down, a server refused, a frame was lost)."""
 
 
+def own_id(setup: pb.RunSetup, w: int) -> pb.RunSetup:
+    """`setup` naming worker `w` as the one it is for (one that joined learns its id from it; a listed one is told
+    its own) unless it names one already."""
+    if setup.worker_id >= 0 or not setup.workers:
+        return setup
+    msg = pb.RunSetup()
+    msg.CopyFrom(setup)
+    msg.worker_id = w
+    return msg
+
+
 class WorkerLinks:
     """Channels to the chain's workers and the trainer, and the streams of the current generation."""
 
@@ -116,7 +127,7 @@ class WorkerLinks:
         """StartRun on every worker of `only` (default all) at once (with a warm plan each builds its stage
         meanwhile); `answered(w)` as each worker answers."""
         def start(w: int) -> None:
-            self.call(w, "StartRun", setup, timeout)
+            self.call(w, "StartRun", own_id(setup, w), timeout)
             if answered is not None:
                 answered(w)
 

@@ -18,7 +18,7 @@ def check_infos(infos: Sequence, model: str, frame_size: Sequence[int], addresse
     """MasterError naming the worker whose Info says another place in the chain, model, frame size or cuts."""
     first = infos[0]
     for w, info in enumerate(infos):
-        if info.worker_id != w:
+        if info.worker_id not in (w, -1):  # -1: one that joined, told its id by StartRun
             raise MasterError("worker at %s says it is w%d, the config puts it at w%d" % (addresses[w],
                                                                                          info.worker_id, w))
         if not fits(info, first, model, frame_size):

@@ -18,11 +18,25 @@ log = logging.getLogger(__name__)
 JOIN_WAIT_S = 900.0  # a joining worker waits this long for a master that is not up yet or still setting up
 
 
-def advertised(listen: str) -> str:
-    """The address the master and the other workers reach this worker at: `listen`, or this host's name with its
-    port when it listens on every interface."""
+def advertised(listen: str, master: str) -> str:
+    """The address the master and the other workers reach this worker at: `listen`, or, when it listens on every
+    interface, this host's address on the route to the master (a container's or a Pi's own IP: its host name may
+    resolve nowhere else), with the port."""
     host, _, port = listen.rpartition(":")
-    return "%s:%s" % (socket.gethostname(), port) if host in ("", "0.0.0.0", "[::]", "::") else listen
+    if host not in ("", "0.0.0.0", "[::]", "::"):
+        return listen
+    return "%s:%s" % (route_address(master.rpartition(":")[0]) or socket.gethostname(), port)
+
+
+def route_address(host: str) -> str:
+    """This host's IPv4 address on the route to `host` ("" if there is none): a UDP socket's local end after
+    connect (which sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((host.strip("[]"), 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return ""
 
 
 def run(args) -> int:
@@ -30,7 +44,7 @@ def run(args) -> int:
     joining = bool(getattr(args, "join", None))
     tls.setup(cfg, "worker" if joining else "worker%d" % args.id)  # mutual TLS for every channel/server, if set
     if joining:
-        address = advertised(args.listen)
+        address = getattr(args, "advertise", None) or advertised(args.listen, args.join)
         role = WorkerRole(cfg, -1, listen=args.listen, address=address)
     else:
         role = WorkerRole(cfg, args.id)

@@ -44,8 +44,11 @@ def join_token(cfg: Config) -> str:
 
 
 def check_cluster(cfg: Config) -> None:
-    if not cfg.cluster.workers:
-        raise ConfigError("config key 'cluster.workers' must list at least one worker address")
+    if not cfg.cluster.workers and not cfg.cluster.join:
+        raise ConfigError("config key 'cluster.workers' must list at least one worker address (or set cluster.join: "
+                          "the pool is then the workers that join)")
+    if cfg.cluster.min_workers < 1:
+        raise ConfigError("config key 'cluster.min_workers' must be >= 1, got %r" % cfg.cluster.min_workers)
     for i, addr in enumerate(cfg.cluster.workers + [cfg.cluster.trainer]):
         if not is_host_port(addr):
             key = "cluster.trainer" if i == len(cfg.cluster.workers) else "cluster.workers[%d]" % i
@@ -81,7 +84,8 @@ def check_config(cfg: Config) -> None:
     positive(cfg.profile_iters, "profile_iters")
     if cfg.in_flight < 0:
         raise ConfigError("config key 'in_flight' must be >= 0 (0 = unlimited), got %r" % cfg.in_flight)
-    if len(cfg.bandwidth) not in (1, cfg.n_workers) or any(b <= 0 for b in cfg.bandwidth):
+    listed = (1, cfg.n_workers) if cfg.n_workers else range(1, len(cfg.bandwidth) + 1)  # joins: its last is extended
+    if len(cfg.bandwidth) not in listed or any(b <= 0 for b in cfg.bandwidth):
         raise ConfigError("config key 'bandwidth' must list 1 or %d positive MB/s values (one per hop), got %r"
                           % (cfg.n_workers, cfg.bandwidth))
     if not 0 <= cfg.delta.input_threshold <= 255:

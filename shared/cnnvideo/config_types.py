@@ -30,7 +30,7 @@ CAMERA_NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or 
 @dataclass
 class Cluster:
     """Addresses (host:port). The master dials the workers (in id order) and the trainer; with `join` set it also
-    takes workers that join the running pool."""
+    takes workers that join the running pool, and `workers` may be empty: the pool is the workers that join."""
 
     trainer: str = "127.0.0.1:50051"
     workers: List[str] = field(default_factory=lambda: ["127.0.0.1:50060", "127.0.0.1:50061"])
@@ -39,6 +39,9 @@ class Cluster:
     join: str = ""
     # the secret a joining worker must present (else $CNNVIDEO_JOIN_TOKEN): required off loopback without TLS
     join_token: str = ""
+    # with `join` and no `workers` listed: the run starts once this many workers have joined (the master waits, and
+    # says so); more join the running pool
+    min_workers: int = 1
 
 
 @dataclass

@@ -99,6 +99,8 @@ def test_a_scheduler_for_the_grown_pool_takes_over_with_the_record_of_plans():
     ({"join": "10.1.2.3:50070"}, "config key 'cluster.join_token' (or environment variable CNNVIDEO_JOIN_TOKEN) is "
                                  "required when cluster.join is '10.1.2.3:50070'"),
     ({"join": "10.1.2.3:50070", "join_token": "short"}, "config key 'cluster.join_token' must be at least 16"),
+    ({"workers": "[]"}, "config key 'cluster.workers' must list at least one worker address (or set cluster.join"),
+    ({"join": "127.0.0.1:50070", "workers": "[]", "min_workers": 0}, "config key 'cluster.min_workers' must be >= 1"),
 ])
 def test_join_config_errors_name_the_key(tmp_path, cluster, problem, monkeypatch):
     """Joins off loopback need a token (or TLS); a bad address or a short token is one line naming the key."""
@@ -110,6 +112,28 @@ def test_join_config_errors_name_the_key(tmp_path, cluster, problem, monkeypatch
     assert problem in str(exc.value)
     path.write_text("cluster:\n  join: 127.0.0.1:50070\n")  # loopback: no token needed
     assert config.load(str(path), check_files=False).cluster.join == "127.0.0.1:50070"
+
+
+def test_a_pool_of_joining_workers_only_is_a_valid_config(tmp_path):
+    """`cluster.workers: []` with `cluster.join`: the pool is the workers that join; any bandwidth list is taken
+    (its last entry serves the workers past it)."""
+    path = tmp_path / "c.yml"
+    path.write_text("cluster:\n  join: 127.0.0.1:50070\n  workers: []\n  min_workers: 3\nbandwidth: [3, 2]\n")
+    cfg = config.load(str(path), check_files=False)
+    assert cfg.cluster.workers == [] and cfg.cluster.min_workers == 3 and cfg.bandwidth_bytes(3)[2] == 2e6
+
+
+def test_startrun_names_each_worker_unless_it_names_one():
+    """The master stamps each worker's id on a StartRun for all (a worker that joined learns its id from it); one
+    naming a worker (a joiner's own) is sent as it is, and a message without the roster is left alone."""
+    from cnnvideo.master.links import own_id
+    from cnnvideo.rpc import cnnvideo_pb2 as pb
+
+    msg = pb.RunSetup(n_workers=3, workers=["a:1", "b:1", "c:1"], worker_id=-1)
+    assert [own_id(msg, w).worker_id for w in range(3)] == [0, 1, 2] and msg.worker_id == -1
+    joined = pb.RunSetup(n_workers=3, workers=["a:1", "b:1", "c:1"], worker_id=2)
+    assert own_id(joined, 0) is joined
+    assert own_id(pb.RunSetup(n_workers=2, worker_id=-1), 1).worker_id == -1
 
 
 def _info(model="m", size=(96, 128), shapes=((1, 3), (1, 8)), engine="onnxruntime-int8"):
