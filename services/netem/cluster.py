@@ -1,56 +1,27 @@
-"""Containers of one compose project as shaping targets, and the Shaper that keeps their tc rules in sync."""
+"""The Shaper: keeps each shaped container's tc rules equal to what the links say for the running targets, changing
+them in place as replicas come and go."""
 from __future__ import annotations
 
+import itertools
 import logging
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import tc
-from .links import Link, LinkError, links_from
+from .links import Link, LinkError
+from .targets import (NUMBER_LABEL, PROJECT_LABEL, SERVICE_LABEL, Target, concerns, is_source,  # noqa: F401
+                      pair_links, target_from_attrs, targets_from_attrs)
 
 log = logging.getLogger(__name__)
 
-PROJECT_LABEL = "com.docker.compose.project"
-SERVICE_LABEL = "com.docker.compose.service"
-
 Runner = Callable[[List[str], bool], str]  # (argv, may_fail) -> stdout
+Pairs = Dict[Tuple[str, str], Link]  # (source target, destination target) -> link
+Wanted = Dict[str, Tuple[str, tc.Shape]]  # peer target name -> (peer IP, shape)
 
 
 class NetemError(RuntimeError):
     """A command that had to succeed failed."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """A running container: its service name, init process id and IPv4 address per network."""
-
-    name: str
-    container_id: str
-    pid: int
-    ips: Dict[str, str] = field(default_factory=dict)
-
-
-def target_from_attrs(attrs: dict) -> Optional[Target]:
-    """A Target from `docker inspect` data (None if not running or not a compose service)."""
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
-    state = attrs.get("State") or {}
-    name = labels.get(SERVICE_LABEL)
-    if not name or not state.get("Running") or not state.get("Pid"):
-        return None
-    networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
-    ips = {net: info["IPAddress"] for net, info in networks.items() if (info or {}).get("IPAddress")}
-    return Target(name=name, container_id=attrs.get("Id", ""), pid=int(state["Pid"]), ips=ips)
-
-
-def targets_from_attrs(all_attrs: Iterable[dict]) -> Dict[str, Target]:
-    """Targets keyed by service name; with several replicas of a service, the first one by id wins."""
-    targets: Dict[str, Target] = {}
-    for attrs in sorted(all_attrs, key=lambda a: a.get("Id", "")):
-        target = target_from_attrs(attrs)
-        if target is not None:
-            targets.setdefault(target.name, target)
-    return targets
 
 
 def shared_network(src: Target, dst: Target) -> Optional[str]:
@@ -59,19 +30,46 @@ def shared_network(src: Target, dst: Target) -> Optional[str]:
     return common[0] if common else None
 
 
-def desired_peers(src: Target, links: List[Link], targets: Dict[str, Target]) -> Tuple[Dict[int, tuple], Optional[str]]:
-    """({peer index: (peer IP, shape)}, src's own IP on the shared network) for src's running peers."""
-    peers: Dict[int, tuple] = {}
+def desired_peers(src: Target, pairs: Pairs, targets: Dict[str, Target]) -> Tuple[Wanted, Optional[str]]:
+    """({peer target: (its IP on a shared network, shape)}, src's own IP there) for src's running peers."""
+    wanted: Wanted = {}
     own_ip = None
-    for index, link in enumerate(links_from(links, src.name)):
-        dst = targets.get(link.dst)
-        net = shared_network(src, dst) if dst else None
-        if net is None:
-            log.info("%s -> %s: peer not running or on no shared network; not shaped yet", src.name, link.dst)
+    for (name, peer), link in sorted(pairs.items()):
+        if name != src.name:
             continue
-        peers[index] = (dst.ips[net], link.shape)
+        net = shared_network(src, targets[peer])
+        if net is None:
+            log.info("%s -> %s: on no shared network; not shaped", name, peer)
+            continue
+        wanted[peer] = (targets[peer].ips[net], link.shape)
         own_ip = own_ip or src.ips[net]
-    return peers, own_ip
+    return wanted, own_ip
+
+
+def assign_slots(old: Dict[str, int], names: Iterable[str]) -> Dict[str, int]:
+    """Peer target -> tc peer index: peers still there keep theirs (never renumbered), new ones (by name) take the
+    lowest free indices, so indices stay below the number of peers at once; none beyond tc.MAX_PEERS."""
+    names = set(names)
+    slots = {name: index for name, index in old.items() if name in names}
+    used = set(slots.values())
+    free = (i for i in itertools.count() if i not in used)
+    for name in sorted(names - set(slots)):
+        index = next(free)
+        if index < tc.MAX_PEERS:
+            slots[name] = index
+    return slots
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The rules set up in one container: which container (id, pid), on which device, each peer's index and the
+    peers' rules as applied (None: unknown, the next sync starts afresh)."""
+
+    container_id: str
+    pid: int
+    dev: str
+    slots: Dict[str, int] = field(default_factory=dict)
+    peers: Optional[tc.Peers] = None
 
 
 def subprocess_runner(argv: List[str], may_fail: bool = False) -> str:
@@ -98,39 +96,45 @@ class Shaper:
         self.links = links
         self.run = run
         self.netem = netem
-        self.applied: Dict[str, Tuple[int, str, Dict[int, tuple]]] = {}  # name -> (pid, dev, peers)
+        self.applied: Dict[str, Applied] = {}  # target name -> its rules
+        self.known: Optional[Dict[str, Tuple[str, int]]] = None  # the links' targets at the last sync: (id, pid)
         self._warned = False
-
-    def sources(self) -> List[str]:
-        return sorted({link.src for link in self.links})
 
     def sync(self, targets: Dict[str, Target]) -> None:
         """Apply/update rules in every running source container; forget containers that went away."""
-        for name in self.sources():
-            src = targets.get(name)
-            if src is None:
-                self.applied.pop(name, None)
-                continue
-            self.sync_one(src, targets)
+        pairs = pair_links(self.links, targets)
+        self._log_arrivals(targets, pairs)
+        for name in sorted(set(self.applied) - set(targets)):
+            del self.applied[name]  # its network namespace went with it
+        for name, src in sorted(targets.items()):
+            wanted, own_ip = desired_peers(src, pairs, targets)
+            if wanted or name in self.applied:
+                self.sync_one(src, wanted, own_ip)
 
-    def sync_one(self, src: Target, targets: Dict[str, Target]) -> None:
-        """Apply the difference between src's applied rules and its links' desired rules."""
-        peers, own_ip = desired_peers(src, self.links, targets)
-        if own_ip is None:
-            return
+    def sync_one(self, src: Target, wanted: Wanted, own_ip: Optional[str]) -> None:
+        """Apply the difference between src's applied rules and `wanted`, keeping its peers' indices."""
+        state = self.applied.get(src.name)
+        if state is not None and (state.container_id, state.pid) != (src.container_id, src.pid):
+            del self.applied[src.name]  # a new container or a restart: a new namespace, start afresh
+            state = None
+        if state is None:
+            if not wanted or own_ip is None:
+                return
+            state = Applied(src.container_id, src.pid, self.device(src.pid, own_ip))
+        slots = assign_slots(state.slots, wanted)
+        for name in sorted(set(wanted) - set(slots)):
+            log.warning("%s -> %s: more than %d peers; not shaped", src.name, name, tc.MAX_PEERS)
+        peers = {slots[name]: wanted[name] for name in slots}
         self._warn_if_no_netem(peers)
-        dev = self.device(src.pid, own_ip)
-        before = self.applied.get(src.name)
-        old = before[2] if before and before[:2] == (src.pid, dev) else None  # new container: start afresh
+        old = state.peers
+        self.applied[src.name] = replace(state, slots={}, peers=None)  # unknown until every command has run
         if old is None:  # older iproute2 lacks gso_max_segs: shaping still works, just coarser
-            self.run(tc.in_netns(src.pid, tc.one_segment_per_packet(dev)), True)
-        for i, argv in enumerate(tc.plan(dev, old, peers, self.netem)):
+            self.run(tc.in_netns(src.pid, tc.one_segment_per_packet(state.dev)), True)
+        for i, argv in enumerate(tc.plan(state.dev, old, peers, self.netem)):
             self.run(tc.in_netns(src.pid, argv), old is None and i == 0)  # deleting a missing root may fail
-        self.applied[src.name] = (src.pid, dev, peers)
-        log.info("%s (%s): %s", src.name, dev, describe(peers, self.links_named(src.name)))
-
-    def links_named(self, src: str) -> List[str]:
-        return [link.dst for link in links_from(self.links, src)]
+        self.applied[src.name] = replace(state, slots=slots, peers=peers)
+        if peers != old:
+            log.info("%s (%s): %s", src.name, state.dev, describe(slots, peers))
 
     def device(self, pid: int, ip: str) -> str:
         """The interface holding `ip` inside the container's network namespace."""
@@ -140,34 +144,53 @@ class Shaper:
         return dev
 
     def adopt(self, targets: Dict[str, Target]) -> None:
-        """Record the devices of running sources without changing their rules (so clear() can remove them)."""
-        for name in self.sources():
-            src = targets.get(name)
-            peers, own_ip = desired_peers(src, self.links, targets) if src else ({}, None)
-            if own_ip is not None:
-                self.applied[name] = (src.pid, self.device(src.pid, own_ip), peers)
+        """Record the device of every running container a link's source names, without changing its rules (so
+        clear() can remove them)."""
+        pairs = pair_links(self.links, targets)
+        for name, src in sorted(targets.items()):
+            if not is_source(self.links, src) or not src.ips:
+                continue
+            own_ip = desired_peers(src, pairs, targets)[1] or src.ips[sorted(src.ips)[0]]
+            self.applied[name] = Applied(src.container_id, src.pid, self.device(src.pid, own_ip))
 
     def clear(self) -> None:
         """Remove every rule this shaper applied (containers that are gone are skipped)."""
-        for name, (pid, dev, _) in sorted(self.applied.items()):
+        for name, state in sorted(self.applied.items()):
             try:
-                self.run(tc.in_netns(pid, tc.delete_root(dev)), True)
+                self.run(tc.in_netns(state.pid, tc.delete_root(state.dev)), True)
                 log.info("%s: rules removed", name)
             except (NetemError, OSError, LinkError) as exc:
                 log.warning("%s: could not remove rules: %s", name, exc)
         self.applied.clear()
 
-    def _warn_if_no_netem(self, peers: Dict[int, tuple]) -> None:
+    def _log_arrivals(self, targets: Dict[str, Target], pairs: Pairs) -> None:
+        """One line per target of the links that appeared, restarted or went away since the last sync."""
+        now = {name: (t.container_id, t.pid) for name, t in targets.items() if concerns(self.links, t)}
+        before, self.known = self.known, now
+        if before is None:
+            return
+        for name in sorted(now):
+            peers = {b if a == name else a for a, b in pairs if name in (a, b)}
+            if name not in before:
+                log.info("%s appeared: shaping it and its %d peers", name, len(peers))
+            elif before[name] != now[name]:
+                log.info("%s restarted: shaping it afresh and its %d peers", name, len(peers))
+        for name in sorted(set(before) - set(now)):
+            sources = sum(name in state.slots for other, state in self.applied.items() if other != name)
+            log.info("%s went away: removing the rules toward it from %d peers", name, sources)
+
+    def _warn_if_no_netem(self, peers: tc.Peers) -> None:
         if not self.netem and not self._warned and any(tc.impaired(shape) for _, shape in peers.values()):
             log.warning("this kernel has no sch_netem: delay, jitter and loss are NOT applied, only rates")
             self._warned = True
 
 
-def describe(peers: Dict[int, tuple], names: List[str]) -> str:
-    """One line: 'worker0 172.18.0.3 3 MB/s 20 ms +-2 ms 0.1% loss; ...'."""
+def describe(slots: Dict[str, int], peers: tc.Peers) -> str:
+    """One line, by peer name: 'master-1 172.18.0.6 3 MB/s 20 ms +-2 ms 0.1% loss; worker-1 ...'."""
     parts = []
-    for index, (ip, shape) in sorted(peers.items()):
-        text = "%s %s %g MB/s" % (names[index], ip, shape.rate)
+    for name, index in sorted(slots.items()):
+        ip, shape = peers[index]
+        text = "%s %s %g MB/s" % (name, ip, shape.rate)
         if tc.impaired(shape):
             text += " %g ms +-%g ms %g%% loss" % (shape.delay, shape.jitter, shape.loss)
         parts.append(text)

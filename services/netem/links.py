@@ -1,4 +1,7 @@
-"""Link specs: which container shapes traffic to which peer, at what rate, delay, jitter and loss."""
+"""Link specs: which containers shape traffic to which peers, at what rate, delay, jitter and loss.
+
+A link end names a compose service (`worker`: every running container of it) or one target (`worker-2`: the
+container numbered 2 of service worker); targets.link_between picks the link for a pair of containers."""
 from __future__ import annotations
 
 import re
@@ -12,7 +15,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 @dataclass(frozen=True)
 class Link:
-    """Traffic from container `src` to container `dst` is shaped by `shape` (on src's egress)."""
+    """Traffic from `src`'s containers to `dst`'s (services or target names) is shaped by `shape` (on src's
+    egress); `worker>worker` shapes each worker's traffic to every other worker."""
 
     src: str
     dst: str
@@ -62,11 +66,9 @@ def parse_link(spec: str) -> List[Link]:
         shape = Shape(**values)
     except LinkError as exc:
         raise LinkError("link %r: %s" % (spec, exc)) from None
-    src, dst = check_name(src.strip()), check_name(dst.strip())
-    if src == dst:
-        raise LinkError("link %r: source and destination are the same" % spec)
+    src, dst = check_name(src.strip()), check_name(dst.strip())  # src == dst: between its distinct containers
     links = [Link(src, dst, shape)]
-    return links + [Link(dst, src, shape)] if both else links
+    return links + [Link(dst, src, shape)] if both and src != dst else links
 
 
 def parse_links(specs: Iterable[str]) -> List[Link]:
@@ -77,11 +79,6 @@ def parse_links(specs: Iterable[str]) -> List[Link]:
             for link in parse_link(part):
                 by_pair[(link.src, link.dst)] = link
     return list(by_pair.values())
-
-
-def links_from(links: Iterable[Link], src: str) -> List[Link]:
-    """The links whose traffic leaves `src`, in a stable order (by destination)."""
-    return sorted((link for link in links if link.src == src), key=lambda link: link.dst)
 
 
 def find_link(links: Iterable[Link], src: str, dst: str) -> Optional[Link]:

@@ -20,12 +20,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m netem",
         description="Shape traffic between the containers of one compose project, per destination, with tc.",
         epilog="LINK: SRC>DST,rate=MBps[,delay=ms][,jitter=ms][,loss=%%] (SRC<>DST shapes both ways); "
-        "';' separates links in one argument. Example: 'master<>worker0,rate=3,delay=20'",
+        "';' separates links in one argument. SRC and DST name a compose service (every running replica: "
+        "worker>worker shapes each worker's traffic to every other one) or one container as <service>-<number> "
+        "(worker-2), which wins over a service link for its pairs. Example: 'master<>worker,rate=3,delay=20'",
     )
     parser.add_argument("--link", action="append", default=[], metavar="LINK", help="a link to shape (repeatable)")
     parser.add_argument("--project", default=None, help="compose project (default: this container's own project)")
     parser.add_argument("--once", action="store_true", help="apply once and exit, leaving the rules in place")
-    parser.add_argument("--clear", action="store_true", help="remove the rules from the links' sources and exit")
+    parser.add_argument("--clear", action="store_true",
+                        help="remove the rules from every running container a link's source names, and exit")
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
     parser.add_argument("--ready-file", default="/tmp/netem.ready", help="touched after the first full apply")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -41,7 +44,7 @@ def own_project(client) -> str:
 
 
 def list_targets(client, project: str):
-    """Running containers labelled with the project, keyed by compose service name."""
+    """Running containers labelled with the project, keyed by target name (<service>-<container number>)."""
     containers = client.containers.list(filters={"label": "%s=%s" % (PROJECT_LABEL, project)})
     return targets_from_attrs(c.attrs for c in containers)
 
@@ -55,7 +58,7 @@ def dry_runner(argv: List[str], may_fail: bool = False) -> str:
 
 
 def watch(client, project: str, shaper: Shaper) -> None:
-    """Reapply whenever a project container starts or dies (new namespace, new IP, peer gone)."""
+    """Reapply whenever a project container starts or dies (a replica added or gone, new namespace, new IP)."""
     filters = {"type": "container", "label": "%s=%s" % (PROJECT_LABEL, project), "event": ["start", "die"]}
     for event in client.events(decode=True, filters=filters):
         log.debug("event %s %s", event.get("status"), (event.get("Actor") or {}).get("Attributes", {}).get("name"))

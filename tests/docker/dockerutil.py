@@ -146,9 +146,14 @@ class ComposeRun:
                         "-f", str(override)]
 
 
-# the netem helper's line per shaped container: "worker0 (eth0): master 172.18.0.6 3 MB/s; worker1 172.18.0.3 3 MB/s"
-# (a master per camera is "master-<camera>")
-SHAPED = re.compile(r"netem INFO: (master(?:-\w+)?|worker\d+) \((\S+)\): (.*)$")
+# the netem helper's line per shaped container, by target name (<service>-<container number>):
+# "worker0-1 (eth0): master-1 172.18.0.6 3 MB/s; worker1-1 172.18.0.3 3 MB/s" (a master per camera: "master-cam0-1")
+SHAPED = re.compile(r"netem INFO: ((?:master|worker)[\w.-]*-\d+) \((\S+)\): (.*)$")
+
+
+def one_replica_each(want: Dict[str, Dict[str, float]]) -> Dict[str, Dict[str, float]]:
+    """{service: {service: MB/s}} as the helper's target names when each service runs one container (number 1)."""
+    return {src + "-1": {dst + "-1": rate for dst, rate in peers.items()} for src, peers in want.items()}
 
 
 def shaped_peers(log: str) -> Dict[str, List[Dict[str, float]]]:

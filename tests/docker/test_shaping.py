@@ -35,7 +35,7 @@ def pair(netem_image):
 def measure_rate(project: Project, port: int) -> float:
     """MB/s of one TCP stream sender -> receiver over SECONDS, measured at the receiver."""
     receiver = project.name + "-receiver"
-    ip = project.targets()["receiver"].ips[project.name]
+    ip = project.targets()["receiver-1"].ips[project.name]
     sink = subprocess.Popen(["docker", "exec", receiver, "python3", "/probe/probe.py", "sink", str(port),
                              str(SECONDS)], stdout=subprocess.PIPE, universal_newlines=True)
     try:
@@ -50,7 +50,7 @@ def measure_rate(project: Project, port: int) -> float:
 def rtt_ms(project: Project, port: int, count: int = 20) -> float:
     """Median UDP round-trip time sender -> receiver -> sender."""
     receiver = project.name + "-receiver"
-    ip = project.targets()["receiver"].ips[project.name]
+    ip = project.targets()["receiver-1"].ips[project.name]
     echo = subprocess.Popen(["docker", "exec", receiver, "python3", "/probe/probe.py", "echo", str(port), "8"],
                             stdout=subprocess.DEVNULL)
     try:
@@ -115,15 +115,15 @@ def test_helper_container_applies_reapplies_after_restart_and_removes(pair, nete
     docker("run", "-d", "--name", name, *helper_args(pair), netem_image, "--project", pair.name,
            "--link", "sender>receiver,rate=2")
     try:
-        assert wait_for(lambda: "rate 16Mbit" in tc_classes(pair.targets()["sender"].pid)), docker("logs", name)
+        assert wait_for(lambda: "rate 16Mbit" in tc_classes(pair.targets()["sender-1"].pid)), docker("logs", name)
         docker("restart", "-t", "1", pair.name + "-sender")
-        assert wait_for(lambda: "rate 16Mbit" in tc_classes(pair.targets()["sender"].pid)), docker("logs", name)
-        assert "rate" not in tc_classes(pair.targets()["receiver"].pid)  # no link leaves the receiver
+        assert wait_for(lambda: "rate 16Mbit" in tc_classes(pair.targets()["sender-1"].pid)), docker("logs", name)
+        assert "rate" not in tc_classes(pair.targets()["receiver-1"].pid)  # no link leaves the receiver
     finally:
         docker("stop", "-t", "10", name, check=False)
         logs = docker("logs", name, check=False)
         docker("rm", "-f", name, check=False)
-    assert "htb" not in tc_classes(pair.targets()["sender"].pid), logs
+    assert "htb" not in tc_classes(pair.targets()["sender-1"].pid), logs
 
 
 def wait_for(check, timeout: float = 20.0) -> bool:
