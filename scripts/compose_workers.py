@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Write a compose file and cluster config for N workers, derived from docker-compose.yml; the same for the Pis
-and the Swarm stack; and the default cluster config configs/compose.yml from .env, so the two cannot drift apart.
+"""Write a compose file and cluster config for N *listed* workers (worker0..worker<N-1>, each its own service with
+its own CPU cap and link rate), derived from docker-compose.yml's one joining `worker` service; the same for the Pis
+and the Swarm stack. A pool of alike workers needs none of this: `docker compose up --scale worker=N`. This is for
+heterogeneous pools (experiments: tools/experiment), several cameras, and the Swarm stack's per-node placement.
 
     python3 scripts/compose_workers.py              # N = WORKERS (environment, else .env)
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
     docker compose -f docker-compose.w4.yml up --build --exit-code-from master
     python3 scripts/compose_workers.py 4 --pi       # also docker-compose.w4.pi.yml, docker-compose.w4.stack.yml,
                                                     #   configs/compose-w4-pi.yml (edit its addresses)
-    python3 scripts/compose_workers.py --from-env   # -> configs/compose.yml: frames, bandwidth, cpus from .env
-    python3 scripts/compose_workers.py --check      # exit 1 naming the key if configs/compose.yml and .env differ
     .venv/bin/python scripts/compose_workers.py 2 --config configs/cameras.yml --media ./media
         # a cluster config listing several cameras -> docker-compose.w2-cameras.yml, configs/compose-w2-cameras.yml
         # (trainer, workers) and configs/compose-w2-cameras-<camera>.yml (each camera's master), then:
@@ -89,7 +89,7 @@ def env_templated(n, rate=3, cpus=0.5, topology="chain"):
     `docker compose` time (${HOP<i>_RATE:-rate}, ${HOP<i>_DELAY_MS:-0}, ..., ${WORKER<i>_CPUS:-cpus},
     ${CONFIG:-compose.yml}), as docker-compose.yml does: the experiment runner's compose backend sets them per run.
     Its default topology stays the chain while tools/experiment names and re-shapes chain links (hop_links,
-    change_link); env_templated(2, topology="pool") is docker-compose.yml's netem service."""
+    change_link)."""
     links = [templated_link(p, rate) for p in hop_prefixes(n)]
     caps = ["${%s:-%s}" % (v, cpus) for v in cpu_vars(n)]
     return build(n, links, caps, config_name="${CONFIG:-compose.yml}", topology=topology, templated=True)[0]
@@ -113,12 +113,13 @@ def build(n, rate, cpus, config_name=None, topology="pool", templated=False, clu
     else:
         cfg = copy.deepcopy(cluster)
     services = compose["services"]
-    template = services.pop("worker1")
-    services.pop("worker0")
+    template = listed_worker(services.pop("worker"))
     config_name = config_name or "compose-w%d.yml" % n
     for svc in services.values():
         if isinstance(svc.get("command"), list):
             svc["command"] = [c.replace("${CONFIG:-compose.yml}", config_name) for c in svc["command"]]
+    services["master"]["command"] = without_min_workers(services["master"]["command"])
+    listed_pool(cfg)
     for i, name in enumerate(spec.worker_names()):
         svc = copy.deepcopy(template)
         svc["command"] = ["worker", "-c", "/app/configs/" + config_name, "-i", str(i)]
@@ -146,6 +147,28 @@ REPORT_SHELL = ('uid=$$(stat -c %u /app/out); gid=$$(stat -c %g /app/out); '
                 'if [ "$$uid" = 0 ]; then uid=$$(id -u cnnvideo); gid=$$(id -g cnnvideo); fi; '
                 'exec setpriv --reuid="$$uid" --regid="$$gid" --clear-groups --inh-caps=-all -- '
                 'python3 -m cnnvideo.tools.camera_report "$$@"')
+
+
+def listed_worker(service):
+    """A copy of a file's one joining `worker` service, as the template of one listed worker<i> (no replicas)."""
+    svc = copy.deepcopy(service)
+    svc.pop("deploy", None)
+    return svc
+
+
+def without_min_workers(command):
+    """A master's command without `--min-workers N` (a pool of listed workers starts with all of them)."""
+    command = list(command)
+    if "--min-workers" in command:
+        i = command.index("--min-workers")
+        del command[i:i + 2]
+    return command
+
+
+def listed_pool(cfg):
+    """A cluster config mapping turned into one whose workers are listed (filled by the caller), without joins."""
+    for key in ("join", "min_workers"):
+        cfg.setdefault("cluster", {}).pop(key, None)
 
 
 def _plain(value):
@@ -288,20 +311,21 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
     with open(os.path.join(REPO, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)
     if cluster is None:
-        with open(os.path.join(REPO, "configs", "compose-pi.yml")) as fh:
+        with open(os.path.join(REPO, "configs", "swarm.yml")) as fh:  # listed workers (the Pi file's join)
             cluster = yaml.safe_load(fh)
     cfg = copy.deepcopy(cluster)
+    listed_pool(cfg)
     cameras = tuple((cfg.get("cameras") or {}).keys()) if len(cfg.get("cameras") or {}) > 1 else ("",)
     rates = rate if isinstance(rate, (list, tuple)) else [rate] * n
     spec = describe(n, [templated_link(p) for p in hop_prefixes(n)], None, "pool", cameras)
     for doc, var in ((pi, "${PI_CONFIG:-compose-pi.yml}"), (stack, None)):
         services = doc["services"]
-        template = services.pop("worker1")
-        services.pop("worker0")
+        template = listed_worker(services.pop("worker")) if "worker" in services else services.pop("worker1")
+        services.pop("worker0", None)
         master = services.pop("master")
         for i, name in enumerate(spec.worker_names()):
             svc = copy.deepcopy(template)
-            svc["command"] = svc["command"][:-1] + [str(i)]  # [..., "-i", "<i>"]
+            svc["command"] = svc["command"][:3] + ["-i", str(i)]  # ["worker", "-c", CONFIG, "-i", "<i>"]
             if "deploy" in svc:
                 svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == %s" % name]}
             services[name] = svc
@@ -335,7 +359,7 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
                                    "config lacks it)}" % (service, var, var)]
     netem["command"] = keep + addresses + spec.link_args()
     stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
-    workers = [str(w) for w in cfg["cluster"]["workers"]]
+    workers = [str(w) for w in cfg["cluster"].get("workers") or []] or ["192.168.1.21:50060"]
     host, _, port = workers[-1].rpartition(":")
     prefix, _, last_ip = host.rpartition(".")
     for step in range(1, n - len(workers) + 1):
@@ -345,19 +369,6 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
         raise ValueError("%d link rates for %d workers" % (len(rates), n))
     cfg["bandwidth"] = [float(r) for r in rates]
     return pi, stack, cfg
-
-
-# configs/compose.yml keys that .env owns: config key -> how to compute it from the .env values
-ENV_HEADER = """# Cluster config for docker-compose.yml; frames, bandwidth and cpus are GENERATED from .env by
-# `python3 scripts/compose_workers.py --from-env`: edit .env (FRAMES, HOP*_RATE, *_CPUS) and re-run it;
-# `--check` (and tests/unit/test_compose_workers.py) fail when the two differ. `bandwidth` is what the cost
-# model plans with (the netem helper enforces .env's rates), `cpus` the caps compose sets (for the planner
-# and the report). Other keys: edit here, they are kept.
-# The model is the demo's (shared/cnnvideo/demo.yml): the trained person detector (`person-ssdlite`, ONNX: onnxruntime
-# without an `engine:`), which the images carry in their model cache (the Dockerfile copies build/models/), split
-# over the two workers and checked against the master's unsplit run; the master ends with people per frame. An
-# image built without it runs the first runnable `fallback` entry instead, and one warning says why.
-"""
 
 
 def read_env(path):
@@ -370,41 +381,6 @@ def read_env(path):
                 key, _, value = line.partition("=")
                 out[key.strip()] = value.strip()
     return out
-
-
-def from_env(env, cfg):
-    """configs/compose.yml mapping `cfg` with the keys .env owns set from `env`: frames, bandwidth per hop into
-    each worker, cpus of every role."""
-    cfg = dict(cfg)
-    cfg["frames"] = int(env["FRAMES"])
-    cfg["bandwidth"] = [float(env["HOP0_RATE"]), float(env["HOP1_RATE"])]
-    cfg["cpus"] = {"master": float(env["MASTER_CPUS"]), "trainer": float(env["TRAINER_CPUS"]),
-                   "worker0": float(env["WORKER0_CPUS"]), "worker1": float(env["WORKER1_CPUS"])}
-    return cfg
-
-
-def env_drift(env_path=None, config_path=None):
-    """'' if configs/compose.yml holds what .env says, else the first key that differs and both values."""
-    env_path = env_path or os.path.join(REPO, ".env")
-    config_path = config_path or os.path.join(REPO, "configs", "compose.yml")
-    with open(config_path) as fh:
-        cfg = yaml.safe_load(fh)
-    want = from_env(read_env(env_path), cfg)
-    for key in ("frames", "bandwidth", "cpus"):
-        if cfg.get(key) != want[key]:
-            return "%s: configs/compose.yml has %r, .env says %r" % (key, cfg.get(key), want[key])
-    return ""
-
-
-def write_from_env(env_path=None, config_path=None):
-    env_path = env_path or os.path.join(REPO, ".env")
-    config_path = config_path or os.path.join(REPO, "configs", "compose.yml")
-    with open(config_path) as fh:
-        cfg = from_env(read_env(env_path), yaml.safe_load(fh))
-    with open(config_path, "w") as fh:
-        fh.write(ENV_HEADER)
-        yaml.safe_dump(cfg, fh, sort_keys=False, default_flow_style=None)
-    return config_path
 
 
 def _numbers(text):
@@ -458,21 +434,10 @@ def main(argv=None):
     parser.add_argument("--media", metavar="DIR",
                         help="host folder (absolute, or relative to the repository) mounted read-only at /app/media "
                              "in the trainer and the master(s): the cameras' video files")
-    parser.add_argument("--from-env", action="store_true", help="write configs/compose.yml from .env")
-    parser.add_argument("--check", action="store_true", help="exit 1 if configs/compose.yml and .env differ")
     args = parser.parse_args(argv)
-    if args.check:
-        drift = env_drift()
-        if drift:
-            print("compose_workers: %s (run scripts/compose_workers.py --from-env)" % drift, file=sys.stderr)
-            return 1
-        return 0
-    if args.from_env:
-        print("wrote %s" % os.path.relpath(write_from_env(), REPO))
-        return 0
     n = args.workers if args.workers is not None else env_workers()
     if n is None:
-        parser.error("give the number of workers (or WORKERS in .env), --from-env or --check")
+        parser.error("give the number of workers (or WORKERS in .env)")
     if n < 1:
         parser.error("workers must be >= 1")
     topology = "chain" if args.chain else "pool"

@@ -11,14 +11,14 @@
 # a changed file (or rate: HOP1_RATE=1 ...) is one more run of this script, in place.
 #   scripts/swarm_deploy.sh [--stack NAME] [--check-only]
 # Environment: IMAGE (default cnnvideo/node), NETEM_IMAGE (cnnvideo/netem), PI_CONFIG (a file in
-# configs/, default compose-pi.yml), MASTER_IP, FRAMES, HOP*/RET* (see docker-stack.yml).
+# configs/, default swarm.yml), MASTER_IP, FRAMES, HOP*/RET* (see docker-stack.yml).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STACK_FILE=${STACK_FILE:-$REPO/docker-stack.yml}
 STACK=cnnvideo
 CHECK_ONLY=0
-export IMAGE=${IMAGE:-cnnvideo/node} NETEM_IMAGE=${NETEM_IMAGE:-cnnvideo/netem} PI_CONFIG=${PI_CONFIG:-compose-pi.yml}
+export IMAGE=${IMAGE:-cnnvideo/node} NETEM_IMAGE=${NETEM_IMAGE:-cnnvideo/netem} PI_CONFIG=${PI_CONFIG:-swarm.yml}
 
 log() { echo "swarm_deploy: $*" >&2; }
 die() { log "error: $*"; exit 1; }

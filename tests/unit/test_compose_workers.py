@@ -81,15 +81,18 @@ def test_per_link_rates_and_per_worker_caps():
         compose_workers.build(3, rate=[1, 2, 4], cpus=0.5)
 
 
-def test_env_templated_two_workers_are_docker_compose_yml_s():
-    """The env-templated build: for 2 workers the worker and trainer services are exactly docker-compose.yml's and,
-    with the pool topology, so is the netem helper (its links use the .env names HOP0_*, HOP1_*, RET_*); for 4, the
-    names run on (HOP3_RATE, WORKER3_CPUS). The default (the experiment runner's) keeps the chain's hops."""
+def test_env_templated_workers_are_listed_copies_of_the_joining_worker_service():
+    """The env-templated build (the experiment runner's): worker0..n-1 are docker-compose.yml's one joining `worker`
+    service as listed workers (`-i <i>`, no replicas, each its own cap variable); its links use the per-hop .env names
+    HOP0_*, HOP1_*, RET_*, and for 4 workers the names run on (HOP3_RATE, WORKER3_CPUS). The default keeps the chain's
+    hops."""
     with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
         committed = yaml.safe_load(fh)["services"]
     two = compose_workers.env_templated(2, topology="pool")["services"]
-    for name in ("trainer", "worker0", "worker1", "netem"):
-        assert two[name] == committed[name], name
+    assert two["trainer"] == committed["trainer"] and "worker" not in two
+    assert two["worker1"]["command"] == ["worker", "-c", "/app/configs/${CONFIG:-compose.yml}", "-i", "1"]
+    assert "deploy" not in two["worker1"] and two["worker1"]["cpus"] == "${WORKER1_CPUS:-0.5}"
+    assert "--min-workers" not in two["master"]["command"]
     chain = compose_workers.env_templated(2)["services"]
     assert [c.split(",")[:2] for c in chain["netem"]["command"] if c != "--link"] == \
         [["master<>worker0", "rate=${HOP0_RATE:-3}"], ["worker0<>worker1", "rate=${HOP1_RATE:-3}"],
@@ -102,13 +105,12 @@ def test_env_templated_two_workers_are_docker_compose_yml_s():
 
 
 def test_stack_links_are_the_pool_s_and_the_pi_files_grow_with_n():
-    """docker-stack.yml's helper shapes the 2-worker pool's links as docker-compose.yml does; build_pi(4) places
+    """docker-stack.yml's helper shapes the 2-worker pool's links as the env-templated 2-worker pool; build_pi(4) places
     worker0..3 on nodes labelled worker0..3, its helper shapes the 4-worker pool, the Pi compose file runs 4 workers
     on the generated config and the config continues compose-pi.yml's addresses."""
     with open(os.path.join(ROOT, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)["services"]
-    with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
-        compose = yaml.safe_load(fh)["services"]
+    compose = compose_workers.env_templated(2, topology="pool")["services"]
     links = [c for c in stack["netem"]["command"] if ">" in c]
     assert links == [c for c in compose["netem"]["command"] if c != "--link"]
     pi, stack4, cfg = compose_workers.build_pi(4, rate=2.0)
@@ -168,36 +170,13 @@ def test_written_compose_file_validates(tmp_path):
                 os.remove(os.path.join(ROOT, rel))
 
 
-def test_committed_env_and_compose_config_are_in_sync():
-    """configs/compose.yml holds the frames, bandwidth and cpus .env sets (it is generated from .env)."""
-    assert compose_workers.env_drift() == ""
-    proc = subprocess.run([sys.executable, "scripts/compose_workers.py", "--check"], cwd=ROOT, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_an_edited_env_is_caught_and_regenerating_fixes_it(tmp_path):
-    """A rate changed in .env alone is reported with the key; --from-env's writer brings the config in line and
-    keeps every other key."""
-    env = tmp_path / ".env"
-    env.write_text(open(os.path.join(ROOT, ".env")).read().replace("HOP1_RATE=3", "HOP1_RATE=1.5"))
-    cfg = tmp_path / "compose.yml"
-    shutil.copy(os.path.join(ROOT, "configs", "compose.yml"), str(cfg))
-    drift = compose_workers.env_drift(str(env), str(cfg))
-    assert drift.startswith("bandwidth:") and "1.5" in drift
-    compose_workers.write_from_env(str(env), str(cfg))
-    assert compose_workers.env_drift(str(env), str(cfg)) == ""
-    before = yaml.safe_load(open(os.path.join(ROOT, "configs", "compose.yml")))
-    after = yaml.safe_load(cfg.read_text())
-    assert after["bandwidth"] == [3.0, 1.5] and {k: v for k, v in after.items() if k != "bandwidth"} == \
-        {k: v for k, v in before.items() if k != "bandwidth"}
-
-
 def camera_cluster(**cameras):
     """configs/compose.yml as a cluster config of the given cameras (its top-level video and camera name left out)."""
     with open(os.path.join(ROOT, "configs", "compose.yml")) as fh:
         cluster = yaml.safe_load(fh)
     del cluster["video"], cluster["events"]["camera"]
+    compose_workers.listed_pool(cluster)
+    cluster["cluster"]["workers"] = ["worker0:50060", "worker1:50060"]
     cluster["cameras"] = cameras
     return cluster
 
