@@ -126,7 +126,7 @@ class ComposeRun:
     """docker-compose.yml as one test's project: configs/compose.yml with `updates`, mounted from a folder of
     this test's own (the roles run as uid 10001), FRAMES frames, report and results in tmp_path/out."""
 
-    ROLES = ("trainer", "worker0", "worker1", "master")
+    ROLES = ("trainer", "worker", "master")
 
     def __init__(self, tmp_path: Path, prefix: str, config_name: str, frames: int, **updates) -> None:
         self.project = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
@@ -144,6 +144,26 @@ class ComposeRun:
                         COMPOSE_PROJECT_NAME=self.project)
         self.compose = ["docker", "compose", "-p", self.project, "-f", str(REPO / "docker-compose.yml"),
                         "-f", str(override)]
+
+
+JOINED = re.compile(r"\bw(\d+) joined at (\S+):\d+ ")
+
+
+def joined_workers(project: str, master_log: str) -> Dict[str, str]:
+    """{"worker<id>": container name} of a compose project's `worker` containers, by the id the master gave each
+    (its "wN joined at ADDRESS" lines; a worker's address is its IP on the route to the master, or its host name)."""
+    names = docker("ps", "-a", "--filter", "label=%s=%s" % (PROJECT_LABEL, project), "--filter",
+                   "label=com.docker.compose.service=worker", "--format", "{{.Names}}").split()
+    by_address = {}
+    for info in json.loads(docker("inspect", *names)) if names else []:
+        nets = (info.get("NetworkSettings") or {}).get("Networks") or {}
+        for key in [info["Config"]["Hostname"]] + [n.get("IPAddress") for n in nets.values()]:
+            by_address[key] = info["Name"].lstrip("/")
+    found = {}
+    for m in JOINED.finditer(master_log):
+        if m.group(2) in by_address:
+            found["worker" + m.group(1)] = by_address[m.group(2)]
+    return found
 
 
 # the netem helper's line per shaped container, by target name (<service>-<container number>):

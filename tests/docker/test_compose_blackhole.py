@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker
+from dockerutil import REPO, ComposeRun, docker, joined_workers
 from test_compose_reliability import MasterLog
 
 pytestmark = pytest.mark.docker
@@ -113,9 +113,11 @@ def test_hop_blackholed_for_20_s_run_completes_nothing_lost(wheels_present, tmp_
                               stderr=subprocess.STDOUT, universal_newlines=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-5000:]
         t_up = time.time() - t0
-        names = {s: "%s-%s-1" % (project, s) for s in ("master", "worker0", "worker1")}
-        ips = {s: _ip(names[s]) for s in ("worker0", "worker1")}
+        names = {"master": "%s-master-1" % project}
         log = MasterLog(names["master"])
+        log.wait_for(lambda: "2 of 2 workers" in "".join(log.lines), 900)  # the pool's workers join
+        names.update(joined_workers(project, "".join(log.lines)))
+        ips = {s: _ip(names[s]) for s in ("worker0", "worker1")}
         hop = HopBytes(_pid(names["worker0"]), ips["worker1"])
         log.wait_for(lambda: log.sent >= CUT_AT, 900)  # generous: CI runs the integration tier beside it
         before = hop.now()

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker
+from dockerutil import REPO, ComposeRun, docker, joined_workers
 
 pytestmark = pytest.mark.docker
 FRAMES = 80
@@ -101,9 +101,10 @@ def test_worker1_killed_twice_compose_restarts_it_and_the_run_completes(wheels_p
                               stderr=subprocess.STDOUT, universal_newlines=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-5000:]
         t_up = time.time() - t0
-        names = {s: "%s-%s-1" % (project, s) for s in ("master", "worker1")}
-        worker1 = names["worker1"]
+        names = {"master": "%s-master-1" % project}
         log = MasterLog(names["master"])
+        log.wait_for(lambda: "2 of 2 workers" in "".join(log.lines), 900)  # the pool's workers join
+        worker1 = names["worker1"] = joined_workers(project, "".join(log.lines))["worker1"]
 
         # fault 1: worker1 crashes (SIGKILL to all its processes but docker-init, which then exits 137)
         log.wait_for(lambda: log.sent >= KILL_AT[0], 900)  # generous: CI runs the integration tier beside it

@@ -3,7 +3,7 @@
 the pool's addresses and told to the other workers; then the planner plans the grown pool, and frames take the new
 plan once every worker has built its stage of it (warming.StageWarmer), the joined one first (its StartRun builds
 its stage of it). Its first input frame is a keyframe (a fresh link). A member's address that asks again is one that
-restarted: the return watch takes it back."""
+restarted: the return watch (or the resync waiting for it) takes it back, under the id it had."""
 from __future__ import annotations
 
 import logging
@@ -56,12 +56,11 @@ class Joins:
             raise JoinRefused("UNAVAILABLE", "the master is still setting up its run: try again")
         if m.failure is not None or m.closing:
             raise JoinRefused("UNAVAILABLE", "the run is over")
-        if address in m.addresses:
+        if address in m.addresses:  # only the worker serving there can ask from there: it restarted
             w = m.addresses.index(address)
-            if w in m.pool.membership.out:
-                log.info("%s asks to join again: it is taken back once it serves (the return watch)", m.links.name(w))
-                return w
-            raise JoinRefused("ALREADY_EXISTS", "%s is already in the pool as w%d" % (address, w))
+            log.info("%s asks to join again (it restarted): it is taken back once it serves (%s)", m.links.name(w),
+                     "the return watch" if w in m.pool.membership.out else "the resync waiting for it")
+            return w
         info, costs = self._ask(address)
         with self.lock:
             if m.failure is not None or m.closing:
