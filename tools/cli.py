@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leave-at", type=int, default=0, help="one joined worker gets SIGTERM at this frame (0: none)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
     p.add_argument("--out", required=True, help="work folder: both runs' outputs and join.json")
+    p.add_argument("--compose", action="store_true",
+                   help="on the compose cluster: `--scale worker=N`, and `--scale ... --no-recreate` for the joins "
+                        "(the config is the roles'; its video must be in the image)")
     p = bench.add_parser("churn", help="workers joining and leaving a running pool, one event every few seconds")
     p.add_argument("-c", "--config", required=True, help="the cluster config (its frames, workers, caps, links)")
     p.add_argument("--cycles", type=int, default=5, help="joins, each followed by its leave")

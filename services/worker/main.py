@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 
 from cnnvideo import config
 from cnnvideo.config_rules import join_token
@@ -18,14 +19,25 @@ log = logging.getLogger(__name__)
 JOIN_WAIT_S = 900.0  # a joining worker waits this long for a master that is not up yet or still setting up
 
 
-def advertised(listen: str, master: str) -> str:
+def advertised(listen: str, master: str, wait_s: float = 0.0) -> str:
     """The address the master and the other workers reach this worker at: `listen`, or, when it listens on every
     interface, this host's address on the route to the master (a container's or a Pi's own IP: its host name may
-    resolve nowhere else), with the port."""
+    resolve nowhere else), with the port. Waits up to `wait_s` for the master's name to resolve (a container
+    started beside the master's), so that the address is the same one every time this worker (re)starts; this
+    host's name if it never does."""
     host, _, port = listen.rpartition(":")
     if host not in ("", "0.0.0.0", "[::]", "::"):
         return listen
-    return "%s:%s" % (route_address(master.rpartition(":")[0]) or socket.gethostname(), port)
+    deadline = time.time() + wait_s
+    said = 0.0
+    while True:
+        ip = route_address(master.rpartition(":")[0])
+        if ip or time.time() >= deadline:
+            return "%s:%s" % (ip or socket.gethostname(), port)
+        if time.time() - said >= 10.0:
+            log.info("waiting for the master's address %s to resolve (to tell it where this worker is)", master)
+            said = time.time()
+        time.sleep(1.0)
 
 
 def route_address(host: str) -> str:
@@ -44,7 +56,7 @@ def run(args) -> int:
     joining = bool(getattr(args, "join", None))
     tls.setup(cfg, "worker" if joining else "worker%d" % args.id)  # mutual TLS for every channel/server, if set
     if joining:
-        address = getattr(args, "advertise", None) or advertised(args.listen, args.join)
+        address = getattr(args, "advertise", None) or advertised(args.listen, args.join, JOIN_WAIT_S)
         role = WorkerRole(cfg, -1, listen=args.listen, address=address)
     else:
         role = WorkerRole(cfg, args.id)

@@ -78,7 +78,7 @@ def test_pi_files_and_swarm_stack_run_one_master_per_camera():
     """A Pi cluster config listing two cameras renders a master-<camera> service per camera in the Pi compose file
     and in the stack: each runs `--camera <camera>`, the stack places it on the node labelled master-<camera>, and
     the stack's helper knows each master's address and shapes every master's links."""
-    with open(os.path.join(ROOT, "configs", "compose-pi.yml")) as fh:
+    with open(os.path.join(ROOT, "configs", "swarm.yml")) as fh:
         mapping = yaml.safe_load(fh)
     mapping.pop("video")
     mapping["trainer"] = {"frames": 10, "video": "/usr/share/cnnvideo/vtest.avi"}

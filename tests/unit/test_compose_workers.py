@@ -107,7 +107,7 @@ def test_env_templated_workers_are_listed_copies_of_the_joining_worker_service()
 def test_stack_links_are_the_pool_s_and_the_pi_files_grow_with_n():
     """docker-stack.yml's helper shapes the 2-worker pool's links as the env-templated 2-worker pool; build_pi(4) places
     worker0..3 on nodes labelled worker0..3, its helper shapes the 4-worker pool, the Pi compose file runs 4 workers
-    on the generated config and the config continues compose-pi.yml's addresses."""
+    on the generated config and the config continues swarm.yml's addresses."""
     with open(os.path.join(ROOT, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)["services"]
     compose = compose_workers.env_templated(2, topology="pool")["services"]

@@ -100,8 +100,7 @@ def _round(x: Optional[float]) -> Optional[float]:
     return round(x, 3) if x is not None else None
 
 
-def _since(t: Optional[float], joiner: Optional[Joiner], attr: str) -> Optional[float]:
-    start = getattr(joiner, attr) if joiner is not None else None
+def _since(t: Optional[float], start: Optional[float]) -> Optional[float]:
     return round(t - start, 2) if t is not None and start is not None else None
 
 
@@ -114,6 +113,10 @@ def run(args) -> int:
     bw = list(base.get("bandwidth") or [3.0])[:1]
     results: Dict[str, Any] = {"config": args.config, "workers": n, "joins": joins, "join_at_frame": args.join_at,
                                "frames": base.get("frames"), "runs": {}}
+    if getattr(args, "compose", False):
+        from .join_compose import run as run_compose
+
+        return run_compose(args, base, work, results)
 
     def config_for(name: str, workers: int, join: str = "") -> str:
         cfg = dict(base, bandwidth=bw * workers)
@@ -155,12 +158,31 @@ def run(args) -> int:
         print("".join(grow.lines[-40:]), file=sys.stderr)
         return 1
 
-    rep_full, rep_grow = _report(out_full), _report(out_grow)
-    lines_full, lines_grow = _lines(out_full), _lines(out_grow)
     joined_lines = [ln for ln in grow.lines if "joined the pool (" in ln]
     port_of = {int(ln.split(" worker w")[1].split()[0]): ln.split(" at 127.0.0.1:")[1].split()[0]
                for ln in joined_lines}  # "worker w2 at 127.0.0.1:31085 joined the pool (..."
     by_port = {j.port: j for j in joiners}
+    starts = {w: (getattr(by_port.get(port_of.get(w)), "t_command", None),
+                  getattr(by_port.get(port_of.get(w)), "t_process", None)) for w in port_of}
+    results.update(analyse(n, joins, out_full, out_grow, joined_lines, starts, t_leave))
+    return write_results(work, "join.json", results)
+
+
+def write_results(work: str, name: str, results: Dict[str, Any]) -> int:
+    text = json.dumps(results, indent=1)
+    with open(os.path.join(work, name), "w") as fh:
+        fh.write(text + "\n")
+    print(text)
+    return 0
+
+
+def analyse(n: int, joins: int, out_full: str, out_grow: str, joined_lines: List[str],
+            starts: Dict[int, tuple], t_leave: Optional[float]) -> Dict[str, Any]:
+    """The figures of a `start-N` and a `grow` run from their outputs: `starts` {joined worker id: (when the command
+    that started it ran, when its process started)}, `t_leave` when a leave was seen (None: no leave)."""
+    results: Dict[str, Any] = {"runs": {}}
+    rep_full, rep_grow = _report(out_full), _report(out_grow)
+    lines_full, lines_grow = _lines(out_full), _lines(out_grow)
     new_ids = list(range(n - joins, n))
     first = {w: min((e["result_time"] for e in lines_grow if w in e["route"]), default=None) for w in new_ids}
     after = max(t for t in first.values() if t is not None) if all(first.values()) else None
@@ -179,9 +201,9 @@ def run(args) -> int:
     results.update({
         "joined_lines": [ln.strip() for ln in joined_lines],
         # from the `cnnvideo local-worker` command (its fork server starts first), and from the worker's own process
-        "first_result_after_command_s": {"w%d" % w: _since(first[w], by_port.get(port_of.get(w)), "t_command")
+        "first_result_after_command_s": {"w%d" % w: _since(first[w], starts.get(w, (None, None))[0])
                                          for w in new_ids},
-        "first_result_after_process_start_s": {"w%d" % w: _since(first[w], by_port.get(port_of.get(w)), "t_process")
+        "first_result_after_process_start_s": {"w%d" % w: _since(first[w], starts.get(w, (None, None))[1])
                                                for w in new_ids},
         "fps_after_joins": grow_fps and round(grow_fps, 3), "after_joins_frames": [from_frame, to_frame],
         "fps_start_n_same_frames": full_fps and round(full_fps, 3),
@@ -195,8 +217,4 @@ def run(args) -> int:
                         "fps_start_n_after_leave_frames": _round(_fps(same_full)),
                         "leave_ratio": _round(_fps(after_leave) / _fps(same_full))
                         if _fps(after_leave) and _fps(same_full) else None})
-    text = json.dumps(results, indent=1)
-    with open(os.path.join(work, "join.json"), "w") as fh:
-        fh.write(text + "\n")
-    print(text)
-    return 0
+    return results

@@ -62,6 +62,10 @@ class Joins:
                      "the return watch" if w in m.pool.membership.out else "the resync waiting for it")
             return w
         info, costs = self._ask(address)
+        twin = next((w for w, i in enumerate(m.infos) if info.instance and i.instance == info.instance), None)
+        if twin is not None:  # the same process under another address (its host name, then its IP)
+            raise JoinRefused("ALREADY_EXISTS", "this worker is already in the pool as w%d at %s"
+                              % (twin, m.addresses[twin]))
         with self.lock:
             if m.failure is not None or m.closing:
                 raise JoinRefused("UNAVAILABLE", "the run is over")
