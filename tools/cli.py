@@ -29,6 +29,7 @@ COMMANDS = {
     "bench int8-scenes": "cnnvideo.tools.bench.int8_scenes:run",
     "bench join": "cnnvideo.tools.bench.join:run",
     "bench churn": "cnnvideo.tools.bench.churn:run",
+    "bench intruder": "cnnvideo.tools.bench.intruder:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -191,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compose", action="store_true",
                    help="on the compose cluster: `--scale worker=N`, and `--scale ... --no-recreate` for the joins "
                         "(the config is the roles'; its video must be in the image)")
+    p = bench.add_parser("intruder", help="the pool's fps while an intruder keeps asking to join with a wrong token")
+    p.add_argument("-c", "--config", required=True, help="a `cnnvideo local` config (joins are turned on)")
+    p.add_argument("--start", type=int, default=150, help="the first intruder window starts at this frame")
+    p.add_argument("--window", type=int, default=100, help="frames per window (the intruder on, then off, ...)")
+    p.add_argument("--every", type=float, default=0.05, help="seconds between the intruder's attempts")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
+    p.add_argument("--out", required=True, help="work folder: the run's output and intruder.json")
     p = bench.add_parser("churn", help="workers joining and leaving a running pool, one event every few seconds")
     p.add_argument("-c", "--config", required=True, help="the cluster config (its frames, workers, caps, links)")
     p.add_argument("--cycles", type=int, default=5, help="joins, each followed by its leave")

@@ -44,7 +44,7 @@ class Gathering:
         try:
             return self._join(address, token)
         except JoinRefused as exc:
-            log.warning("join refused: worker at %s (from %s): %s", address or "?", peer or "?", exc)
+            self.admission.say(log, exc, address, peer)
             raise
 
     def _join(self, address: str, token: str) -> int:

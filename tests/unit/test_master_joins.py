@@ -41,9 +41,40 @@ def test_admission_refuses_a_wrong_token_and_too_many_attempts_then_refills():
     assert exc.value.code == "RESOURCE_EXHAUSTED"
     clock.t += 10.0  # 6 a minute: one attempt back
     adm.admit("s3cret-token-0123456789")
-    assert adm.refused == ["wrong join token", "joins are rate-limited (6 a minute): try again later"]
+    assert list(adm.refused) == ["wrong join token", "joins are rate-limited (6 a minute): try again later"]
     open_door = Admission("", clock=clock)  # no token asked (loopback or TLS): any token passes
     open_door.admit("anything")
+
+
+def test_an_intruder_trying_again_and_again_is_logged_once_in_a_while_and_kept_bounded():
+    """Refusals of one kind are logged at most once every 10 s, the next line saying how many were not; the record
+    of refusals stays bounded however many attempts come."""
+    import logging
+
+    clock = Clock()
+    adm = Admission("s3cret-token-0123456789", per_minute=1e9, burst=1e9, clock=clock)
+    lines = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("test-admission")
+    log.addHandler(Catch())
+    for _ in range(500):
+        clock.t += 0.01
+        try:
+            adm.admit("wrong")
+        except JoinRefused as exc:
+            adm.say(log, exc, "10.0.0.9:50060", "ipv4:10.0.0.9:4242")
+    assert len(lines) == 1 and lines[0].endswith("wrong join token") and adm.counts == {"PERMISSION_DENIED": 500}
+    clock.t += 10.0
+    try:
+        adm.admit("wrong")
+    except JoinRefused as exc:
+        adm.say(log, exc, "10.0.0.9:50060", "")
+    assert len(lines) == 2 and "(and 499 more like it in the last 10 s)" in lines[1]
+    assert len(adm.refused) == 100
 
 
 def test_the_pool_grows_by_one_worker_that_gets_no_frame_until_a_plan_names_it():

@@ -2,10 +2,12 @@
 Pure: the clock is passed in, so it tests without a network."""
 from __future__ import annotations
 
+import collections
 import hmac
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List
+from typing import Callable, Deque, Dict
 
 JOINS_PER_MINUTE = 12  # attempts, accepted or not: a scaled service's workers arrive a few a second at most
 BURST = 4  # attempts at once (a `--scale worker=4` starts four together)
@@ -29,7 +31,11 @@ class Admission:
     clock: Callable[[], float] = time.monotonic
     _level: float = field(default=-1.0, init=False)
     _at: float = field(default=0.0, init=False)
-    refused: List[str] = field(default_factory=list, init=False)  # why each refused attempt was refused
+    # why the last refused attempts were refused (bounded: an intruder's attempts must not grow the master)
+    refused: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=100), init=False)
+    counts: Dict[str, int] = field(default_factory=dict, init=False)  # refusals by gRPC status name
+    _said: Dict[str, float] = field(default_factory=dict, init=False)  # when each code was last logged
+    _unsaid: Dict[str, int] = field(default_factory=dict, init=False)  # refusals since, not logged
 
     def admit(self, token: str) -> None:
         """Take one attempt presenting `token`: JoinRefused when it is over the rate or the token is wrong (the rate
@@ -49,3 +55,16 @@ class Admission:
     def _refuse(self, exc: JoinRefused) -> None:
         self.refused.append(str(exc))
         raise exc
+
+    def say(self, log: logging.Logger, exc: JoinRefused, address: str, peer: str, quiet_s: float = 10.0) -> None:
+        """Log one line for a refused join; refusals of one kind (a rate-limited or wrong-token intruder trying
+        again and again) are logged at most once every `quiet_s`, with how many were not."""
+        self.counts[exc.code] = self.counts.get(exc.code, 0) + 1
+        now = self.clock()
+        if now - self._said.get(exc.code, -quiet_s) < quiet_s:
+            self._unsaid[exc.code] = self._unsaid.get(exc.code, 0) + 1
+            return
+        more = self._unsaid.pop(exc.code, 0)
+        self._said[exc.code] = now
+        log.warning("join refused: worker at %s (from %s): %s%s", address or "?", peer or "?", exc,
+                    " (and %d more like it in the last %.0f s)" % (more, quiet_s) if more else "")

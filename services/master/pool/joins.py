@@ -41,7 +41,7 @@ class Joins:
         try:
             return self._join(address, token)
         except JoinRefused as exc:
-            log.warning("join refused: worker at %s (from %s): %s", address or "?", peer or "?", exc)
+            self.admission.say(log, exc, address, peer)
             raise
         except Exception as exc:  # noqa: BLE001 - a bug here must not take the run down: the worker hears why
             log.exception("join of the worker at %s failed", address)
