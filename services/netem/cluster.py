@@ -10,8 +10,17 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import tc
 from .links import Link, LinkError
-from .targets import (NUMBER_LABEL, PROJECT_LABEL, SERVICE_LABEL, Target, concerns, is_source,  # noqa: F401
-                      pair_links, target_from_attrs, targets_from_attrs)
+from .targets import (  # noqa: F401
+    NUMBER_LABEL,
+    PROJECT_LABEL,
+    SERVICE_LABEL,
+    Target,
+    concerns,
+    is_source,
+    pair_links,
+    target_from_attrs,
+    targets_from_attrs,
+)
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 
 from cnnvideo import config
+from cnnvideo.config_cameras import camera_join_addresses
 from cnnvideo.config_rules import join_token
 from cnnvideo.rpc import tls
 
@@ -51,6 +53,35 @@ def route_address(host: str) -> str:
         return ""
 
 
+def join_every_camera(role: WorkerRole, cfg, join: str, address: str) -> bool:
+    """Join the pool of every camera's master (their join addresses follow `join`: camera_join_addresses), at once:
+    a worker joins the cluster, not one camera. False (one line each) if any refused it."""
+    masters = camera_join_addresses(join, len(cfg.cameras))
+    replies, errors = {}, {}
+
+    def one(master: str) -> None:
+        try:
+            replies[master] = join_pool(master, address, join_token(cfg), role.instance, cfg.max_message_bytes,
+                                        JOIN_WAIT_S)
+        except JoinError as exc:
+            errors[master] = exc
+
+    threads = [threading.Thread(target=one, args=(m,), name="join-" + m) for m in masters]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for master in masters:
+        if master in errors:
+            log.error("%s", errors[master])
+        else:
+            reply = replies[master]
+            role.joined(int(reply.worker_id))
+            log.info("joined the pool of the master at %s as w%d (run %s%s)", master, reply.worker_id, reply.run_id,
+                     ", camera %s" % reply.camera if len(masters) > 1 else "")
+    return not errors
+
+
 def run(args) -> int:
     cfg = config.load(args.config, check_files=False)  # a worker needs no video
     joining = bool(getattr(args, "join", None))
@@ -62,15 +93,8 @@ def run(args) -> int:
         role = WorkerRole(cfg, args.id)
     try:
         role.start()
-        if joining:
-            try:
-                reply = join_pool(args.join, address, join_token(cfg), role.instance, cfg.max_message_bytes,
-                                  JOIN_WAIT_S)
-            except JoinError as exc:
-                log.error("%s", exc)
-                return 1
-            role.joined(int(reply.worker_id))
-            log.info("joined the pool of the master at %s as w%d (run %s)", args.join, reply.worker_id, reply.run_id)
+        if joining and not join_every_camera(role, cfg, args.join, address):
+            return 1
         role.serve()
     finally:
         role.stop()

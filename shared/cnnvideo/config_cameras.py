@@ -99,6 +99,15 @@ def _take_camera(cfg: Config, cam: Camera) -> None:
     cfg.events.zones, cfg.events.camera = cam.zones, cam.name
 
 
+def camera_join_addresses(join: str, cameras: int) -> List[str]:
+    """Where each camera's master takes joining workers: `join` (cluster.join) for the first camera, the next ports
+    for the next ones, in the config's order. A worker joins them all: it joins the cluster, not one camera."""
+    if not join:
+        return []
+    host, _, port = join.rpartition(":")
+    return ["%s:%d" % (host, int(port) + i) for i in range(max(cameras, 1))]
+
+
 def camera_config(cfg: Config, cam: Camera) -> Config:
     """The config camera `cam` of `cfg` runs on its master: a copy whose camera list is `cam` alone and whose
     top-level video, frame_size, source, check_share, zones and events.camera are the camera's; with several
@@ -115,6 +124,8 @@ def camera_config(cfg: Config, cam: Camera) -> Config:
     if one.events.mqtt:  # one master's end must not say the others are offline
         one.events.mqtt["availability"] = "camera"
     mean = sum(c.weight for c in cfg.cameras) / len(cfg.cameras)
+    if cfg.cluster.join:  # each camera's master takes joins on its own port (camera_join_addresses)
+        one.cluster.join = camera_join_addresses(cfg.cluster.join, len(cfg.cameras))[cfg.cameras.index(cam)]
     one.in_flight = max(1, int(round(cfg.in_flight * cam.weight / mean)))
     one.out = os.path.join(cfg.out, cam.name)
     return one

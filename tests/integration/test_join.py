@@ -135,3 +135,46 @@ def test_a_join_to_an_address_that_is_not_a_master_fails_with_one_line(tmp_path,
     errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln]
     assert len(errors) == 1 and errors[0].endswith("is not a cnnvideo master (it has no Join service)"), \
         proc.stderr[-2000:]
+
+
+def test_a_worker_joins_every_cameras_pool(tmp_path, synthetic_video):
+    """Two cameras (two clips, camera-like: 20 fps, looped, until SIGTERM) on two workers with joins on: one
+    `cnnvideo local-worker` joins the cluster, not one camera: each camera's master (its own join port, the first
+    camera's cluster.join and the next) takes it in as w2 and sends it frames. Then SIGTERM: both cameras complete
+    every frame they sent, in order, exact against the unsplit model, none sent again."""
+    from cnnvideo.video.frames import synthetic_frames, write_video
+
+    other = write_video(str(tmp_path / "yard.avi"), synthetic_frames(40, (96, 128), seed=7))
+    join = "127.0.0.1:%d" % free_port()
+    data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
+                       cluster={"workers": ["127.0.0.1:50060", "127.0.0.1:50061"], "join": join}, bandwidth=[3])
+    del data["video"]
+    data["cameras"] = {"door": {"video": synthetic_video}, "yard": {"video": other}}
+    out = str(tmp_path / "cams")
+    run = LocalRun(write_config(str(tmp_path / "cams.yml"), data), out)
+    joiner = None
+    try:
+        run.wait_for(lambda: run.count("sent frame 41/") >= 2, 300)  # (each camera's master)
+        joiner = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local-worker", out], stdout=subprocess.DEVNULL,
+                                  stderr=open(str(tmp_path / "local-worker.log"), "w"), env=env(), cwd=REPO)
+        run.wait_for(lambda: run.count("joined the pool (") >= 2, 300)
+        time.sleep(3.0)  # frames reach the joined worker on both cameras
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, text = run.finish(300)
+    finally:
+        stop_procs([joiner] if joiner is not None else [])
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 0, text[-4000:]
+    for camera in ("door", "yard"):
+        with open(os.path.join(out, camera, "report.json")) as fh:
+            report = json.load(fh)
+        assert report["completed"] == report["frames"] > 0 and report["lost"] == 0, (camera, text[-3000:])
+        assert report["retried"] == 0 and report["max_abs_err"] == 0.0, camera
+        lines = _lines(os.path.join(out, camera))
+        assert [e["frame"] for e in lines] == list(range(report["completed"])), camera
+        assert any(e["route"][0] == 2 for e in lines), "camera %s sent the joined worker no frame" % camera
+    said = "".join(_read(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".log"))
+    assert said.count("as w2 (run") == 2 and "camera door)" in said and "camera yard)" in said, said[-2000:]

@@ -23,6 +23,8 @@ import yaml
 
 from cnnvideo.rpc.net import free_port
 
+from . import join_compose
+
 
 def _fps(times: List[float]) -> Optional[float]:
     times = sorted(times)
@@ -114,9 +116,7 @@ def run(args) -> int:
     results: Dict[str, Any] = {"config": args.config, "workers": n, "joins": joins, "join_at_frame": args.join_at,
                                "frames": base.get("frames"), "runs": {}}
     if getattr(args, "compose", False):
-        from .join_compose import run as run_compose
-
-        return run_compose(args, base, work, results)
+        return join_compose.run(args, base, work, results)
 
     def config_for(name: str, workers: int, join: str = "") -> str:
         cfg = dict(base, bandwidth=bw * workers)

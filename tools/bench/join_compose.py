@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from .join import analyse, write_results
+from . import join as joinbench  # (a module: join.py imports this one)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE_VOLUME = "cnnvideo-bench-join-cache"
@@ -152,5 +152,5 @@ def run(args, base: dict, work: str, results: dict) -> int:
         if m:
             joined[int(m.group(1))] = (t_command, starts.get(m.group(2)))
     results.update(backend="compose", start_n_dir=full.out, grow_dir=grow.out)
-    results.update(analyse(n, joins, full.out, grow.out, joined_lines, joined, None))
-    return write_results(work, "join-compose.json", results)
+    results.update(joinbench.analyse(n, joins, full.out, grow.out, joined_lines, joined, None))
+    return joinbench.write_results(work, "join-compose.json", results)
