@@ -176,7 +176,7 @@ class MasterRole:
         wall = time.time() - t0
         if self.failure is None:
             self.sending.drain(self.timeout)  # the last send's accounting (a result can come back before it)
-            self.reader.wait_reports(2.0)  # and the last stage reports (a result can come back before them)
+            self.reader.wait_reports(15.0)  # the last stage reports (on their own streams: seconds late on a busy host)
         else:
             self.recovery.name_dead_worker()
         self.reader.deliver(final=True)  # results still held for frame order
