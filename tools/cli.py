@@ -30,6 +30,7 @@ COMMANDS = {
     "bench join": "cnnvideo.tools.bench.join:run",
     "bench churn": "cnnvideo.tools.bench.churn:run",
     "bench intruder": "cnnvideo.tools.bench.intruder:run",
+    "bench join-cameras": "cnnvideo.tools.bench.join_cameras:run",
     "experiment": "cnnvideo.tools.experiment:run",
 }
 
@@ -192,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compose", action="store_true",
                    help="on the compose cluster: `--scale worker=N`, and `--scale ... --no-recreate` for the joins "
                         "(the config is the roles'; its video must be in the image)")
+    p.add_argument("--edge", action="store_true", help="with --compose: also a run of one worker, the reference")
+    p = bench.add_parser("join-cameras", help="several cameras on a pool that grows by joins while they run")
+    p.add_argument("-c", "--config", required=True, help="a `cnnvideo local` config listing the cameras")
+    p.add_argument("--joins", type=int, default=2, help="workers that join (each joins every camera's pool)")
+    p.add_argument("--join-at", type=int, default=150, help="the joiners start once the first camera sent this frame")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
+    p.add_argument("--out", required=True, help="work folder: the run's output and join-cameras.json")
     p = bench.add_parser("intruder", help="the pool's fps while an intruder keeps asking to join with a wrong token")
     p.add_argument("-c", "--config", required=True, help="a `cnnvideo local` config (joins are turned on)")
     p.add_argument("--start", type=int, default=150, help="the first intruder window starts at this frame")

@@ -44,8 +44,9 @@ def _report(out: str) -> Dict[str, Any]:
 class LocalCluster:
     """`cnnvideo local` in the background: its stderr kept, the frames the master has sent so far."""
 
-    def __init__(self, cfg_path: str, out: str) -> None:
+    def __init__(self, cfg_path: str, out: str, master_tag: str = "[master]") -> None:
         self.out = out
+        self.master_tag = master_tag  # whose "sent frame" lines count (a camera's master: "[master-<name>]")
         self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path, "--out", out],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.sent = 0
@@ -56,7 +57,7 @@ class LocalCluster:
     def _pump(self) -> None:
         for line in self.proc.stderr:
             self.lines.append(line)
-            if "[master]" in line and "sent frame " in line:
+            if self.master_tag in line and "sent frame " in line:
                 self.sent = max(self.sent, int(line.split("sent frame ")[1].split("/")[0]))
 
     def wait_sent(self, n: int, timeout: float) -> None:

@@ -6,7 +6,8 @@ and `HOP_RATE` from its `bandwidth`, real tc links shaped by the netem helper:
 - `start-N`: `docker compose up -d --scale worker=N` (WORKERS=N: the run starts once N have joined);
 - `grow`: WORKERS=N-J; once the master has sent `--join-at` frames, `docker compose up -d --scale worker=N
   --no-recreate`, and J more containers join the running pool.
-Both share one cache volume (profiles, int8 stages, predictors), so `grow` does not pay `start-N`'s cold start. A
+With `--edge`, first a project of one worker (the whole model on one capped device) as the reference.
+All share one cache volume (profiles, int8 stages, predictors), so `grow` does not pay `start-N`'s cold start. A
 joined worker's start is its container's `State.StartedAt`. The figures are `bench join`'s (tools/bench/join.py).
 """
 from __future__ import annotations
@@ -120,9 +121,27 @@ class ComposeProject:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
 
 
+def edge(args, base: dict, work: str) -> dict:
+    """One worker alone (`--scale worker=1`, the whole model on one capped device): the `edge` reference."""
+    one = ComposeProject(work, "edge", base, 1)
+    try:
+        one.up("--build", "--scale", "worker=1")
+        code = one.wait(args.timeout)
+    finally:
+        one.down()
+    if code != 0:
+        raise RuntimeError("the edge run failed:\n" + "".join(one.lines[-30:]))
+    with open(os.path.join(one.out, "report.json")) as fh:
+        rep = json.load(fh)
+    return {"completed": rep["completed"], "lost": rep["lost"], "throughput_fps": rep["throughput_fps"],
+            "start": rep.get("start"), "plan": [len(s) for s in rep.get("plan") or []]}
+
+
 def run(args, base: dict, work: str, results: dict) -> int:
     n, joins = args.workers, args.joins
     _docker("volume", "create", CACHE_VOLUME)
+    if getattr(args, "edge", False):
+        results["edge"] = edge(args, base, work)
     full = ComposeProject(work, "start-%d" % n, base, n)
     try:
         full.up("--build", "--scale", "worker=%d" % n)
@@ -153,4 +172,8 @@ def run(args, base: dict, work: str, results: dict) -> int:
             joined[int(m.group(1))] = (t_command, starts.get(m.group(2)))
     results.update(backend="compose", start_n_dir=full.out, grow_dir=grow.out)
     results.update(joinbench.analyse(n, joins, full.out, grow.out, joined_lines, joined, None))
+    if "edge" in results:  # the steady rates past the first 60 frames, each run's own
+        fps_n = (results["runs"]["start-%d" % n].get("start") or {}).get("fps_after_60")
+        fps_1 = (results["edge"].get("start") or {}).get("fps_after_60")
+        results["start_n_over_edge"] = round(fps_n / fps_1, 3) if fps_n and fps_1 else None
     return joinbench.write_results(work, "join-compose.json", results)
