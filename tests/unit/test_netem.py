@@ -7,8 +7,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "services"))
 
 from netem import tc  # noqa: E402
-from netem.cluster import (Shaper, Target, assign_slots, desired_peers, target_from_attrs,  # noqa: E402
-                           targets_from_attrs)
+from netem.cluster import Shaper, Target, assign_slots, desired_peers, target_from_attrs, targets_from_attrs  # noqa: E402
 from netem.links import Link, LinkError, Shape, parse_link, parse_links  # noqa: E402
 from netem.targets import link_between, pair_links  # noqa: E402
 
