@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -44,10 +45,24 @@ def costs_cache_path(cfg: Config, host: str, engine: str = "torch-fp32", worker:
                      cap: Tuple[float, float] = (0.0, 0.0)) -> str:
     """Cache file of worker `worker`'s profile on `engine` (engine-precision, the one that really runs) under CPU
     cap `cap` (CFS quota, period), named by cnnvideo.artifacts with this process's torch and engine threads."""
+    return artifacts.profile_path(cfg, host, torch_threads(), engine, worker, cap,
+                                  cpu_threads(cfg.engine_options.threads))
+
+
+def torch_threads() -> int:
+    """torch's intra-op threads in this process, without importing torch when OMP_NUM_THREADS says it (as in the
+    images and `cnnvideo local`): an ONNX Runtime worker never needs torch, and its import is 1.4 s of CPU, 14 s of a
+    joining worker's start under a 0.1 cap."""
+    if "torch" not in sys.modules:
+        try:
+            threads = int(os.environ.get("OMP_NUM_THREADS", ""))
+        except ValueError:
+            threads = 0
+        if threads > 0:
+            return threads
     import torch
 
-    return artifacts.profile_path(cfg, host, torch.get_num_threads(), engine, worker, cap,
-                                  cpu_threads(cfg.engine_options.threads))
+    return torch.get_num_threads()
 
 
 def engine_label(stages=None) -> str:

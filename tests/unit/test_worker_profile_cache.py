@@ -51,3 +51,22 @@ def test_profile_cache_is_per_cap_and_per_worker(setup, caplog):
     assert not profile_cached(cfg, graph, "capshost", worker=0, cap=(0.01, 0.1))[1]  # another cap: measured anew
     assert not profile_cached(cfg, graph, "capshost", worker=1, cap=(0.04, 0.1))[1]  # the neighbour: its own
     assert profile_cached(cfg, graph, "capshost", worker=0, cap=(0.01, 0.1))[1]
+
+
+def test_the_profile_path_of_an_onnx_worker_does_not_import_torch(tmp_path):
+    """With OMP_NUM_THREADS set (the images, `cnnvideo local`), a worker's profile path names torch's threads
+    without importing torch (1.4 s of CPU: 14 s of a joining worker's start under a 0.1 cap), and it is the path
+    torch's own count gives once torch is imported."""
+    import subprocess
+
+    code = ("import sys; from cnnvideo import config; from cnnvideo.worker.role import costs_cache_path\n"
+            "cfg = config.from_dict({'model': 'alexnet', 'cache_dir': %r}, check_files=False)\n"
+            "before = costs_cache_path(cfg, 'h', 'onnxruntime-int8')\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "import torch\n"
+            "assert costs_cache_path(cfg, 'h', 'onnxruntime-int8') == before, before\n"
+            "print(before)" % str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "-t1-" in proc.stdout
