@@ -92,7 +92,13 @@ def run(args) -> int:
     else:
         role = WorkerRole(cfg, args.id)
     try:
-        role.start()
+        try:
+            role.start()
+        except RuntimeError as exc:
+            if "Failed to bind" not in str(exc):
+                raise
+            log.error("cannot listen on %s: the port is in use, or the address is not this host's", role.listen)
+            return 1
         if joining and not join_every_camera(role, cfg, args.join, address):
             return 1
         role.serve()
