@@ -12,10 +12,21 @@ CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yml")))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.basename(p) for p in CONFIGS])
-def test_config_validates(path):
+def test_config_validates(path, monkeypatch):
+    """Every config in configs/ loads; a pool of joining workers (no `cluster.workers`) with the join token its
+    deployment gives it (compose's JOIN_TOKEN, the Pis' PI_JOIN_TOKEN), and without it one line names the key."""
     from cnnvideo import config
+    from cnnvideo.errors import ConfigError
 
-    cfg = config.load(path, check_files=False)
+    monkeypatch.delenv("CNNVIDEO_JOIN_TOKEN", raising=False)
+    try:
+        cfg = config.load(path, check_files=False)
+    except ConfigError as exc:
+        assert "config key 'cluster.join_token'" in str(exc)
+        monkeypatch.setenv("CNNVIDEO_JOIN_TOKEN", "a-token-of-16-characters")
+        cfg = config.load(path, check_files=False)
+        assert cfg.cluster.join and cfg.n_workers == 0 and cfg.cluster.min_workers >= 1
+        return
     assert cfg.n_workers >= 1
 
 
