@@ -356,6 +356,7 @@ def _run_in_netns(cfg: config.Config, cfg_path: str, args) -> int:
 
     try:
         ns.create(cfg)
+        ns.record(cfg.out)
         print("[local] links: tc in network namespace %s" % ns.name, file=sys.stderr, flush=True)
         forward = [linkemu.PortForward(ns, cfg.live_view.port + i, cfg.live_view.host)
                    for i in range(local_cameras.live_ports(cfg))] if cfg.live_view.port else []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -34,6 +35,7 @@ from cnnvideo.cpucap import own_cgroup
 log = logging.getLogger(__name__)
 
 NETNS_ENV = "CNNVIDEO_LOCAL_NETNS"  # set for the launcher that runs inside the namespace
+NETNS_FILE = "netns"  # in a tc run's output folder while it runs: its namespace's name (`cnnvideo local-worker`)
 CFS_PERIOD_US = 100000
 
 
@@ -85,12 +87,55 @@ def hop_rules(cfg: Config, dev: str = "lo") -> List[List[str]]:
     return commands + [tcrules.one_segment_per_packet(dev)]
 
 
+def shape_port(port: int, rate_bytes: float, dev: str = "lo") -> int:
+    """Shape the traffic into TCP `port` at `rate_bytes` a second, as hop_rules shapes a worker's hop (run inside
+    the cluster's namespace): a class of its own at the first free index (`tc class add` fails on one taken, so two
+    workers added at once do not share one). The index, for unshape_port."""
+    shape = tcrules.Shape(rate=rate_bytes / 1e6)
+    listing = _run(["tc", "class", "show", "dev", dev]).stdout
+    used = {int(m, 16) - tcrules.FIRST_MINOR for m in re.findall(r"class htb 1:([0-9a-f]+)", listing)}
+    for index in range(tcrules.MAX_PEERS):
+        if index in used:
+            continue
+        argv = tcrules.peer_class(dev, index, shape)
+        argv[2] = "add"
+        if _run(argv, check=False).returncode == 0:
+            _run(tcrules.port_filter(dev, index, int(port)))
+            return index
+    raise RuntimeError("no free tc class on %s for the hop into port %d" % (dev, port))
+
+
+def unshape_port(index: int, dev: str = "lo") -> None:
+    """Remove what shape_port added (best effort: the namespace may be gone with the run)."""
+    _run(tcrules.delete_filter(dev, index), check=False)
+    _run(tcrules.delete_class(dev, index), check=False)
+
+
+def recorded_namespace(out: str) -> Optional[str]:
+    """The namespace of the tc run writing to `out`, from its NETNS_FILE; None when no such run is going."""
+    try:
+        with open(os.path.join(out, NETNS_FILE)) as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    return name if name and os.path.exists("/var/run/netns/%s" % name) else None
+
+
 class Namespace:
     """A network namespace for one `cnnvideo local` run, its loopback shaped per hop."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.made = False
+        self.recorded: Optional[str] = None  # the NETNS_FILE naming it, while the run lasts
+
+    def record(self, out: str) -> None:
+        """Name the namespace in `out`/NETNS_FILE, where `cnnvideo local-worker OUT` finds it."""
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, NETNS_FILE)
+        with open(path, "w") as f:
+            f.write(self.name + "\n")
+        self.recorded = path
 
     def create(self, cfg: Config) -> None:
         _run(["ip", "netns", "add", self.name])
@@ -117,6 +162,12 @@ class Namespace:
                                      name="netns-socket")
 
     def delete(self) -> None:
+        if self.recorded:
+            try:
+                os.remove(self.recorded)
+            except OSError:
+                pass
+            self.recorded = None
         if self.made:
             _run(["ip", "netns", "del", self.name], check=False)
             self.made = False

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 
+import pytest
 import yaml
 
 from cnnvideo.rpc.net import free_port
@@ -178,3 +180,73 @@ def test_a_worker_joins_every_cameras_pool(tmp_path, synthetic_video):
         assert any(e["route"][0] == 2 for e in lines), "camera %s sent the joined worker no frame" % camera
     said = "".join(_read(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".log"))
     assert said.count("as w2 (run") == 2 and "camera door)" in said and "camera yard)" in said, said[-2000:]
+
+
+def _classes(namespace: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", namespace, "tc", "-s", "class", "show", "dev", "lo"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _class_of(listing: str, minor: str) -> str:
+    """The lines of htb class 1:<minor> in a `tc -s class show` listing ('' if it has none)."""
+    blocks = listing.split("class htb ")
+    return next((b for b in blocks if b.startswith("1:%s " % minor)), "")
+
+
+def test_a_local_worker_joins_a_tc_cluster_and_its_hop_is_shaped(tmp_path, synthetic_video):
+    """`cnnvideo local-worker` under `local.links: tc`: the cluster runs in a network namespace of its own, and the
+    worker added to it runs inside that namespace with the hop into its port shaped like the others' (an htb class
+    at the config's rate, 1 MB/s here). It joins as w1 and gets frames; the bytes its class carried are at least the
+    input deltas the master sent it (results.jsonl), so its traffic went through the shaped class; SIGTERM to the
+    local-worker: it leaves, and its class is removed. Every frame completes exactly, none sent again."""
+    from cnnvideo.tools import linkemu
+
+    if not linkemu.netns_possible()[0]:
+        pytest.skip("tc in a network namespace is not possible here: %s" % linkemu.netns_possible()[1])
+    join = "127.0.0.1:%d" % free_port()
+    data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
+                       cluster={"workers": ["127.0.0.1:50060"], "join": join}, bandwidth=[1.0],
+                       local={"links": "tc"})
+    out = str(tmp_path / "tc")
+    run = LocalRun(write_config(str(tmp_path / "tc.yml"), data), out)
+    joiner = None
+    try:
+        run.wait_for(lambda: run.sent >= 20, 300)
+        namespace = _read(os.path.join(out, linkemu.NETNS_FILE)).strip()
+        before = set(re.findall(r"class htb 1:([0-9a-f]+) ", _classes(namespace)))
+        joiner = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local-worker", out], stdout=subprocess.DEVNULL,
+                                  stderr=open(str(tmp_path / "local-worker.log"), "w"), env=env(), cwd=REPO)
+        run.wait_for(lambda: run.count("joined the pool (") >= 1, 300)
+        added = set(re.findall(r"class htb 1:([0-9a-f]+) ", _classes(namespace))) - before
+        assert len(added) == 1, _classes(namespace)
+        minor = added.pop()
+        start = run.sent
+        run.wait_for(lambda: run.sent >= start + 40, 300)  # frames go to the joined worker too
+        upto = run.sent - 3  # frames whose input (3 in flight) had gone out when the class is read
+        shaped = _class_of(_classes(namespace), minor)
+        assert "rate 8Mbit ceil 8Mbit" in shaped, shaped
+        joiner.send_signal(signal.SIGTERM)  # it drains and leaves; its class goes
+        assert joiner.wait(120) == 0, _read(str(tmp_path / "local-worker.log"))[-3000:]
+        run.wait_for(lambda: run.count("left the pool") >= 1, 120)
+        assert _class_of(_classes(namespace), minor) == "", _classes(namespace)
+        run.proc.send_signal(signal.SIGTERM)
+        code, report, text = run.finish(300)
+    finally:
+        stop_procs([joiner] if joiner is not None else [])
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 0, text[-4000:]
+    assert report["link_emulation"] == "tc"
+    assert report["completed"] == report["frames"] > 0 and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    assert report["retried"] == 0, text[-3000:]
+    lines = _lines(out)
+    assert [e["frame"] for e in lines] == list(range(report["completed"]))
+    to_joiner = [e for e in lines if e["route"][0] == 1]
+    assert to_joiner, "the joined worker got no frame"
+    carried = int(re.search(r"Sent (\d+) bytes", shaped).group(1))
+    sent = sum(e["bytes"]["m->w1"] for e in to_joiner if e["frame"] < upto)
+    print("the joined worker's class carried %d bytes; the master had sent it %d bytes of input" % (carried, sent))
+    assert carried >= sent > 0, (carried, sent)
+    assert "its hop shaped by tc at 1 MB/s" in _read(str(tmp_path / "local-worker.log"))
