@@ -46,6 +46,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _bench_run_args(p, config: str, result: str) -> None:
+    """The arguments every bench that runs a cluster shares: its config, the time a run may take, the work folder."""
+    p.add_argument("-c", "--config", required=True, help=config)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
+    p.add_argument("--out", required=True, help="work folder: the runs' outputs and %s" % result)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cnnvideo", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -183,37 +190,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="ONNX cache (default: a new temp folder)")
     p.add_argument("--out", default=None, help="also write results.md and capped-profile.json into this folder")
     p = bench.add_parser("join", help="a pool that grows by joins mid-run against one started at its final size")
-    p.add_argument("-c", "--config", required=True, help="the cluster config both runs use (its frames, caps, links)")
+    _bench_run_args(p, "the cluster config both runs use (its frames, caps, links)", "join.json")
     p.add_argument("--workers", type=int, default=4, help="the final size N (the first run starts with N)")
     p.add_argument("--joins", type=int, default=2, help="workers that join the second run (it starts with N - J)")
     p.add_argument("--join-at", type=int, default=100, help="the joiners start once the master sent this frame")
     p.add_argument("--leave-at", type=int, default=0, help="one joined worker gets SIGTERM at this frame (0: none)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
-    p.add_argument("--out", required=True, help="work folder: both runs' outputs and join.json")
     p.add_argument("--compose", action="store_true",
                    help="on the compose cluster: `--scale worker=N`, and `--scale ... --no-recreate` for the joins "
                         "(the config is the roles'; its video must be in the image)")
     p.add_argument("--edge", action="store_true", help="with --compose: also a run of one worker, the reference")
     p = bench.add_parser("join-cameras", help="several cameras on a pool that grows by joins while they run")
-    p.add_argument("-c", "--config", required=True, help="a `cnnvideo local` config listing the cameras")
+    _bench_run_args(p, "a `cnnvideo local` config listing the cameras", "join-cameras.json")
     p.add_argument("--joins", type=int, default=2, help="workers that join (each joins every camera's pool)")
     p.add_argument("--join-at", type=int, default=150, help="the joiners start once the first camera sent this frame")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
-    p.add_argument("--out", required=True, help="work folder: the run's output and join-cameras.json")
     p = bench.add_parser("intruder", help="the pool's fps while an intruder keeps asking to join with a wrong token")
-    p.add_argument("-c", "--config", required=True, help="a `cnnvideo local` config (joins are turned on)")
+    _bench_run_args(p, "a `cnnvideo local` config (joins are turned on)", "intruder.json")
     p.add_argument("--start", type=int, default=150, help="the first intruder window starts at this frame")
     p.add_argument("--window", type=int, default=100, help="frames per window (the intruder on, then off, ...)")
     p.add_argument("--every", type=float, default=0.05, help="seconds between the intruder's attempts")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
-    p.add_argument("--out", required=True, help="work folder: the run's output and intruder.json")
     p = bench.add_parser("churn", help="workers joining and leaving a running pool, one event every few seconds")
-    p.add_argument("-c", "--config", required=True, help="the cluster config (its frames, workers, caps, links)")
+    _bench_run_args(p, "the cluster config (its frames, workers, caps, links)", "churn.json")
     p.add_argument("--cycles", type=int, default=5, help="joins, each followed by its leave")
     p.add_argument("--start-at", type=int, default=40, help="the first join once the master sent this frame")
     p.add_argument("--serve-s", type=float, default=2.0, help="seconds a joined worker serves before SIGTERM")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the run may take")
-    p.add_argument("--out", required=True, help="work folder: the run's output and churn.json")
     p = bench.add_parser("int8-scenes", help="int8 detector F1 vs fp32 on vtest and unseen scenes, before and after")
     p.add_argument("--json", action="store_true", help="print one JSON object (else a table)")
     p.add_argument("--frames", type=int, default=100, help="frames a scene")

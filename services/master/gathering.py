@@ -10,17 +10,15 @@ import threading
 import time
 from typing import List, Optional
 
-import grpc
-
 from cnnvideo.config import Config
-from cnnvideo.config_rules import is_host_port, join_token
-from cnnvideo.rpc import cnnvideo_pb2 as pb
+from cnnvideo.config_rules import join_token
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
 from cnnvideo.rpc import net
 
 from .join_server import MasterServicer
 from .pool.admission import Admission, JoinRefused
-from .worker_answers import fits, joiner_problem
+from .pool.joins import ask_info
+from .worker_answers import joiner_problem
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +46,7 @@ class Gathering:
             raise
 
     def _join(self, address: str, token: str) -> int:
-        self.admission.admit(token)
-        if not is_host_port(address):
-            raise JoinRefused("INVALID_ARGUMENT", "its address must be host:port, got %r" % address)
+        self.admission.admit_from(address, token)
         with self.cond:
             if address in self.addresses:  # it restarted while the pool gathers: the same place
                 return self.addresses.index(address)
@@ -76,20 +72,14 @@ class Gathering:
     def _info(self, address: str):
         chan = net.channel(address, self.cfg.max_message_bytes)
         try:
-            return pb_grpc.WorkerStub(chan).Info(pb.Empty(), timeout=self.cfg.limits.rpc_timeout_s)
-        except grpc.RpcError as exc:
-            raise JoinRefused("FAILED_PRECONDITION", "the master cannot reach it at %s: %s"
-                              % (address, net.code_name(exc))) from None
+            return ask_info(pb_grpc.WorkerStub(chan), address, self.cfg.limits.rpc_timeout_s)
         finally:
             chan.close()
 
     def _problem(self, info) -> str:
-        """Why this worker cannot serve with those already counted (or the config, for the first), or ""."""
-        cfg = self.cfg
-        if not self.infos:
-            return "" if fits(info, info, cfg.model, cfg.frame_size) else joiner_problem(info, info, cfg.model,
-                                                                                           cfg.frame_size)
-        return joiner_problem(info, self.infos[0], cfg.model, cfg.frame_size)
+        """Why this worker cannot serve with those already counted (the first is checked against the config only),
+        or ""."""
+        return joiner_problem(info, self.infos[0] if self.infos else info, self.cfg.model, self.cfg.frame_size)
 
     def wait(self, stop: threading.Event) -> List[str]:
         """Block until `need` workers have joined (their addresses) or `stop` is set (MasterError-free: [])."""

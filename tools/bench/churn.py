@@ -14,9 +14,7 @@ from typing import Any, Dict, List
 
 import yaml
 
-from cnnvideo.rpc.net import free_port
-
-from .join import Joiner, LocalCluster, _report
+from .join import Joiner, LocalCluster, _report, write_join_config
 
 
 def run(args) -> int:
@@ -24,12 +22,7 @@ def run(args) -> int:
         cfg = yaml.safe_load(fh)
     work = os.path.abspath(args.out)
     os.makedirs(work, exist_ok=True)
-    cluster = dict(cfg.get("cluster") or {})
-    cluster["join"] = "127.0.0.1:%d" % free_port()
-    cfg["cluster"] = cluster
-    path = os.path.join(work, "churn.yml")
-    with open(path, "w") as fh:
-        yaml.safe_dump(cfg, fh)
+    path, _ = write_join_config(work, "churn", cfg)
     out = os.path.join(work, "churn")
     run_ = LocalCluster(path, out)
     events: List[Dict[str, Any]] = []

@@ -19,9 +19,8 @@ import yaml
 
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
-from cnnvideo.rpc.net import free_port
 
-from .join import LocalCluster, _fps, _lines, _report, write_results
+from .join import LocalCluster, _fps, _lines, _report, write_join_config, write_results
 
 TOKEN = "bench-intruder-join-token-0123"
 
@@ -71,13 +70,7 @@ def run(args) -> int:
         cfg = yaml.safe_load(fh)
     work = os.path.abspath(args.out)
     os.makedirs(work, exist_ok=True)
-    join = "127.0.0.1:%d" % free_port()
-    cluster = dict(cfg.get("cluster") or {})
-    cluster.update(join=join, join_token=TOKEN)
-    cfg["cluster"] = cluster
-    path = os.path.join(work, "intruder.yml")
-    with open(path, "w") as fh:
-        yaml.safe_dump(cfg, fh)
+    path, join = write_join_config(work, "intruder", cfg, join_token=TOKEN)
     out = os.path.join(work, "run")
     pool = LocalCluster(path, out)
     intruder = Intruder(join, args.every)

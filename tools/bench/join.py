@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -167,6 +167,17 @@ def run(args) -> int:
                   getattr(by_port.get(port_of.get(w)), "t_process", None)) for w in port_of}
     results.update(analyse(n, joins, out_full, out_grow, joined_lines, starts, t_leave))
     return write_results(work, "join.json", results)
+
+
+def write_join_config(work: str, name: str, cfg: Dict[str, Any], **cluster: Any) -> Tuple[str, str]:
+    """Write `cfg` to `work`/`name`.yml with joins on a free loopback port (and the other `cluster` keys given):
+    (its path, the join address). The join benches' one way of making their run's config."""
+    join = "127.0.0.1:%d" % free_port()
+    cfg = dict(cfg, cluster=dict(cfg.get("cluster") or {}, join=join, **cluster))
+    path = os.path.join(work, name + ".yml")
+    with open(path, "w") as fh:
+        yaml.safe_dump(cfg, fh)
+    return path, join
 
 
 def write_results(work: str, name: str, results: Dict[str, Any]) -> int:

@@ -14,9 +14,7 @@ from typing import Any, Dict
 
 import yaml
 
-from cnnvideo.rpc.net import free_port
-
-from .join import Joiner, LocalCluster, _fps, _lines, _report, write_results
+from .join import Joiner, LocalCluster, _fps, _lines, _report, write_join_config, write_results
 
 
 def run(args) -> int:
@@ -28,12 +26,7 @@ def run(args) -> int:
         return 2
     work = os.path.abspath(args.out)
     os.makedirs(work, exist_ok=True)
-    cluster = dict(cfg.get("cluster") or {})
-    cluster["join"] = "127.0.0.1:%d" % free_port()
-    cfg["cluster"] = cluster
-    path = os.path.join(work, "cameras.yml")
-    with open(path, "w") as fh:
-        yaml.safe_dump(cfg, fh)
+    path, _ = write_join_config(work, "cameras", cfg)
     out = os.path.join(work, "run")
     pool = LocalCluster(path, out, master_tag="[master-%s]" % cameras[0])
     pool.wait_sent(args.join_at, args.timeout)
@@ -45,7 +38,7 @@ def run(args) -> int:
     if code != 0:
         print("".join(pool.lines[-40:]))
         return 1
-    n0 = len(cluster.get("workers") or [])
+    n0 = len((cfg.get("cluster") or {}).get("workers") or [])
     new_ids = list(range(n0, n0 + args.joins))
     results: Dict[str, Any] = {"config": args.config, "cameras": cameras, "workers_at_start": n0,
                                "joins": args.joins, "join_at_frame": args.join_at, "per_camera": {}}

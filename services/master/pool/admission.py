@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict
 
+from cnnvideo.config_rules import is_host_port
+
 JOINS_PER_MINUTE = 12  # attempts, accepted or not: a scaled service's workers arrive a few a second at most
 BURST = 4  # attempts at once (a `--scale worker=4` starts four together)
 
@@ -51,6 +53,12 @@ class Admission:
         self._level -= 1.0
         if self.token and not hmac.compare_digest(token.encode(), self.token.encode()):
             self._refuse(JoinRefused("PERMISSION_DENIED", "wrong join token"))
+
+    def admit_from(self, address: str, token: str) -> None:
+        """admit(token) for a worker that says it serves at `address`; that must be host:port."""
+        self.admit(token)
+        if not is_host_port(address):
+            raise JoinRefused("INVALID_ARGUMENT", "its address must be host:port, got %r" % address)
 
     def _refuse(self, exc: JoinRefused) -> None:
         self.refused.append(str(exc))

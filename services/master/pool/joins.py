@@ -12,7 +12,7 @@ from typing import Optional
 
 import grpc
 
-from cnnvideo.config_rules import is_host_port, join_token
+from cnnvideo.config_rules import join_token
 from cnnvideo.plan.costinputs import alike_key
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import cnnvideo_pb2_grpc as pb_grpc
@@ -25,6 +25,16 @@ from ..worker_answers import joiner_problem
 from .admission import Admission, JoinRefused
 
 log = logging.getLogger(__name__)
+
+
+def ask_info(stub, address: str, timeout: float):
+    """The Info of the worker asking to join (`stub`: dialled at the address it gave); JoinRefused if it does not
+    answer there."""
+    try:
+        return stub.Info(pb.Empty(), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise JoinRefused("FAILED_PRECONDITION", "the master cannot reach it at %s: %s"
+                          % (address, net.code_name(exc))) from None
 
 
 class Joins:
@@ -49,9 +59,7 @@ class Joins:
 
     def _join(self, address: str, token: str) -> int:
         m = self.m
-        self.admission.admit(token)
-        if not is_host_port(address):
-            raise JoinRefused("INVALID_ARGUMENT", "its address must be host:port, got %r" % address)
+        self.admission.admit_from(address, token)
         if m.t_run is None or m.links is None:
             raise JoinRefused("UNAVAILABLE", "the master is still setting up its run: try again")
         if m.failure is not None or m.closing:
@@ -77,11 +85,7 @@ class Joins:
         chan = net.channel(address, m.max_bytes)
         try:
             stub = pb_grpc.WorkerStub(chan)
-            try:
-                info = stub.Info(pb.Empty(), timeout=m.timeout)
-            except grpc.RpcError as exc:
-                raise JoinRefused("FAILED_PRECONDITION", "the master cannot reach it at %s: %s"
-                                  % (address, net.code_name(exc))) from None
+            info = ask_info(stub, address, m.timeout)
             problem = joiner_problem(info, m.infos[0], m.cfg.model, m.cfg.frame_size)
             if problem:
                 raise JoinRefused("FAILED_PRECONDITION", problem)
