@@ -36,6 +36,7 @@ from .pool import NoReplica
 log = logging.getLogger(__name__)
 
 SEND_DEPTH = 2  # Process calls in flight on the input hop (per worker it may go to)
+AWAIT_SAY_S = 15.0  # how often a pool with no worker for a stage says it waits for joins
 
 
 class FrameSender:
@@ -126,17 +127,40 @@ class FrameSender:
         with self.m.cond:
             return self.m.pool.dispatcher.route(plan)
 
+    def await_workers(self, why: NoReplica) -> bool:
+        """A new frame finds a stage with no worker because the workers left (a pool that takes joins, scaled down
+        to nothing): wait until the plan the scheduler wants has a worker in every stage (a join re-planned it),
+        saying so every AWAIT_SAY_S; True then, False at once without joins, or if the run fails or closes."""
+        m = self.m
+        if not m.cfg.cluster.join:
+            return False
+        said = 0.0
+        with m.cond:
+            while m.failure is None and not m.closing:
+                wanted = m.scheduler.current
+                if wanted is not None and m.pool.dispatcher.usable(wanted):
+                    m.cond.wait(0.1)  # (the warmer may hold frames on the old plan a moment longer)
+                    return True
+                if time.time() - said >= AWAIT_SAY_S:
+                    log.warning("%s: new frames wait for workers to join on %s", why, m.cfg.cluster.join)
+                    said = time.time()
+                m.cond.wait(0.5)
+        return False
+
     def send(self, f: int, resend: bool) -> None:
         m = self.m
-        plan = self.plan(f, resend)
+        while True:
+            plan = self.plan(f, resend)
+            try:
+                route = self.route(plan)
+                break
+            except NoReplica as exc:
+                if resend or not self.await_workers(exc):
+                    with m.cond:
+                        m.tracker.retry_q.appendleft(f)  # the resync that the fault starts sends it again
+                    m.fault(str(exc))
+                    return
         cuts = list(plan.cuts)
-        try:
-            route = self.route(plan)
-        except NoReplica as exc:
-            with m.cond:
-                m.tracker.retry_q.appendleft(f)  # the resync that the fault starts sends it again
-            m.fault(str(exc))
-            return
         keyframe, epochs = self.hop_plan.plan(f, cuts)
         t0 = time.time()
         x = np.ascontiguousarray(m.feed.frame(f)).reshape(self.cut0_shape())

@@ -7,7 +7,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -22,6 +22,7 @@ from cnnvideo.plan.costinputs import (
     master_time,
     payload_share,
     pool_alike,
+    without_workers,
 )
 from cnnvideo.plan.costinputs import build as cost_inputs
 from cnnvideo.plan.plan import Plan
@@ -157,19 +158,22 @@ class Setup:
         seg_time = np.stack([convert.from_array(c.seconds) for c in costs])
         return self.pool_alike(costs, seg_time) if self.m.cfg.cost_model.alike_profiles else seg_time
 
-    def scheduler_for(self, costs, overheads: Optional[Overheads] = None, seg_time: Optional[np.ndarray] = None):
+    def scheduler_for(self, costs, overheads: Optional[Overheads] = None, seg_time: Optional[np.ndarray] = None,
+                      gone: Sequence[int] = ()):
         """The scheduler of a pool whose workers' profiles are `costs`: setup's, and a re-plan after a worker
-        joined (`overheads`: the run's, else a fresh one that only reads the stored figures; `seg_time`: their
-        segment_times when already made)."""
+        joined, left or came back (`overheads`: the run's, else a fresh one that only reads the stored figures;
+        `seg_time`: their segment_times when already made; `gone`: workers that left, priced out of the plan:
+        costinputs.without_workers)."""
         m, cfg, got = self.m, self.m.cfg, self.products
         seg_time = self.segment_times(costs) if seg_time is None else seg_time
         overheads = overheads or self.overheads_of(costs, seg_time)
         codec_time = codec_times(costs, seg_time.shape[1] + 1)
         seg_time, message_us = overheads.plan_inputs(seg_time)
+        seg_time, bandwidth = without_workers(seg_time, cfg.bandwidth_bytes(len(costs)), gone)
         dense = np.array([c.bytes_dense for c in self.links.infos[0].cuts], dtype=np.float64)
         frame_nz = m.feed.ahead  # offline look-ahead; None live (the scheduler gets the recent change)
         delta = cfg.mode == "delta"
-        inputs = cost_inputs(seg_time, cfg.bandwidth_bytes(len(costs)), dense, got.predictors, m.feed.mean_change(),
+        inputs = cost_inputs(seg_time, bandwidth, dense, got.predictors, m.feed.mean_change(),
                              *codec_time, delta_mode=delta, share=payload_share(cfg.local.links),
                              turnaround=cfg.cost_model.master_turnaround_s, master_time=master_time(cfg),
                              input_stride_exponent=input_stride_exponent(cfg),

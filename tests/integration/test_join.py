@@ -250,3 +250,47 @@ def test_a_local_worker_joins_a_tc_cluster_and_its_hop_is_shaped(tmp_path, synth
     print("the joined worker's class carried %d bytes; the master had sent it %d bytes of input" % (carried, sent))
     assert carried >= sent > 0, (carried, sent)
     assert "its hop shaped by tc at 1 MB/s" in _read(str(tmp_path / "local-worker.log"))
+
+
+def test_a_pool_whose_every_worker_left_waits_for_a_join_and_goes_on(tmp_path, synthetic_video):
+    """A pool that takes joins, scaled down to nothing and up again: its one worker is sent SIGTERM mid-run (a
+    camera-like run, 20 fps, looped): it drains and leaves, and the master says that new frames wait for workers to
+    join (no resync, no failure); while none is there no frame goes out. A worker then joins: the pool re-plans onto
+    it and frames flow again. After SIGTERM every frame completes, in order, exact, none sent again."""
+    join = "127.0.0.1:%d" % free_port()
+    data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
+                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 30.0},
+                       cluster={"workers": ["127.0.0.1:50060"], "join": join}, bandwidth=[3])
+    out = str(tmp_path / "empty")
+    run = LocalRun(write_config(str(tmp_path / "empty.yml"), data), out)
+    joiner = None
+    try:
+        run.wait_for(lambda: run.sent >= 30, 300)
+        os.kill(run.pids["w0"], signal.SIGTERM)  # its frames finish, then it leaves: the pool has no worker
+        run.wait_for(lambda: run.count("new frames wait for workers to join on %s" % join) >= 1, 120)
+        time.sleep(1.0)
+        idle_from = run.sent
+        time.sleep(max(40.0 / 20, 3.0))  # 40 frames' time at 20 fps: none of them goes out
+        assert run.sent == idle_from, "".join(run.lines[-20:])
+        joiner = _worker(os.path.join(out, "config.yml"), join, str(tmp_path / "w1.log"))
+        run.wait_for(lambda: run.count("joined the pool (") >= 1, 300)
+        run.wait_for(lambda: run.sent >= idle_from + 30, 300)
+        run.proc.send_signal(signal.SIGTERM)
+        code, report, text = run.finish(300)
+    finally:
+        stop_procs([joiner] if joiner is not None else [])
+        if run.proc.poll() is None:
+            run.proc.kill()
+    said = ("leaving", "left the pool", "re-planned", "wait for workers", "joined the pool", "built on")
+    print("".join(ln for ln in text.splitlines(True) if any(k in ln for k in said)))
+    assert code == 0, text[-4000:]
+    assert report["completed"] == report["frames"] > 60 and report["lost"] == 0 and report["max_abs_err"] == 0.0
+    assert report["retried"] == 0 and report["reliability"]["resyncs"] == 0, text[-4000:]
+    assert "left the pool after" in text and "re-planned for the 0 workers in the pool (without w0)" in text
+    events = report["pool"]["left_out"]
+    assert [e["scope"] for e in events if e.get("scope") in ("left", "joined")] == ["left", "joined"], events
+    lines = _lines(out)
+    assert [e["frame"] for e in lines] == list(range(report["completed"]))
+    first = min(e["frame"] for e in lines if e["route"][0] == 1)
+    assert all(e["route"][0] == 0 for e in lines[:first]) and all(e["route"][0] == 1 for e in lines[first:])

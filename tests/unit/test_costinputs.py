@@ -2,10 +2,11 @@
 for the master and `cnnvideo plan`)."""
 import numpy as np
 
-from cnnvideo.plan.costinputs import alike_key, cpu_model, pool_alike, share_cpu
+from cnnvideo.plan.costinputs import GONE_BPS, GONE_S, alike_key, cpu_model, pool_alike, share_cpu, without_workers
 from cnnvideo.plan.costinputs import build as cost_inputs
-from cnnvideo.plan.costmodel import compute_costs
+from cnnvideo.plan.costmodel import CostInputs, compute_costs
 from cnnvideo.plan.plan import Plan
+from cnnvideo.plan.schedulers.registry import schedule
 
 
 def test_net_cpu_charge_follows_the_hop_bytes():
@@ -135,3 +136,20 @@ def test_pool_alike_without_pairs_changes_nothing():
     seg = np.array([[0.1, 0.2], [0.3, 0.4]])
     out, groups = pool_alike(seg, [alike_key("a", 0.01, 0.1), alike_key("b", 0.01, 0.1)])
     assert groups == [] and np.array_equal(out, seg)
+
+
+def test_a_plan_without_the_workers_that_left_leans_on_none_of_them():
+    """Four alike workers; with some gone (priced out by without_workers), the pool planner (`optimal`) gives every
+    stage a worker still in the pool, and with all but one gone, that one runs the whole model; the inputs of the
+    others are untouched and the caller's arrays are not changed."""
+    k = 10
+    seg = np.full((4, k), 0.01)
+    nbytes = np.full(k + 1, 1e4)
+    for gone in ([3], [2, 3], [0, 1, 2], [1, 3]):
+        s, bw = without_workers(seg, [3e6] * 4, gone)
+        assert (seg == 0.01).all() and (s[gone] == GONE_S).all() and all(bw[w] == GONE_BPS for w in gone)
+        assert all(bw[w] == 3e6 and (s[w] == 0.01).all() for w in range(4) if w not in gone)
+        plan = schedule("optimal", CostInputs(nbytes * 4, nbytes, s, np.array(bw)), 6, True)
+        assert all(set(g) - set(gone) for g in plan.groups), (gone, plan)
+        if len(gone) == 3:
+            assert plan.groups == ((({0, 1, 2, 3} - set(gone)).pop(),),) and plan.cuts == (0, k), plan

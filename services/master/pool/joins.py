@@ -122,7 +122,8 @@ class Joins:
         """Grow the pool by the worker at `address` (holding the lock): its id."""
         m = self.m
         t0 = time.time()
-        scheduler = m.setup.scheduler_for(m.setup.products.costs + [costs])  # (a plan for one worker more)
+        gone = sorted(m.pool.membership.out)
+        scheduler = m.setup.scheduler_for(m.setup.products.costs + [costs], gone=gone)  # (one worker more)
         with m.cond:
             gen = m.tracker.generation
             info.worker_id = m.W  # its id (its Info was read before it knew it)
@@ -143,6 +144,7 @@ class Joins:
         m.setup.products.costs.append(costs)
         with m.cond:
             m.pool.membership.out.discard(w)
+            m.pool.membership.planned(gone)
             m.replan(scheduler)
             m.cond.notify_all()
         log.info("%s joined the pool (%s, %s): %d workers; planned %s, frames take it once every worker has "

@@ -15,6 +15,7 @@ class Membership:
         self.draining: Set[int] = set()  # leaving (SIGTERM): routed no new frame, their frames still finish
         self.events: List[Dict[str, object]] = []  # report.json pool.left_out: every leave and return
         self.stream_epochs = [0] * self.n  # per worker: bumped by each opening of its streams
+        self.planned_without: Set[int] = set()  # workers left out that the current plan was made without
 
     def add(self, gen: int, at_s: float, address: str) -> int:
         """A worker joined the pool at `address`: its id (the next one), in no stage until a plan gives it one."""
@@ -24,6 +25,10 @@ class Membership:
         self.events.append({"generation": gen, "left_out": [], "back": [], "joined": [w], "address": address,
                             "scope": "joined", "at_s": round(at_s, 3)})
         return w
+
+    def planned(self, without: Sequence[int]) -> None:
+        """The current plan was made without the workers `without` (they had left)."""
+        self.planned_without = set(without)
 
     def live(self) -> List[int]:
         """The workers not left out, in order."""

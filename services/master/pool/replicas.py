@@ -36,6 +36,20 @@ class Replicas:
         self.m = m
         self.lock = lock
 
+    def replan(self) -> None:
+        """Plan the pool again for the workers left out now (holding the lock): those that left are priced out of
+        it (Setup.scheduler_for's `gone`), and frames take the new plan once the others have built its stages."""
+        m = self.m
+        gone = sorted(m.pool.membership.out)
+        scheduler = m.setup.scheduler_for(m.setup.products.costs, gone=gone)
+        with m.cond:
+            plan = scheduler.take_over(m.scheduler, m.tracker.next_new)
+            m.replan(scheduler)
+            m.cond.notify_all()
+        m.pool.membership.planned(gone)
+        log.info("re-planned for the %d workers in the pool%s: %s", m.W - len(gone),
+                 " (without %s)" % ", ".join("w%d" % w for w in gone) if gone else "", plan)
+
     def replica_out(self, fault: str) -> bool:
         """Leave the workers that are down out by themselves: their frames in flight are queued again, their links
         start over (here, and on the other workers through a Peer call), everything else goes on untouched. False
@@ -89,6 +103,8 @@ class Replicas:
             with m.cond:
                 m.pool.membership.take_back(w, gen, time.time() - m.t_run)
                 m.cond.notify_all()
+            if w in m.pool.membership.planned_without:  # it had left, and the plan was made without it
+                self.replan()
         log.warning("resync of %s alone: it serves again and is taken back (its link starts with a keyframe)",
                     m.links.name(w))
 
@@ -104,9 +120,13 @@ class Replicas:
             if m.tracker.generation != gen or w in m.pool.membership.unroutable() or m.failure is not None:
                 return
             if not self.can_leave_out(sorted({w} | m.pool.membership.out)):
-                log.warning("%s is leaving, and it is the last replica of a stage: the run resyncs without it", name)
-                self._end_run(w)
-                return
+                if not m.cfg.cluster.join:
+                    log.warning("%s is leaving, and it is the last replica of a stage: the run resyncs without it",
+                                name)
+                    self._end_run(w)
+                    return
+                log.warning("%s is leaving, and it is the last replica of a stage: new frames wait for a worker to "
+                            "join on %s", name, m.cfg.cluster.join)
             with m.cond:
                 m.pool.membership.draining.add(w)
         log.info("%s is leaving: no new frames go to it; waiting for its %d frames", name,
@@ -137,6 +157,7 @@ class Replicas:
             except MasterError as exc:
                 m.fault("%s (telling it that w%d left)" % (exc, w), gen)
             self._end_run(w)
+            self.replan()
         log.info("%s left the pool after %.1f s: %s", name, time.time() - t0,
                  "its frames finished, none is sent again" if not again else
                  "%d of its frames did not finish in %.0f s and go to the other replicas" % (len(again), LEAVE_WAIT_S))

@@ -101,6 +101,23 @@ def pool_alike(seg_time: np.ndarray, keys: Sequence[Optional[tuple]]) -> Tuple[n
     return out, pooled
 
 
+GONE_S = 1000.0  # a segment on a worker that left the pool, for the planner (with GONE_BPS)
+GONE_BPS = 1.0  # bytes a second into a worker that left the pool, for the planner
+
+
+def without_workers(seg_time: np.ndarray, bandwidth: Sequence[float],
+                    gone: Sequence[int]) -> Tuple[np.ndarray, List[float]]:
+    """(segment times, bandwidths) with the workers `gone` (they left the pool) priced out: GONE_S a segment and
+    GONE_BPS into them, so no pool plan leans on one (a stage it still sits in keeps other replicas, and a worker
+    alone in a stage costs more than any plan without it). The ids stay: plans keep naming workers by id."""
+    seg_time = np.array(seg_time, dtype=np.float64)
+    bandwidth = [float(b) for b in bandwidth]
+    for w in gone:
+        seg_time[w] = GONE_S
+        bandwidth[w] = GONE_BPS
+    return seg_time, bandwidth
+
+
 def input_stride_exponent(cfg) -> float:
     """CostInputs.input_stride_exponent of a config: faster growth with an input threshold than lossless."""
     return THRESHOLD_STRIDE_EXPONENT if cfg.delta.input_threshold > 0 else STRIDE_EXPONENT
