@@ -41,7 +41,12 @@ class Replicas:
         it (Setup.scheduler_for's `gone`), and frames take the new plan once the others have built its stages."""
         m = self.m
         gone = sorted(m.pool.membership.out)
-        scheduler = m.setup.scheduler_for(m.setup.products.costs, gone=gone)
+        try:
+            scheduler = m.setup.scheduler_for(m.setup.products.costs, gone=gone)
+        except Exception as exc:  # noqa: BLE001 - frames go on with the plan they have, routed round the gone
+            log.warning("could not re-plan the pool without %s (%s): frames keep the plan they use",
+                        ", ".join("w%d" % w for w in gone) or "anyone", exc)
+            return
         with m.cond:
             plan = scheduler.take_over(m.scheduler, m.tracker.next_new)
             m.replan(scheduler)
