@@ -156,7 +156,8 @@ class DeviceShaper:
             del self.applied[dev]
         for dev, rules in sorted(want.items()):
             old = self.applied.get(dev)
-            if old is None or (old.default is None) != (rules.default is None):
+            fresh = old is None or (old.default is None) != (rules.default is None)  # the root qdisc changes
+            if fresh:
                 self.run(tc.one_segment_per_packet(dev), True)
                 commands = tc.plan(dev, None, rules.peers, self.netem, default=rules.default)
             else:
@@ -164,7 +165,7 @@ class DeviceShaper:
                 if rules.default != old.default:
                     commands += tc.default_commands(dev, rules.default, self.netem)
             for i, argv in enumerate(commands):
-                self.run(argv, (old is None or (old.default is None) != (rules.default is None)) and i == 0)
+                self.run(argv, fresh and i == 0)  # a fresh start's first command deletes a root that may not exist
             if old != rules:
                 log.info("%s: %s", dev, describe(rules))
             self.applied[dev] = rules
