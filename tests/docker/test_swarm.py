@@ -370,8 +370,9 @@ def fps_between(times, start: float, end: float) -> float:
 def test_scale_grows_the_pool_mid_run(swarm):
     """The stack starts with 2 workers capped at SCALE_CAPS CPU; once the run goes on, two more nodes are labelled
     for workers and `docker service scale cnnvideo_worker=4` adds two, which join the running pool. After they take
-    frames the pool completes frames faster than before; stopped with SIGTERM, the master drains and reports every
-    frame completed, exact, none lost."""
+    frames the pool completes frames faster than before. `docker service scale cnnvideo_worker=3` then stops one
+    (SIGTERM: it drains its frames and leaves) and the run goes on over three. Stopped with SIGTERM, the master
+    drains and reports every frame completed, exact, none lost."""
     swarm.label(ROLES)
     swarm.label_workers(WORKER_NODES)
     start = time.time()
@@ -386,11 +387,16 @@ def test_scale_grows_the_pool_mid_run(swarm):
         joined = time.time()
         at = log.sent()
         wait_for("frames on 4 workers", lambda: log.sent() >= at + 120, 300, 3)
+        grown = time.time()
+        on(swarm.manager, "docker", "service", "scale", "--detach", "cnnvideo_worker=3")  # one gets SIGTERM
+        wait_for("a worker drained and left the pool", lambda: "left the pool after" in log.poll(), 180, 3)
+        left = log.sent()
+        wait_for("frames on 3 workers", lambda: log.sent() >= left + 20, 180, 3)
         master = task_container(swarm, "master", "master")
         stopped = time.time()
         on(swarm.nodes["master"], "docker", "kill", "-s", "TERM", master)  # no new frame; it drains and reports
         state = wait_for("the master's report", lambda: master_done(swarm), 300, 3)
-        phases = (scaled - start, joined - scaled, stopped - joined, time.time() - stopped)
+        phases = (scaled - start, joined - scaled, grown - joined, stopped - grown, time.time() - stopped)
         assert state.startswith("Complete"), state + log.poll()[-3000:]
         report = json.loads(master_file(swarm, "master", "master", "/app/out/report.json"))
         results = master_file(swarm, "master", "master", "/app/out/results.jsonl").decode().splitlines()
@@ -401,23 +407,26 @@ def test_scale_grows_the_pool_mid_run(swarm):
     assert report["max_abs_err"] == 0.0, report["max_abs_err"]
     joins = [e for e in report["pool"]["left_out"] if e.get("scope") == "joined"]
     assert [e["joined"] for e in joins] == [[2], [3]], report["pool"]["left_out"]
+    leaves = [e for e in report["pool"]["left_out"] if e.get("scope") == "left"]
+    assert len(leaves) == 1 and len(leaves[0]["left_out"]) == 1, report["pool"]["left_out"]
     lines = [json.loads(line) for line in results]
     assert [e["frame"] for e in lines] == list(range(report["completed"]))
     served = {w: sum(e["route"][0] == w for e in lines) for w in range(4)}
     assert all(served[w] > 0 for w in range(4)), served
     # fps on 2 workers: after the first frames (start-up) until the first join; on 4: from the first frame the last
-    # joined worker completed until the end
+    # joined worker completed until the scale-down (the leaver drains its frames before it is left out)
     times = sorted(report["times"], key=lambda t: t["frame"])
     t_warm = times[20]["done_s"]
     before = fps_between(times, t_warm, joins[0]["at_s"])
     first_w3 = min(e["frame"] for e in lines if e["route"][0] == 3)
     t_four = times[first_w3]["done_s"]
-    t_end = max(t["done_s"] for t in times if t["done_s"] is not None)
+    t_end = leaves[0]["at_s"]
     after = fps_between(times, t_four, t_end)
     print("\nswarm scale 2 -> 4 workers (cap %s): %.2f fps before (%.0f s), %.2f fps after (%.0f s); %d frames, "
           "served per worker %s; deploy to 41 frames sent %.0f s, scale to both joined %.0f s, 120 more frames %.0f s, "
-          "drain and report %.0f s" % ((SCALE_CAPS, before, joins[0]["at_s"] - t_warm, after, t_end - t_four,
-                                        report["completed"], served) + phases))
+          "scale to 3, one left and 20 more frames %.0f s, drain and report %.0f s"
+          % ((SCALE_CAPS, before, joins[0]["at_s"] - t_warm, after, t_end - t_four, report["completed"], served)
+             + phases))
     assert after > 1.3 * before, (before, after)
     assert "default 0xf" in shaped, shaped  # a node that became a worker's is shaped as one
     remove_stack(swarm)
