@@ -2,7 +2,8 @@
 """Write a compose file and cluster config for N *listed* workers (worker0..worker<N-1>, each its own service with
 its own CPU cap and link rate), derived from docker-compose.yml's one joining `worker` service; the same for the Pis
 and the Swarm stack. A pool of alike workers needs none of this: `docker compose up --scale worker=N`. This is for
-heterogeneous pools (experiments: tools/experiment), several cameras, and the Swarm stack's per-node placement.
+heterogeneous pools (experiments: tools/experiment), several cameras, and a Swarm stack with one listed worker per
+labelled node (docker-stack.yml's own pool joins and scales: `docker service scale cnnvideo_worker=N`).
 
     python3 scripts/compose_workers.py              # N = WORKERS (environment, else .env)
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
@@ -297,21 +298,23 @@ def _pi_master(template, service, camera, config_name, swarm):
 
 
 def build_pi(n, rate=3.0, config_name=None, cluster=None):
-    """(Pi compose mapping, Swarm stack mapping, Pi cluster config) for n workers, from docker-compose.pi.yml,
-    docker-stack.yml and `cluster` (a cluster config mapping; default configs/compose-pi.yml), rendered from its
-    cnnvideo.cluster description: worker<i> services (the stack places worker<i> on the node labelled
-    cnnvideo.role=worker<i>), one master per camera (several cameras: master-<camera>, run with `--camera <camera>`,
-    placed on the node labelled cnnvideo.role=master-<camera>, its address for the helper MASTER_<CAMERA>_IP), the
-    stack's helper shapes the pool's links (HOP<i>_*, RET_* at deploy time) between all of them, and the config's
-    addresses continue the file's pattern (the next LAN address and port per worker: edit them) and its
-    `bandwidth` (what the cost model plans with) is `rate`; the helper enforces HOP<i>_RATE as deployed."""
+    """(Pi compose mapping, Swarm stack mapping, Pi cluster config) for n *listed* workers, from
+    docker-compose.pi.yml, docker-stack.yml (whose pool joins: one scaled `worker` service) and `cluster` (a cluster
+    config mapping; default configs/swarm.yml), rendered from its cnnvideo.cluster description: worker<i> services
+    (the stack places worker<i> on the node labelled cnnvideo.role=worker<i>), one master per camera (several
+    cameras: master-<camera>, run with `--camera <camera>`, placed on the node labelled cnnvideo.role=master-<camera>,
+    its address for the helper MASTER_<CAMERA>_IP). Several cameras need listed workers on Swarm: a joining worker
+    finds every camera's master at one host (consecutive ports), and here each master has its own device. The
+    stack's helper shapes by role as docker-stack.yml's does (HOP_*, RET_* at deploy time; it needs only the
+    masters' addresses); the config's addresses continue the file's pattern (the next LAN address and port per
+    worker: edit them) and its `bandwidth` (what the cost model plans with) is `rate`."""
     config_name = config_name or "compose-w%d-pi.yml" % n
     with open(os.path.join(REPO, "docker-compose.pi.yml")) as fh:
         pi = yaml.safe_load(fh)
     with open(os.path.join(REPO, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)
     if cluster is None:
-        with open(os.path.join(REPO, "configs", "swarm.yml")) as fh:  # listed workers (the Pi file's join)
+        with open(os.path.join(REPO, "configs", "swarm.yml")) as fh:
             cluster = yaml.safe_load(fh)
     cfg = copy.deepcopy(cluster)
     listed_pool(cfg)
@@ -320,14 +323,16 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
     spec = describe(n, [templated_link(p) for p in hop_prefixes(n)], None, "pool", cameras)
     for doc, var in ((pi, "${PI_CONFIG:-compose-pi.yml}"), (stack, None)):
         services = doc["services"]
-        template = listed_worker(services.pop("worker")) if "worker" in services else services.pop("worker1")
-        services.pop("worker0", None)
+        joining = services.pop("worker")
+        template = listed_worker(joining)
         master = services.pop("master")
+        master["command"] = without_min_workers(master["command"])
         for i, name in enumerate(spec.worker_names()):
             svc = copy.deepcopy(template)
             svc["command"] = svc["command"][:3] + ["-i", str(i)]  # ["worker", "-c", CONFIG, "-i", "<i>"]
-            if "deploy" in svc:
-                svc["deploy"]["placement"] = {"constraints": ["node.labels.cnnvideo.role == %s" % name]}
+            if var is None:  # the stack: one listed worker on its own labelled node
+                deploy = {k: v for k, v in joining["deploy"].items() if k not in ("replicas", "placement")}
+                svc["deploy"] = dict(deploy, placement={"constraints": ["node.labels.cnnvideo.role == %s" % name]})
             services[name] = svc
         for service, camera in spec.masters():
             services[service] = _pi_master(master, service, camera, config_name, swarm=var is None)
@@ -335,20 +340,27 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
             for svc in services.values():
                 if isinstance(svc.get("command"), list):
                     svc["command"] = [c.replace(var, "${PI_CONFIG:-%s}" % config_name) for c in svc["command"]]
+        else:  # listed workers join nothing: no token to require
+            for svc in services.values():
+                (svc.get("environment") or {}).pop("CNNVIDEO_JOIN_TOKEN", None)
+                if "environment" in svc and not svc["environment"]:
+                    del svc["environment"]
         for key in [k for k in doc if k.startswith("x-")]:  # the anchors' sources: expanded in every service
             del doc[key]
         # keep the masters last, as in the committed files
         last = set(spec.master_names()) | {"netem"}
         doc["services"] = {k: services[k] for k in sorted(services, key=lambda k: (k in last, k == "netem", k))}
     netem = stack["services"]["netem"]
-    command, keep, one = list(netem["command"]), [], []  # keep --config FILE; the masters' addresses and the links
-    while command:                                       # are the cluster's
+    command, keep, one, links = list(netem["command"]), [], [], []  # --config FILE; the masters' addresses are the
+    while command:                                                  # cluster's; the links are by role (any N)
         arg = command.pop(0)
         if arg in ("--link", "--address"):
             value = command.pop(0)
-            if arg == "--address" and value.startswith("master="):
+            if arg == "--link":
+                links += [arg, value]
+            elif value.startswith("master="):
                 one = [arg, value]  # the one master's, as the committed stack writes it
-            elif arg == "--address":
+            else:
                 keep += [arg, value]
         else:
             keep.append(arg)
@@ -357,7 +369,7 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
         var = master_ip_var(service)                                 # reads `${V:?a-b}` as V:?a with default b
         addresses += ["--address", "%s=${%s:?set %s to the address of this master's node (it has no server, so the "
                                    "config lacks it)}" % (service, var, var)]
-    netem["command"] = keep + addresses + spec.link_args()
+    netem["command"] = keep + addresses + links
     stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
     workers = [str(w) for w in cfg["cluster"].get("workers") or []] or ["192.168.1.21:50060"]
     host, _, port = workers[-1].rpartition(":")

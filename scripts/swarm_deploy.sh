@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Deploy docker-stack.yml from a swarm manager after checking what would otherwise leave a service
 # pending forever or failing on one device:
-#   - every role of the stack (trainer, worker0, worker1, master; with several cameras master-<camera>
-#     each) has exactly one node labelled cnnvideo.role=ROLE, and no node has an unknown role;
+#   - every placed role of the stack (trainer, master; with several cameras master-<camera> each, and the
+#     listed workers worker<i> of a stack scripts/compose_workers.py rendered) has exactly one node labelled
+#     cnnvideo.role=ROLE, and no node has an unknown role;
+#   - a stack with the joining `worker` service has at least WORKERS (default 2) nodes labelled
+#     cnnvideo.worker=true (one worker per device), and JOIN_TOKEN is set (16+ characters);
 #   - IMAGE (and NETEM_IMAGE), when they name a registry, answer there and have a variant for the
 #     architecture of every node that runs them (one multi-arch tag: scripts/build_multiarch.sh);
 #   - MASTER_IP (the shaping helper's address of the master; MASTER_<CAMERA>_IP of master-<camera>)
@@ -11,7 +14,7 @@
 # a changed file (or rate: HOP1_RATE=1 ...) is one more run of this script, in place.
 #   scripts/swarm_deploy.sh [--stack NAME] [--check-only]
 # Environment: IMAGE (default cnnvideo/node), NETEM_IMAGE (cnnvideo/netem), PI_CONFIG (a file in
-# configs/, default swarm.yml), MASTER_IP, FRAMES, HOP*/RET* (see docker-stack.yml).
+# configs/, default swarm.yml), JOIN_TOKEN, WORKERS, WORKER_CPUS, MASTER_IP, FRAMES, HOP_*/RET_* (see docker-stack.yml).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +22,7 @@ STACK_FILE=${STACK_FILE:-$REPO/docker-stack.yml}
 STACK=cnnvideo
 CHECK_ONLY=0
 export IMAGE=${IMAGE:-cnnvideo/node} NETEM_IMAGE=${NETEM_IMAGE:-cnnvideo/netem} PI_CONFIG=${PI_CONFIG:-swarm.yml}
+export WORKERS=${WORKERS:-2}
 
 log() { echo "swarm_deploy: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -33,25 +37,31 @@ registry_of() {
 nodes_json() { docker node inspect $(docker node ls -q); }
 
 check_roles() {
-  # prints "ROLE NODE ARCH ADDR" for every role of the stack file; dies on a missing/duplicate/unknown role
-  local roles
+  # prints "ROLE NODE ARCH ADDR" for every role of the stack file (and "worker NODE ARCH ADDR" for every
+  # worker-labelled node when the stack places joining workers); dies on a missing/duplicate/unknown role
+  local roles need=0
   roles=$(grep -o 'node\.labels\.cnnvideo\.role == [A-Za-z0-9_-]*' "$STACK_FILE" | awk '{print $3}' | sort -u | tr '\n' ' ')
+  grep -q 'node\.labels\.cnnvideo\.worker == true' "$STACK_FILE" && need=$WORKERS
   nodes_json | python3 -c '
 import json, sys
-roles = sys.argv[1].split()
+roles, need = sys.argv[1].split(), int(sys.argv[2])
+workers = []
 arch = {"x86_64": "linux/amd64", "aarch64": "linux/arm64", "armv7l": "linux/arm/v7", "armv6l": "linux/arm/v6"}
 by_role, unlabelled, problems = {}, [], []
 for n in json.load(sys.stdin):
     name = n["Description"]["Hostname"]
-    role = (n["Spec"].get("Labels") or {}).get("cnnvideo.role")
+    labels = n["Spec"].get("Labels") or {}
+    role = labels.get("cnnvideo.role")
+    platform = arch.get(n["Description"]["Platform"]["Architecture"], n["Description"]["Platform"]["Architecture"])
+    if need and labels.get("cnnvideo.worker") == "true":
+        workers.append((name, platform, n["Status"].get("Addr", "")))
     if role is None:
         unlabelled.append(name)
     elif role not in roles:
         problems.append("node %s has cnnvideo.role=%s, which is not a role of the stack (%s): "
                         "docker node update --label-rm cnnvideo.role %s" % (name, role, ", ".join(roles), name))
     else:
-        by_role.setdefault(role, []).append((name, arch.get(n["Description"]["Platform"]["Architecture"],
-                                             n["Description"]["Platform"]["Architecture"]), n["Status"].get("Addr", "")))
+        by_role.setdefault(role, []).append((name, platform, n["Status"].get("Addr", "")))
 for role in roles:
     found = by_role.get(role, [])
     if not found:
@@ -60,14 +70,31 @@ for role in roles:
     elif len(found) > 1:
         problems.append("%d nodes are labelled cnnvideo.role=%s (%s): keep one (docker node update --label-rm "
                         "cnnvideo.role NODE)" % (len(found), role, ", ".join(f[0] for f in found)))
+if len(workers) < need:
+    spare = [n for n in unlabelled if n not in [w[0] for w in workers]]
+    problems.append("%d node(s) are labelled cnnvideo.worker=true (%s) but WORKERS=%d workers need one each: "
+                    "docker node update --label-add cnnvideo.worker=true NODE (unlabelled nodes: %s), or deploy "
+                    "with fewer WORKERS" % (len(workers), ", ".join(w[0] for w in workers) or "none", need,
+                                            ", ".join(spare) or "none"))
 for name in unlabelled:
-    sys.stderr.write("swarm_deploy: node %s has no cnnvideo.role label: it runs only the shaping helper\n" % name)
+    if name not in [w[0] for w in workers]:
+        sys.stderr.write("swarm_deploy: node %s has no cnnvideo.role label: it runs only the shaping helper\n" % name)
 if problems:
     sys.stderr.write("".join("swarm_deploy: error: %s\n" % p for p in problems))
     sys.exit(1)
 for role in roles:
     print(role, *by_role[role][0])
-' "$roles"
+for worker in workers:
+    print("worker", *worker)
+' "$roles" "$need"
+}
+
+check_token() {
+  # a stack whose roles read a join pool's config needs the one token every role gets (docker-stack.yml)
+  grep -q 'JOIN_TOKEN' "$STACK_FILE" || return 0
+  [ -n "${JOIN_TOKEN:-}" ] \
+    || die "JOIN_TOKEN is not set: export JOIN_TOKEN=\$(openssl rand -hex 16) (one secret for the whole stack; workers present it to join)"
+  [ "${#JOIN_TOKEN}" -ge 16 ] || die "JOIN_TOKEN has ${#JOIN_TOKEN} characters: give it at least 16 (openssl rand -hex 16)"
 }
 
 image_platforms() {
@@ -112,6 +139,8 @@ main() {
   [ "$(docker info -f '{{.Swarm.ControlAvailable}}' 2>/dev/null)" = true ] \
     || die "this engine is not a swarm manager: run docker swarm init here (other devices: docker swarm join), or run this on a manager"
   [ -f "$REPO/configs/$PI_CONFIG" ] || die "no cluster config configs/$PI_CONFIG (PI_CONFIG names a file in configs/)"
+  [[ $WORKERS =~ ^[1-9][0-9]*$ ]] || die "WORKERS must be a whole number >= 1 (the workers the master waits for), got '$WORKERS'"
+  check_token
   local placed
   placed=$(check_roles) || exit 1
   check_arch "$IMAGE" "$placed"
@@ -128,7 +157,7 @@ main() {
   done <<<"$placed"
   export CONFIG_VERSION
   CONFIG_VERSION=$(sha256sum "$REPO/configs/$PI_CONFIG" | cut -c1-12)
-  log "roles: $(awk '{printf "%s=%s(%s) ", $1, $2, $4}' <<<"$placed")master addresses ${masters% }"
+  log "roles: $(awk '{printf "%s=%s(%s) ", $1, $2, $4}' <<<"$placed")master addresses ${masters% }; WORKERS=$WORKERS"
   [ "$CHECK_ONLY" = 1 ] && return 0
   local resolve=never
   [ -n "$(registry_of "$IMAGE")" ] && resolve=always

@@ -1,7 +1,13 @@
-"""`python -m netem.device`: shape this device's own egress per destination, for one role per device
-(Raspberry Pis, Docker Swarm nodes on host networking). Which roles live here is found by matching the
-device's IPv4 addresses against the cluster addresses file that every device shares; rules are
-re-checked every few seconds (addresses may come late) and removed on exit."""
+"""`python -m netem.device`: shape this device's own egress by role, for one role per device (Raspberry Pis, Docker
+Swarm nodes on host networking). Workers join the pool, so their addresses are in no file: the device is a master's
+when one of its IPv4 addresses is a master's (--address master=IP; master-<camera>=IP each with several cameras),
+the trainer's when it holds the config's cluster.trainer, else a worker's. On the interface that reaches the
+master(s), htb shapes:
+- on a master's device: to the trainer nothing, to any other destination `master>worker` (the default class);
+- on a worker's device: to every master `worker>master`, to the trainer nothing, to any other destination
+  `worker>worker` (the default class);
+- on the trainer's device: nothing.
+Rules are re-checked every few seconds (addresses and routes may come late) and removed on exit."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +17,8 @@ import signal
 import socket
 import sys
 import time
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from . import tc
 from .cluster import NetemError, Runner, netem_supported, subprocess_runner
@@ -19,37 +26,72 @@ from .links import Link, LinkError, check_name, parse_links
 
 log = logging.getLogger("netem.device")
 
+ROLE_LINKS = (("master", "worker"), ("worker", "worker"), ("worker", "master"))
+Shapes = Dict[Tuple[str, str], tc.Shape]  # (sender kind, receiver kind) -> shape
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The addresses the device tells roles apart by: every master's (name -> IPv4) and the trainer's."""
+
+    masters: Dict[str, str]
+    trainer: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DeviceRules:
+    """One interface's rules: the default class's shape (None: none) and the peers named by a filter."""
+
+    default: Optional[tc.Shape]
+    peers: tc.Peers = field(default_factory=dict)
+
+
+def role_shapes(links: List[Link]) -> Shapes:
+    """The links as {(src, dst): shape}; LinkError for any but master>worker, worker>worker, worker>master."""
+    shapes = {}
+    for link in links:
+        if (link.src, link.dst) not in ROLE_LINKS:
+            raise LinkError("link %s>%s: the device helper shapes by role (workers join: they have no names), so a "
+                            "link is master>worker, worker>worker or worker>master" % (link.src, link.dst))
+        shapes[(link.src, link.dst)] = link.shape
+    return shapes
+
+
+def is_master(role: str) -> bool:
+    return role == "master" or role.startswith("master-")
+
 
 def role_addresses(cluster: dict, extra: Dict[str, str]) -> Dict[str, str]:
-    """Role -> host from a cnnvideo config's `cluster` section (trainer, workers[i] -> worker<i>), then `extra`."""
+    """Role -> host: the trainer from a cnnvideo config's `cluster` section (port dropped), then `extra`."""
     if not isinstance(cluster, dict):
-        raise LinkError("the config has no 'cluster' section with the role addresses")
+        raise LinkError("the config has no 'cluster' section with the trainer's address")
     hosts = {}
     if cluster.get("trainer"):
         hosts["trainer"] = str(cluster["trainer"]).rsplit(":", 1)[0]
-    for i, addr in enumerate(cluster.get("workers") or []):
-        hosts["worker%d" % i] = str(addr).rsplit(":", 1)[0]
     hosts.update(extra)
     return hosts
 
 
 def parse_address(spec: str) -> tuple:
-    """ROLE=HOST -> (role, host), else LinkError."""
+    """ROLE=HOST (ROLE: master, master-<camera> or trainer) -> (role, host), else LinkError."""
     role, sep, host = spec.partition("=")
     if not sep or not host:
         raise LinkError("--address must be ROLE=HOST (e.g. master=192.168.1.20), got %r" % spec)
-    return check_name(role), host.strip()
+    role = check_name(role.strip())
+    if not (is_master(role) or role == "trainer"):
+        raise LinkError("--address %s: ROLE is master, master-<camera> or trainer (workers need no address)" % spec)
+    return role, host.strip()
 
 
-def resolve(hosts: Dict[str, str]) -> Dict[str, str]:
-    """Role -> IPv4 (names resolved; an unresolvable one is left out with a warning)."""
+def resolve(hosts: Dict[str, str]) -> Roles:
+    """The roles' IPv4 addresses (names resolved; an unresolvable one is left out with a warning)."""
     ips = {}
     for role, host in hosts.items():
         try:
             ips[role] = socket.gethostbyname(host)
         except OSError as exc:
-            log.warning("%s: cannot resolve %s (%s); its links are not shaped", role, host, exc)
-    return ips
+            log.warning("%s: cannot resolve %s (%s); it is not told apart", role, host, exc)
+    return Roles({r: ip for r, ip in ips.items() if is_master(r)}, ips.get("trainer"))
 
 
 def local_addresses(ip_output: str) -> Dict[str, str]:
@@ -62,44 +104,71 @@ def local_addresses(ip_output: str) -> Dict[str, str]:
     return found
 
 
-def desired(links: List[Link], roles: Dict[str, str], local: Dict[str, str]) -> Dict[str, tc.Peers]:
-    """Interface -> peers ({link index: (peer IP, shape)}) for the links whose source role lives here."""
-    want: Dict[str, tc.Peers] = {}
-    for index, link in enumerate(links):
-        src_ip, dst_ip = roles.get(link.src), roles.get(link.dst)
-        if src_ip not in local or dst_ip is None or dst_ip in local:
-            continue  # not ours, unknown peer, or a peer on this same device (no link to shape)
-        peers = want.setdefault(local[src_ip], {})
-        if all(ip != dst_ip for ip, _ in peers.values()):  # one class per destination
-            peers[index] = (dst_ip, link.shape)
-    return want
+def device_kind(roles: Roles, local: Dict[str, str]) -> str:
+    """master, trainer or worker: which role this device (its addresses `local`) runs."""
+    if any(ip in local for ip in roles.masters.values()):
+        return "master"
+    return "trainer" if roles.trainer in local else "worker"
+
+
+def desired(shapes: Shapes, roles: Roles, local: Dict[str, str], route: Optional[str]) -> Dict[str, DeviceRules]:
+    """Interface -> rules for this device: the master's interface (a master's device) or `route`, the one that
+    reaches the master (a worker's). Peer 0 is the trainer (unshaped), then the masters by name, one per address."""
+    kind = device_kind(roles, local)
+    if kind == "trainer":
+        return {}
+    if kind == "master":
+        dev = next(local[ip] for _, ip in sorted(roles.masters.items()) if ip in local)
+        default, to_master = shapes.get(("master", "worker")), None
+    else:
+        dev, default, to_master = route, shapes.get(("worker", "worker")), shapes.get(("worker", "master"))
+    peers: tc.Peers = {}
+    if roles.trainer and default is not None:  # without a default class the trainer's traffic is unshaped anyway
+        peers[0] = (roles.trainer, None)
+    for index, (_, ip) in enumerate(sorted(roles.masters.items()), 1):
+        if to_master is not None and all(ip != known for known, _ in peers.values()):
+            peers[index] = (ip, to_master)
+    peers = {i: peer for i, peer in peers.items() if peer[0] not in local}  # on this device: no link to shape
+    if dev is None or (default is None and not peers):
+        return {}
+    return {dev: DeviceRules(default, peers)}
 
 
 class DeviceShaper:
     """Keeps this device's tc rules equal to `desired`; remembers what it applied so changes are in place."""
 
-    def __init__(self, links: List[Link], roles: Dict[str, str], run: Runner = subprocess_runner,
-                 netem: bool = True) -> None:
-        self.links, self.roles, self.run, self.netem = links, roles, run, netem
-        self.applied: Dict[str, tc.Peers] = {}
+    def __init__(self, shapes: Shapes, roles: Roles, run: Runner = subprocess_runner, netem: bool = True) -> None:
+        self.shapes, self.roles, self.run, self.netem = shapes, roles, run, netem
+        self.applied: Dict[str, DeviceRules] = {}
 
-    def sync(self) -> Dict[str, tc.Peers]:
+    def route(self, local: Dict[str, str]) -> Optional[str]:
+        """The interface this device reaches the first master on (None: no route yet, or no master known)."""
+        if not self.roles.masters:
+            return None
+        ip = sorted(self.roles.masters.items())[0][1]
+        return tc.route_dev(self.run(tc.route_to(ip), True)) if ip not in local else local[ip]
+
+    def sync(self) -> Dict[str, DeviceRules]:
         local = local_addresses(self.run(tc.list_addresses(), False))
-        want = desired(self.links, self.roles, local)
+        want = desired(self.shapes, self.roles, local, self.route(local))
         for dev in sorted(set(self.applied) - set(want)):
             self.run(tc.delete_root(dev), True)
             del self.applied[dev]
-        for dev, peers in sorted(want.items()):
+        for dev, rules in sorted(want.items()):
             old = self.applied.get(dev)
-            if old is None:
+            fresh = old is None or (old.default is None) != (rules.default is None)  # the root qdisc changes
+            if fresh:
                 self.run(tc.one_segment_per_packet(dev), True)
-            for i, argv in enumerate(tc.plan(dev, old, peers, self.netem)):
-                self.run(argv, old is None and i == 0)
-            if old != peers:
-                names = ", ".join("%s %s %g MB/s" % (self.links[k].dst, ip, shape.rate)
-                                  for k, (ip, shape) in sorted(peers.items()))
-                log.info("%s: %s", dev, names or "no peers")
-            self.applied[dev] = peers
+                commands = tc.plan(dev, None, rules.peers, self.netem, default=rules.default)
+            else:
+                commands = tc.plan(dev, old.peers, rules.peers, self.netem)
+                if rules.default != old.default:
+                    commands += tc.default_commands(dev, rules.default, self.netem)
+            for i, argv in enumerate(commands):
+                self.run(argv, fresh and i == 0)  # a fresh start's first command deletes a root that may not exist
+            if old != rules:
+                log.info("%s: %s", dev, describe(rules))
+            self.applied[dev] = rules
         return want
 
     def clear(self) -> None:
@@ -109,14 +178,24 @@ class DeviceShaper:
         self.applied.clear()
 
 
+def describe(rules: DeviceRules) -> str:
+    """One line: each peer's address and rate (or unshaped), then every other destination's."""
+    parts = ["%s %s" % (ip, "unshaped" if shape is None else "%g MB/s" % shape.rate)
+             for _, (ip, shape) in sorted(rules.peers.items())]
+    other = "unshaped" if rules.default is None else "%g MB/s" % rules.default.rate
+    return ", ".join(parts + ["any other %s" % other])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m netem.device",
-        description="Shape this device's egress per destination from the shared cluster addresses file.",
-        epilog="LINK as for python -m netem: SRC>DST,rate=MBps[,delay=ms][,jitter=ms][,loss=%%]; SRC<>DST both ways.")
-    parser.add_argument("--config", required=True, help="cnnvideo config whose `cluster` section has the addresses")
+        description="Shape this device's egress by role: the master's, the trainer's, or else a worker's.",
+        epilog="LINK: master>worker, worker>worker or worker>master, then ,rate=MBps[,delay=ms][,jitter=ms]"
+               "[,loss=%%]; master<>worker both ways.")
+    parser.add_argument("--config", required=True, help="cnnvideo config whose `cluster.trainer` is the trainer's")
     parser.add_argument("--address", action="append", default=[], metavar="ROLE=HOST",
-                        help="an address the config lacks (the master only dials out, so it has none there)")
+                        help="a master's address (master, or master-<camera> each), or the trainer's if the config's "
+                             "is not reachable as written")
     parser.add_argument("--link", action="append", default=[], metavar="LINK", help="a link to shape (repeatable)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between re-checks")
     parser.add_argument("--once", action="store_true", help="apply once and exit, leaving the rules in place")
@@ -125,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_roles(path: str, addresses: List[str]) -> Dict[str, str]:
+def load_roles(path: str, addresses: List[str]) -> Roles:
     import yaml  # only the helper's image needs it
 
     try:
@@ -134,6 +213,8 @@ def load_roles(path: str, addresses: List[str]) -> Dict[str, str]:
     except (OSError, yaml.YAMLError) as exc:
         raise LinkError("config %s: %s" % (path, exc)) from exc
     extra = dict(parse_address(spec) for spec in addresses)
+    if not any(is_master(role) for role in extra):
+        raise LinkError("no master's address: --address master=HOST (the master has no server, so the config lacks it)")
     return resolve(role_addresses(data.get("cluster") if isinstance(data, dict) else None, extra))
 
 
@@ -146,21 +227,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s netem.device %(levelname)s: %(message)s", stream=sys.stderr)
     try:
-        links = parse_links(args.link)
-        if not links:
+        shapes = role_shapes(parse_links(args.link))
+        if not shapes:
             raise LinkError("no --link given")
         roles = load_roles(args.config, args.address)
     except LinkError as exc:
         print("netem.device: error: %s" % exc, file=sys.stderr)
         return 2
-    shaper = DeviceShaper(links, roles, netem=netem_supported())
-    log.info("roles %s; netem %s", " ".join("%s=%s" % kv for kv in sorted(roles.items())),
-             "available" if shaper.netem else "MISSING (rates only)")
+    shaper = DeviceShaper(shapes, roles, netem=netem_supported())
+    log.info("masters %s, trainer %s; netem %s", " ".join("%s=%s" % kv for kv in sorted(roles.masters.items())),
+             roles.trainer or "unknown", "available" if shaper.netem else "MISSING (rates only)")
     signal.signal(signal.SIGTERM, _terminate)
     try:
         want = shaper.sync()
         if not want:
-            log.info("no role's address is on this device: nothing to shape here")
+            log.info("nothing to shape on this device (the trainer's, or no route to the master yet)")
         if args.once:
             return 0
         with open(args.ready_file, "w") as fh:

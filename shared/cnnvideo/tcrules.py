@@ -1,5 +1,7 @@
 """tc rules as argument lists (pure functions, stdlib only): htb root, a class + netem per peer, a u32 filter on
-the peer's IP (containers, the netem helper) or on its TCP port (one namespace, `cnnvideo local`).
+the peer's IP (containers, the netem helper) or on its TCP port (one namespace, `cnnvideo local`); optionally a
+default class that shapes every destination no filter names, and peers left unshaped (a filter to htb's direct
+queue), for a device shaped by role (netem.device).
 
 The one rule builder of the project: services/netem (a copy sits in its image) and the local launcher use it.
 """
@@ -51,9 +53,11 @@ def check_value(key: str, value: object, low: float, high: float) -> float:
 
 
 Argv = List[str]
-Peers = Dict[int, Tuple[str, Shape]]  # peer index -> (peer IP, shape)
+Peers = Dict[int, Tuple[str, Optional[Shape]]]  # peer index -> (peer IP, shape; None: unshaped, htb's direct queue)
 ROOT = "1:"
-FIRST_MINOR = 0x10  # class 1:10 is the first peer; 1:1..1:f are left free
+DIRECT = "1:0"  # a filter's flowid naming the htb qdisc itself: the packet leaves by the direct queue, unshaped
+DEFAULT_MINOR = 0xF  # the default class (every destination no filter names), when there is one
+FIRST_MINOR = 0x10  # class 1:10 is the first peer; 1:1..1:e are left free
 MAX_PEERS = 0xFFF - FIRST_MINOR  # u32 node ids in table 800: go up to 0xfff
 NETEM_LIMIT = 10000  # packets netem may hold (the default 1000 drops at high rate x delay)
 DEV_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
@@ -91,22 +95,23 @@ def quantum_bytes(shape: Shape) -> int:
     return min(max(shape.rate_bytes // 10, 1600), 60000)
 
 
-def root_qdisc(dev: str) -> Argv:
-    """htb at the root; unclassified traffic (no filter match) leaves unshaped via htb's direct queue."""
-    return ["tc", "qdisc", "add", "dev", check_dev(dev), "root", "handle", ROOT, "htb"]
+def root_qdisc(dev: str, default: bool = False) -> Argv:
+    """htb at the root; unclassified traffic (no filter match) leaves unshaped via htb's direct queue, or with
+    `default` by the default class (1:f, default_commands)."""
+    argv = ["tc", "qdisc", "add", "dev", check_dev(dev), "root", "handle", ROOT, "htb"]
+    return argv + ["default", "%x" % DEFAULT_MINOR] if default else argv
 
 
-def peer_class(dev: str, index: int, shape: Shape) -> Argv:
-    """The htb class that caps traffic to one peer at the link rate (replace changes it in place)."""
+def htb_class(dev: str, m: int, shape: Shape) -> Argv:
+    """The htb class 1:<m> that caps its traffic at the link rate (replace changes it in place)."""
     rate = "%dbit" % shape.rate_bits
     burst = "%db" % burst_bytes(shape)
-    return ["tc", "class", "replace", "dev", check_dev(dev), "parent", ROOT, "classid", "1:%x" % minor(index),
+    return ["tc", "class", "replace", "dev", check_dev(dev), "parent", ROOT, "classid", "1:%x" % m,
             "htb", "rate", rate, "ceil", rate, "burst", burst, "cburst", burst, "quantum", str(quantum_bytes(shape))]
 
 
-def peer_netem(dev: str, index: int, shape: Shape) -> Argv:
-    """The netem qdisc under a peer's class: delay (+ jitter) and loss; every value given so replace resets it."""
-    m = minor(index)
+def netem_leaf(dev: str, m: int, shape: Shape) -> Argv:
+    """The netem qdisc under class 1:<m>: delay (+ jitter) and loss; every value given so replace resets it."""
     argv = ["tc", "qdisc", "replace", "dev", check_dev(dev), "parent", "1:%x" % m, "handle", "%x:" % m,
             "netem", "limit", str(NETEM_LIMIT), "delay", "%gms" % shape.delay]
     if shape.jitter > 0:
@@ -114,11 +119,28 @@ def peer_netem(dev: str, index: int, shape: Shape) -> Argv:
     return argv + ["loss", "%g%%" % shape.loss]
 
 
-def peer_filter(dev: str, index: int, ip: str) -> Argv:
-    """u32 filter sending packets for the peer's IP to its class, under a fixed handle (800::minor)."""
+def peer_class(dev: str, index: int, shape: Shape) -> Argv:
+    """The htb class that caps traffic to one peer at the link rate (replace changes it in place)."""
+    return htb_class(dev, minor(index), shape)
+
+
+def peer_netem(dev: str, index: int, shape: Shape) -> Argv:
+    """The netem qdisc under a peer's class."""
+    return netem_leaf(dev, minor(index), shape)
+
+
+def default_commands(dev: str, shape: Shape, netem: bool) -> List[Argv]:
+    """The default class (root_qdisc with `default`) at `shape` (+ its netem leaf when the kernel has netem)."""
+    return [htb_class(dev, DEFAULT_MINOR, shape)] + ([netem_leaf(dev, DEFAULT_MINOR, shape)] if netem else [])
+
+
+def peer_filter(dev: str, index: int, ip: str, direct: bool = False) -> Argv:
+    """u32 filter sending packets for the peer's IP to its class, under a fixed handle (800::minor); with `direct`
+    to htb's direct queue instead (unshaped, even when the qdisc has a default class)."""
     m = minor(index)
     return ["tc", "filter", "add", "dev", check_dev(dev), "parent", ROOT, "protocol", "ip", "prio", "1",
-            "handle", "800::%x" % m, "u32", "match", "ip", "dst", check_ipv4(ip) + "/32", "flowid", "1:%x" % m]
+            "handle", "800::%x" % m, "u32", "match", "ip", "dst", check_ipv4(ip) + "/32",
+            "flowid", DIRECT if direct else "1:%x" % m]
 
 
 def port_filter(dev: str, index: int, port: int) -> Argv:
@@ -157,25 +179,31 @@ def peer_commands(dev: str, index: int, shape: Shape, netem: bool) -> List[Argv]
     return [peer_class(dev, index, shape)] + ([peer_netem(dev, index, shape)] if netem else [])
 
 
-def plan(dev: str, old: Optional[Peers], new: Peers, netem: bool = True) -> List[Argv]:
-    """Commands taking `dev` from rules `old` (None = unknown, start afresh) to `new` ({index: (ip, shape)}).
+def plan(dev: str, old: Optional[Peers], new: Peers, netem: bool = True, default: Optional[Shape] = None) -> List[Argv]:
+    """Commands taking `dev` from rules `old` (None = unknown, start afresh) to `new` ({index: (ip, shape)}; a
+    shape None leaves that peer unshaped). `default`, on a fresh start only: the default class's shape (every
+    destination no filter names); change it in place with default_commands.
 
     A fresh start deletes the root first: the caller ignores that one command's failure (nothing to delete).
     """
     if old is None:
-        commands = [delete_root(dev), root_qdisc(dev)]
+        commands = [delete_root(dev), root_qdisc(dev, default is not None)]
+        commands += default_commands(dev, default, netem) if default is not None else []
         for index, (ip, shape) in sorted(new.items()):
-            commands += peer_commands(dev, index, shape, netem) + [peer_filter(dev, index, ip)]
+            commands += peer_commands(dev, index, shape, netem) if shape is not None else []
+            commands.append(peer_filter(dev, index, ip, direct=shape is None))
         return commands
     commands = []
     for index in sorted(set(old) - set(new)):
-        commands += [delete_filter(dev, index), delete_class(dev, index)]
+        commands += [delete_filter(dev, index)] + ([delete_class(dev, index)] if old[index][1] is not None else [])
     for index, (ip, shape) in sorted(new.items()):
         before = old.get(index)
-        if before is None or before[1] != shape:
+        if shape is not None and (before is None or before[1] != shape):
             commands += peer_commands(dev, index, shape, netem)
-        if before is None or before[0] != ip:
-            commands += ([delete_filter(dev, index)] if before else []) + [peer_filter(dev, index, ip)]
+        if before is None or before[0] != ip or (before[1] is None) != (shape is None):
+            commands += ([delete_filter(dev, index)] if before else []) + [peer_filter(dev, index, ip, shape is None)]
+        if before is not None and before[1] is not None and shape is None:
+            commands.append(delete_class(dev, index))  # its filter goes to the direct queue now
     return commands
 
 
@@ -195,6 +223,17 @@ def in_netns(pid: int, argv: Argv) -> Argv:
 def list_addresses() -> Argv:
     """`ip` command whose output iface_for_ip parses."""
     return ["ip", "-o", "-4", "addr", "show"]
+
+
+def route_to(ip: str) -> Argv:
+    """`ip` command whose output route_dev parses: the route this host takes to `ip`."""
+    return ["ip", "-o", "-4", "route", "get", check_ipv4(ip)]
+
+
+def route_dev(route_output: str) -> Optional[str]:
+    """The interface of `ip -o -4 route get IP` output (`10.0.9.5 via 10.0.9.1 dev eth0 src ...` -> eth0), or None."""
+    fields = route_output.split()
+    return fields[fields.index("dev") + 1] if "dev" in fields[:-1] else None
 
 
 def iface_for_ip(ip_output: str, ip: str) -> Optional[str]:

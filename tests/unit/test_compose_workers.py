@@ -104,15 +104,29 @@ def test_env_templated_workers_are_listed_copies_of_the_joining_worker_service()
     assert compose_workers.hop_rate_vars(4) == ["HOP0_RATE", "HOP1_RATE", "HOP2_RATE", "HOP3_RATE", "RET_RATE"]
 
 
-def test_stack_links_are_the_pool_s_and_the_pi_files_grow_with_n():
-    """docker-stack.yml's helper shapes the 2-worker pool's links as the env-templated 2-worker pool; build_pi(4) places
-    worker0..3 on nodes labelled worker0..3, its helper shapes the 4-worker pool, the Pi compose file runs 4 workers
-    on the generated config and the config continues swarm.yml's addresses."""
+def test_stack_pool_joins_and_scales_and_the_pi_files_grow_with_n(monkeypatch):
+    """docker-stack.yml runs one joining `worker` service (WORKERS replicas, one per worker-labelled node, the
+    master waiting for WORKERS) and its helper shapes by role with docker-compose.yml's links; build_pi(4) places
+    listed workers worker0..3 on nodes labelled worker0..3 (no join, no token), its helper keeps the role links, the
+    Pi compose file runs 4 workers on the generated config and the config continues swarm.yml's addresses."""
     with open(os.path.join(ROOT, "docker-stack.yml")) as fh:
         stack = yaml.safe_load(fh)["services"]
-    compose = compose_workers.env_templated(2, topology="pool")["services"]
+    with open(os.path.join(ROOT, "docker-compose.yml")) as fh:
+        compose = yaml.safe_load(fh)["services"]
     links = [c for c in stack["netem"]["command"] if ">" in c]
     assert links == [c for c in compose["netem"]["command"] if c != "--link"]
+    assert [link.split(",")[0] for link in links] == ["master>worker", "worker>worker", "worker>master"]
+    worker = stack["worker"]
+    assert worker["deploy"]["replicas"] == "${WORKERS:-2}"
+    assert worker["deploy"]["placement"] == {"constraints": ["node.labels.cnnvideo.worker == true"],
+                                             "max_replicas_per_node": 1}
+    assert worker["command"][-2:] == ["--join", "${MASTER_IP:?set MASTER_IP to the master device's address}:50070"]
+    assert worker["environment"]["CNNVIDEO_JOIN_TOKEN"].startswith("${JOIN_TOKEN:?")
+    assert "-" not in worker["environment"]["CNNVIDEO_JOIN_TOKEN"].partition(":?")[2]  # docker 20.10 splits there
+    assert stack["master"]["command"][-2:] == ["--min-workers", "${WORKERS:-2}"]
+    monkeypatch.setenv("CNNVIDEO_JOIN_TOKEN", "a-token-of-16-characters")  # what the stack gives every role
+    swarm = config.load(os.path.join(ROOT, "configs", "swarm.yml"), check_files=False)
+    assert swarm.cluster.workers == [] and swarm.cluster.join.endswith(":50070")
     pi, stack4, cfg = compose_workers.build_pi(4, rate=2.0)
     assert sorted(pi["services"]) == ["master", "trainer", "worker0", "worker1", "worker2", "worker3"]
     assert pi["services"]["worker3"]["command"] == ["worker", "-c", "/app/configs/${PI_CONFIG:-compose-w4-pi.yml}",
@@ -120,14 +134,16 @@ def test_stack_links_are_the_pool_s_and_the_pi_files_grow_with_n():
     services = stack4["services"]
     assert list(services) == ["trainer", "worker0", "worker1", "worker2", "worker3", "master", "netem"]
     assert services["worker2"]["deploy"]["placement"]["constraints"] == ["node.labels.cnnvideo.role == worker2"]
-    assert services["worker2"]["command"][-2:] == ["-i", "2"]
-    command = services["netem"]["command"]
-    assert command[:4] == stack["netem"]["command"][:4]  # --config FILE --address master=...
-    assert len([c for c in command if ">" in c]) == 4 * 4 + 4
+    assert "replicas" not in services["worker2"]["deploy"]
+    assert services["worker2"]["command"] == ["worker", "-c", "/app/configs/cluster.yml", "-i", "2"]
+    assert "--min-workers" not in services["master"]["command"]
+    assert not any("JOIN_TOKEN" in str(svc) for svc in services.values())
+    assert services["netem"]["command"] == stack["netem"]["command"]  # --config, --address master=..., role links
     assert stack4["configs"]["cluster"]["file"] == "./configs/${PI_CONFIG:-compose-w4-pi.yml}"
     loaded = config.from_dict(cfg, check_files=False)
-    assert loaded.cluster.workers[:2] == ["192.168.1.21:50060", "192.168.1.22:50061"]
-    assert loaded.cluster.workers[2:] == ["192.168.1.23:50062", "192.168.1.24:50063"] and loaded.bandwidth == [2.0] * 4
+    assert not loaded.cluster.join
+    assert loaded.cluster.workers == ["192.168.1.21:50060", "192.168.1.22:50061", "192.168.1.23:50062",
+                                      "192.168.1.24:50063"] and loaded.bandwidth == [2.0] * 4
 
 
 def test_n_comes_from_workers_in_env(tmp_path, monkeypatch):
