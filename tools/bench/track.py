@@ -178,7 +178,7 @@ def _ours(kind: str) -> Callable[[], Callable[[int, float, np.ndarray], List[Tup
     settings = TrackerSettings(kind="iou", matcher="greedy") if kind == "iou" else TrackerSettings(kind=kind)
 
     def make():
-        tracker = make_tracker(settings)
+        tracker = make_tracker(settings, FRAME_SIZE)
 
         def step(frame: int, t: float, dets: np.ndarray):
             ds = [Detection("person", float(d[4]), tuple(d[:4].tolist())) for d in dets]
@@ -334,11 +334,12 @@ class Constants:
     tentative_misses: int = DEFAULT_CONSTANTS.tentative_misses
 
     def tracker(self) -> KalmanTracker:
-        """A fresh Kalman tracker with these constants (everything else at its default)."""
+        """A fresh Kalman tracker with these constants (everything else at its default), told the TUD frame size."""
         settings = TrackerSettings(kind="kalman", iou_threshold=self.iou_threshold, coast_s=self.coast_s,
                                    min_frames=int(self.min_frames))
         return KalmanTracker(settings, dataclasses.replace(DEFAULT_CONSTANTS, proc_vel=self.proc_vel,
-                                                           tentative_misses=int(self.tentative_misses)))
+                                                           tentative_misses=int(self.tentative_misses)),
+                             frame_size=FRAME_SIZE)
 
 
 # each constant at about half, at and about twice its default; candidates confirmed after 2 or 3 hits, dropped at

@@ -175,7 +175,7 @@ def pipeline_from_config(config: Mapping[str, Any], frame_size: Tuple[int, int],
     tcfg = dict(config.get("tracker") or {})
     if tcfg.get("labels") is not None:
         tcfg["labels"] = frozenset(tcfg["labels"])
-    tracker = make_tracker(_settings(TrackerSettings, tcfg, key + ".tracker"))
+    tracker = make_tracker(_settings(TrackerSettings, tcfg, key + ".tracker"), frame_size)
     zone_list = parse_zones(config.get("zones"), frame_size, key + ".zones")
     zones = ZoneMonitor(zone_list) if zone_list else None
     snapshots, url_prefix = None, None

@@ -15,6 +15,9 @@ jittery detector widens the gate instead of splitting its people into new tracks
 prediction can follow (up to `max_unseen_s`, 2 s by default) keeps their id when they come back: the candidate
 they start, once confirmed, takes the id of the lost track whose Mahalanobis gate (wider the longer it is unseen)
 holds it. Unlike matching the lost track to any single box in its gate, this needs `min_frames` consistent boxes.
+A missed track coasts (up to `coast_s`) only while its prediction is sure enough to land on the person (predicted
+centre std at most `coast_sd`, 1/6, of the box size) and, when the frame size is known, not once its predicted box
+crosses a frame edge moving out: a person the detector loses there has walked out (issue 46, third pass).
 
 State per track: [cx, cy, w, h, vcx, vcy, vw, vh], pixels and pixels per second. Noise scales with the box
 size (a near person moves more pixels than a far one), as in ByteTrack; the constants are per second, not
@@ -41,6 +44,10 @@ TENTATIVE_MISSES = 1  # a candidate missed this many processed frames in a row i
 R_MAX = 3.0  # the measurement noise grows at most this much (std) when the detector is noisier than MEAS_*
 NIS_DOF = 4.0  # expected squared Mahalanobis distance of a measurement that fits the noise model (cx, cy, w, h)
 NIS_MIN = 20  # matches of announced tracks before the measurement noise adapts; then each frame, older ones halved
+# a missed track coasts while its predicted centre's std is at most this fraction of the box's width (height): a box
+# whose centre is off by a third of its width overlaps the true one at IoU 0.5 ((1 - 1/3) / (1 + 1/3)), so a
+# prediction within 2 std of the person still lands on them. Derived from that, not searched.
+COAST_SD = 1.0 / 6.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +63,7 @@ class KalmanConstants:
     gate: float = GATE
     tentative_misses: int = TENTATIVE_MISSES
     r_max: float = R_MAX
+    coast_sd: float = COAST_SD
 
     def scaled(self, r: float) -> "KalmanConstants":
         """These constants with the measurement noise std multiplied by `r`."""
@@ -166,9 +174,11 @@ class KalmanTracker(BoxTracker):
     # TUD-Stadtmitte) is highest. Held-out figures: docs/results/track/results.md.
     DEFAULT_COAST_S = 0.1
 
-    def __init__(self, settings: Optional[TrackerSettings] = None, constants: Optional[KalmanConstants] = None):
+    def __init__(self, settings: Optional[TrackerSettings] = None, constants: Optional[KalmanConstants] = None,
+                 frame_size: Optional[Tuple[int, int]] = None):
         super().__init__(settings)
         self.constants = constants or DEFAULT_CONSTANTS
+        self.frame_size = frame_size  # (height, width) when known: a person walking out of it is not coasted
         self._tentative_misses = self.constants.tentative_misses
         self._x = np.zeros((0, 8))
         self._p = np.zeros((0, 8, 8))
@@ -230,6 +240,22 @@ class KalmanTracker(BoxTracker):
         pairs = self._match_rows(confirmed, dets, list(range(len(dets))), expected)
         used = {c for _, c in pairs}
         return pairs + self._match_rows(candidates, dets, [c for c in range(len(dets)) if c not in used], expected)
+
+    def _may_coast(self, rows: List[int]) -> np.ndarray:
+        """A missed track coasts while its prediction is sure enough to land on the person (centre std at most
+        `coast_sd` of the box size) and, when the frame size is known, unless its predicted box crosses a frame
+        edge while moving out of the frame: a person the detector loses there has most likely walked out."""
+        idx = np.asarray(rows, dtype=np.int64)
+        x, p = self._x[idx], self._p[idx]
+        sd = np.sqrt(np.stack([p[:, 0, 0], p[:, 1, 1]], 1))
+        sure = np.all(sd <= self.constants.coast_sd * np.maximum(x[:, 2:4], MIN_SIZE), axis=1)
+        if self.frame_size is None:
+            return sure
+        h, w = self.frame_size
+        b = z_to_xyxy(x)
+        leaving = (((b[:, 0] < 0) & (x[:, 4] < 0)) | ((b[:, 2] > w) & (x[:, 4] > 0))
+                   | ((b[:, 1] < 0) & (x[:, 5] < 0)) | ((b[:, 3] > h) & (x[:, 5] > 0)))
+        return sure & ~leaving
 
     def _heir(self, row: int, matched: Set[int]) -> Optional[int]:
         """The lost announced track (unmatched this frame) of the candidate's label whose Mahalanobis gate holds

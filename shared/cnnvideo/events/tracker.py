@@ -9,8 +9,9 @@ Time is capture time, not the frame number: the master's drop policy can skip fr
 after `max_unseen_s` seconds of capture time without a match (and, optionally, after `max_unseen_updates`
 processed frames without one). A track is announced (`new`, and given its id) only after `min_frames`
 matched frames, so a one-frame false detection never becomes an event; ids are 1, 2, 3... in announcement
-order and never reused. A kind may drop a candidate (not yet announced) that misses a frame, and may hand a lost
-announced track's id to a candidate confirmed where that track is expected (`_heir`).
+order and never reused. A kind may drop a candidate (not yet announced) that misses a frame, may hand a lost
+announced track's id to a candidate confirmed where that track is expected (`_heir`), and may keep a missed track
+from coasting when its expected box is unlikely to be where the object is (`_may_coast`).
 """
 from __future__ import annotations
 
@@ -249,6 +250,11 @@ class BoxTracker:
         """Keep only the tracks where the boolean mask `keep` is true."""
         self._tracks = [t for t, k in zip(self._tracks, keep.tolist()) if k]
 
+    def _may_coast(self, rows: List[int]) -> np.ndarray:
+        """Which of the missed tracks `rows` may send a coasted `update` (within coast_s), (len(rows),) bool;
+        all by default."""
+        return np.ones(len(rows), dtype=bool)
+
     def _heir(self, row: int, matched: Set[int]) -> Optional[int]:
         """Candidate `row` reached min_frames: the row of a lost announced track (not in `matched`) whose id it
         should take instead of a new one, or None (the default: always a new id)."""
@@ -340,11 +346,12 @@ class BoxTracker:
             elif t.confirmed and now - t.last_update_emitted >= s.update_interval_s:
                 t.last_update_emitted = now
                 updates.append(self._event("update", t, frame, now))
-        for i, t in enumerate(self._tracks):
-            if i in matched_t or i in merged:
-                continue
+        missed = [i for i in range(len(self._tracks)) if i not in matched_t and i not in merged]
+        coasts = self._may_coast(missed)
+        for i, may in zip(missed, coasts.tolist()):
+            t = self._tracks[i]
             t.misses += 1
-            if (t.confirmed and 0 < now - t.last_seen <= self._coast
+            if (may and t.confirmed and 0 < now - t.last_seen <= self._coast
                     and now - t.last_update_emitted >= s.update_interval_s):
                 t.last_update_emitted = now
                 box = tuple(float(v) for v in expected[i])

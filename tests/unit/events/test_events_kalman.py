@@ -1,8 +1,9 @@
 """cnnvideo.events.kalman: the Kalman tracker holds ids through misses and crossings, with frames skipped; it
 keeps the IouTracker's contract (min_frames, expiry by capture time, ids in announcement order); the filter
 follows constant velocity in capture time; `kind` picks the tracker and bad settings name their key; a candidate
-must hit consecutive frames, the measurement noise grows with a jittery detector, and a person lost for a while
-keeps their id only when boxes in a row show them again."""
+must hit consecutive frames, the measurement noise grows with a jittery detector, a person lost for a while
+keeps their id only when boxes in a row show them again, and a missed track coasts only while its prediction is
+sure and it is not walking out of the frame."""
 import numpy as np
 import pytest
 
@@ -107,8 +108,10 @@ def test_filter_follows_constant_velocity_in_capture_time():
 
 
 def test_kind_picks_the_tracker():
-    """The pipeline's default tracker is the Kalman one; `kind: iou` gives the light IouTracker."""
-    assert isinstance(pipeline_from_config({}, (640, 480)).tracker, KalmanTracker)
+    """The pipeline's default tracker is the Kalman one, given the frame size (height, width); `kind: iou` gives
+    the light IouTracker."""
+    tracker = pipeline_from_config({}, (640, 480)).tracker
+    assert isinstance(tracker, KalmanTracker) and tracker.frame_size == (640, 480)
     assert type(pipeline_from_config({"tracker": {"kind": "iou"}}, (640, 480)).tracker) is IouTracker
     assert type(make_tracker(TrackerSettings(kind="iou"))) is IouTracker
 
@@ -236,3 +239,44 @@ def test_a_person_back_far_from_the_prediction_is_someone_new():
     events = lost_and_found(10, lambda f: 10 * f - 300)
     assert [(e.type, e.track_id) for e in events if e.type == "new"] == [("new", 1), ("new", 2)]
     assert sorted(e.track_id for e in events if e.type == "end") == [1, 2]
+
+
+def coasted_frames(frame_size, missed, coast_s=0.25, frames=70):
+    """A person walking right 10 px a frame at 10 fps (40 px wide), missed where `missed(x)` holds for their box's
+    left edge x; the frames of the tracker's coasted updates (score 0)."""
+    tr = KalmanTracker(TrackerSettings(coast_s=coast_s), frame_size=frame_size)
+    out = []
+    for f in range(frames):
+        dets = [] if missed(10 * f) else [Detection("person", 0.9, box_at(10 * f, 50))]
+        out += [f for e in tr.update(f, T0 + f / FPS, dets) if e.type == "update" and e.score == 0]
+    return out
+
+
+def test_a_person_walking_out_of_the_frame_is_not_coasted():
+    """Once the box crosses the right edge of a 640 px wide frame (last box 610..650) the detector stops seeing the
+    person: with the frame size known, no coasted box follows them out; without it, two do (coast_s 0.25 s). Missed
+    for two frames in the middle of the frame, they are coasted either way."""
+    out_right = lambda x: x + 40 > 650  # noqa: E731
+    assert coasted_frames(None, out_right) == [62, 63]
+    assert coasted_frames((480, 640), out_right) == []
+    in_middle = lambda x: 300 <= x < 320  # noqa: E731
+    assert coasted_frames((480, 640), in_middle) == coasted_frames(None, in_middle) == [30, 31]
+
+
+def test_coasting_stops_when_the_prediction_is_unsure():
+    """A person followed for 12 frames, then missed, with coast_s 1.5 s: coasted boxes go out while the predicted
+    centre's std is at most 1/6 of the box size (a prediction within 2 std still overlaps the person at IoU 0.5),
+    here for 2 frames, then none, long before coast_s runs out; with coast_sd unbounded they go on for 1.5 s."""
+    def coasts(constants):
+        tr = KalmanTracker(TrackerSettings(coast_s=1.5), constants)
+        for f in range(12):
+            tr.update(f, T0 + f / FPS, [Detection("person", 0.9, box_at(10 * f, 50))])
+        out, sds = [], []
+        for f in range(12, 30):
+            out += [f for e in tr.update(f, T0 + f / FPS, []) if e.score == 0]
+            sds.append(np.sqrt(tr._p[0, 0, 0]) / tr._x[0, 2])
+        return out, sds
+
+    out, sds = coasts(KalmanConstants())
+    assert out == [12, 13] and sds[1] <= 1 / 6 < sds[2]
+    assert coasts(KalmanConstants(coast_sd=float("inf")))[0] == list(range(12, 27))
