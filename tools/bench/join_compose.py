@@ -115,8 +115,13 @@ class ComposeProject:
         return starts
 
     def down(self) -> None:
+        """Keep every container's log (`<out>/compose.log`, timestamped: when each worker loaded, joined, served),
+        then remove the project."""
         if self.follow is not None and self.follow.poll() is None:
             self.follow.terminate()
+        with open(os.path.join(self.out, "compose.log"), "w") as fh:
+            subprocess.run(self.compose + ["logs", "--no-color", "--timestamps"], cwd=REPO, env=self.env, stdout=fh,
+                           stderr=subprocess.STDOUT, timeout=300)
         subprocess.run(self.compose + ["down", "--timeout", "5"], cwd=REPO, env=self.env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
 
