@@ -353,8 +353,7 @@ class WorkerRole:
         """(start, end) cuts of the stage of worker `wid` (this worker's id in the run) in `plan` of a pool of
         `n_workers`; (0, 0) when the plan leaves this worker out. ValueError when the plan does not fit the pool."""
         cuts = list(plan.cuts)
-        check_stage_of(cuts, list(plan.stage_of), n_workers, len(self.graph.cuts) - 1)
-        s = int(plan.stage_of[wid])
+        s = check_stage_of(cuts, list(plan.stage_of), n_workers, len(self.graph.cuts) - 1)[wid]
         return (int(cuts[s]), int(cuts[s + 1])) if s >= 0 else (0, 0)
 
     def _warm(self, stage: Tuple[int, int], stages, wid: int) -> None:

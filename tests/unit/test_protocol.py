@@ -16,15 +16,25 @@ def test_reporter_is_the_last_worker_with_work():
 
 def test_check_stage_of_names_the_problem():
     """A plan that does not fit the cluster is refused with a message naming what is wrong."""
-    check_stage_of([0, 2, 4], [0, 1], 2, 4)
-    check_stage_of([0, 4], [0, 0, -1], 3, 4)
-    for cuts, stage_of, msg in (([0, 2, 4], [0], "1 entries for 2 workers|expected 2..2"),
+    assert check_stage_of([0, 2, 4], [0, 1], 2, 4) == [0, 1]
+    assert check_stage_of([0, 4], [0, 0, -1], 3, 4) == [0, 0, -1]
+    for cuts, stage_of, msg in (([0, 2, 4], [0], "expected 2..2"),
                                 ([1, 2, 4], [0, 1], "start at cut 0"),
                                 ([0, 3, 2, 4], [0, 1, 2], "non-decreasing"),
                                 ([0, 2, 4], [0, 0], "stage 1 has no worker"),
                                 ([0, 2, 4], [0, 2], "outside 0..1")):
         with pytest.raises(ValueError, match=msg):
             check_stage_of(cuts, stage_of, len(stage_of), 4)
+
+
+def test_a_plan_may_name_workers_the_run_has_not_heard_of_yet():
+    """A worker asked to build its stage of a plan that names a worker which joined since (its run knows 3, the plan
+    4) or names fewer (the rest unused) gets its own stage; a stage_of past MAX_STAGE_OF entries is refused."""
+    assert check_stage_of([0, 4], [0, 0, 0, 0], 3, 4) == [0, 0, 0]
+    assert check_stage_of([0, 2, 4], [0, 1], 3, 4) == [0, 1, -1]
+    assert check_stage_of([0, 2, 4], [0, -1, -1, 1], 3, 4) == [0, -1, -1]  # stage 1 on the one it will hear of
+    with pytest.raises(ValueError, match="entries \\(at most 4096\\)"):
+        check_stage_of([0, 4], [0] * 5000, 3, 4)
 
 
 def test_cut0_gets_the_pixel_threshold_and_later_cuts_the_float_settings():

@@ -54,18 +54,23 @@ def check_route(cuts: Sequence[int], route: Sequence[int], n_workers: int, num_s
         raise ValueError("route %r must name distinct workers 0..%d" % (list(route), n_workers - 1))
 
 
-def check_stage_of(cuts: Sequence[int], stage_of: Sequence[int], n_workers: int, num_segments: int) -> None:
-    """ValueError unless `stage_of` gives each of the n_workers workers a stage of `cuts` (or -1: unused) and every
-    stage has a worker."""
-    if len(stage_of) != n_workers:
-        raise ValueError("stage_of has %d entries for %d workers" % (len(stage_of), n_workers))
+MAX_STAGE_OF = 4096  # entries a plan's stage_of may have (a malformed message must not make a worker loop for long)
+
+
+def check_stage_of(cuts: Sequence[int], stage_of: Sequence[int], n_workers: int, num_segments: int) -> List[int]:
+    """The stage of each of the n_workers workers a run knows (-1: unused), from a plan's `stage_of`; ValueError
+    unless each entry is a stage of `cuts` or -1 and every stage has a worker. The plan may name workers past the
+    run's n_workers (they joined the pool since: this worker is told of them next) or fewer (the rest unused)."""
+    if len(stage_of) > MAX_STAGE_OF:
+        raise ValueError("stage_of has %d entries (at most %d)" % (len(stage_of), MAX_STAGE_OF))
     n_stages = len(cuts) - 1
-    check_route(cuts, chain_route(n_stages), n_workers, num_segments)
+    check_route(cuts, chain_route(n_stages), max(n_workers, len(stage_of)), num_segments)
     if any(not -1 <= s < n_stages for s in stage_of):
         raise ValueError("stage_of %r names a stage outside 0..%d" % (list(stage_of), n_stages - 1))
     empty = sorted(set(range(n_stages)) - set(stage_of))
     if empty:
         raise ValueError("stage %d has no worker (stage_of %r)" % (empty[0], list(stage_of)))
+    return (list(stage_of) + [-1] * n_workers)[:n_workers]
 
 
 @dataclass(frozen=True)
