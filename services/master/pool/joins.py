@@ -129,6 +129,7 @@ class Joins:
             m.worker_restarts.append(0)
             plan = scheduler.take_over(m.scheduler, m.tracker.next_new)
         try:
+            m.setup.push.push(plan, only=[w])  # int8: its stage's file, quantized here (once), before it builds
             m.links.start_run(m.setup_msg(gen, plan, worker=w), timeout=SETUP_TIMEOUT_S, only=[w])
             m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w], joined=True)
             m.open_streams(gen, only=[w])

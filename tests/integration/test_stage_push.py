@@ -1,0 +1,64 @@
+"""int8 stages quantized where the CPU is (issue 46 item 2), real processes: with a cold cache the master quantizes
+each stage of the first plan once and pushes its file; the workers load it (their logs say so) and quantize
+nothing; the answers are those of workers that quantize their own stages (`int8.quantize: worker`), frame for
+frame, and no frame is lost."""
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import pytest
+
+from cnnvideo.model import engines
+
+from .helpers import base_config, run_local
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")]
+
+
+@pytest.fixture(scope="module")
+def camera_video(tmp_path_factory):
+    from cnnvideo.video.frames import synthetic_frames, write_video
+
+    return write_video(str(tmp_path_factory.mktemp("camera") / "camera.avi"),
+                       iter(list(synthetic_frames(30, (96, 128), seed=5))))
+
+
+THREE = ["127.0.0.1:50060", "127.0.0.1:50061", "127.0.0.1:50062"]  # (`cnnvideo local` picks free ports)
+
+
+def _config(video, cache, quantize):
+    """A pool (stage 0..16 on two replicas, 16..74 on one) of mobilenet_v2 int8 on a camera's calibration."""
+    return base_config(video, cache, model="mobilenet_v2", engine="onnxruntime", precision="int8", frames=8,
+                       scheduler="fixed", scheduler_options={"cuts": [0, 16, 74], "groups": [[0, 1], [2]]},
+                       cluster={"workers": THREE}, bandwidth=[3], trainer={"frames": 12},
+                       int8={"calibration": "camera", "calibration_frames": 4, "calibration_stride": 3,
+                             "quantize": quantize})
+
+
+def test_the_workers_load_the_stages_the_master_quantized(tmp_path, camera_video):
+    proc, report, _ = run_local(tmp_path, _config(camera_video, str(tmp_path / "cache-m"), "master"), name="m")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["completed"] == report["frames"] == 8 and report["lost"] == 0
+    err = proc.stderr
+    # the whole model for the workers' profiles (the trainer's video's calibration), then each stage of the pool
+    assert err.count("int8 file ready on the master") == 3, err[-3000:]
+    assert err.count("video calibration) for its workers") == 1
+    assert err.count("received from the master") == 6  # each worker: its profile stage, its run's stage
+    # (the workers share the cache folder here: one that builds a stage after another finds its copy there)
+    assert 3 <= err.count("fetched from the master") <= 6
+    assert not [ln for ln in err.splitlines() if ln.startswith("[w") and "built into" in ln]
+    assert "quantizing int8 here" not in err, [ln for ln in err.splitlines() if "quantizing int8 here" in ln]
+    assert not glob.glob(str(tmp_path / "cache-m" / "onnx" / "tmp" / "*"))  # no quantizer scratch on the workers
+    assert [e["ran"] for e in report["engines"]] == [["onnxruntime-int8"]] * 3
+    assert report["pool"]["groups"] == [[0, 1], [2]]
+
+    # the same run with each worker quantizing its own stage: the same answers
+    proc2, before, _ = run_local(tmp_path, _config(camera_video, str(tmp_path / "cache-w"), "worker"), name="w")
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert proc2.stderr.count("quantizing int8 here") >= 2 and "received from the master" not in proc2.stderr
+    assert before["plan"] == report["plan"]
+    for key in ("max_abs_err", "top1_agreement"):
+        assert report.get(key) == before.get(key), key
+    assert np.isfinite(report["max_abs_err"])
