@@ -89,7 +89,7 @@ class StagePush:
             self.graph = self.graph or load_graph(self.m.cfg)
             self.video = self.video or self._factory(self.graph)
             k = self.graph.num_segments
-            self._push(self.video, "video", {(0, k): list(range(self.links().n))}, "the profile stage")
+            self._push(self.video, "video", {(0, k): list(range(self.links().n))}, "profile stage")
         except EngineError as exc:
             log.warning("the workers quantize their profile stage: %s", exc)
 

@@ -162,7 +162,8 @@ class WorkerRole:
         cached = os.path.isfile(self._costs_path())
         # int8 on ONNX Runtime, not profiled yet: the profile's whole-model int8 stage may come from the master
         # (stage_files; it pushes it before its first Costs), so profile then, not before serving
-        wait_for_file = self.cfg.precision == "int8" and self.cfg.engine != "torch"
+        wait_for_file = (self.cfg.precision == "int8" and self.cfg.engine != "torch"
+                         and self.cfg.int8.quantize == "master")
         if cached or (self.worker_id >= 0 and not wait_for_file):
             self.costs, self.costs_cached = self._profile()
         elif self.worker_id >= 0:
