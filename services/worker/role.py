@@ -298,6 +298,10 @@ class WorkerRole:
         if f.end > self.graph.num_segments:
             raise StageFileError("stage %d..%d is not a stage of this model (%d segments)"
                                  % (f.start, f.end, self.graph.num_segments))
+        path = artifacts.onnx_stage_path(artifacts.onnx_dir(self.cfg.cache_dir), f.start, f.end, f.precision, f.key)
+        if os.path.isfile(path):  # built or taken before (its key is in the name): not held in memory again
+            log.info("worker %d: %s received from the master: already in the cache", self.worker_id, f.label())
+            return f.label()
         self.inbox.put(f)
         log.info("worker %d: %s received from the master", self.worker_id, f.label())
         return f.label()

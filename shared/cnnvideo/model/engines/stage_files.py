@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20  # 1 MB a message: far under the configured gRPC limit (cfg.max_message_bytes)
 MAX_FILE_BYTES = 512 << 20  # a stage file larger than this is refused (vgg16's whole int8 model is ~140 MB)
-INBOX_BYTES = 1 << 30  # files a worker keeps before the oldest not yet used is dropped
+INBOX_BYTES = 256 << 20  # files a worker holds for builds to come; past it the oldest not yet used is dropped
 
 
 class StageFileError(ValueError):
