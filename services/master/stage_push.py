@@ -59,7 +59,8 @@ class StagePush:
         self.factory = None  # StageFactory on the camera's calibration: the run's stages (None: workers quantize)
         self.files: Dict[Tuple[str, int, int], Optional[StageFile]] = {}  # (calibration, cuts) -> file (None: none)
         self.sent: Set[Tuple[str, str, Stage]] = set()  # (worker process, calibration, stage) pushed
-        self.lock = threading.Lock()  # one build at a time, and the two dicts
+        self.lock = threading.Lock()  # the dicts (never held while building)
+        self.building = threading.Lock()  # one build at a time
         self.background: Dict[Tuple, threading.Thread] = {}  # a warmed plan's push in progress
 
     def _wanted(self) -> bool:
@@ -153,23 +154,26 @@ class StagePush:
         return False
 
     def _build(self, factory, tag: str, st: Stage) -> None:
+        """Build stage st once (one build at a time, under `building`; `lock` is never held while building: the
+        warmer's check runs on the frame path). Any failure only costs the speed-up: its workers build it."""
         start, end = st
-        why = factory.graph.torch_only(start, end) if hasattr(factory.graph, "torch_only") else ""
-        with self.lock:
+        with self.building:
             if (tag,) + st in self.files:
                 return
-            if why:  # not an ONNX stage: the worker runs it on torch
-                self.files[(tag,) + st] = None
-                return
-            try:
-                key, data = stage_file(factory, start, end)
-            except EngineError as exc:
-                log.warning("stage %d..%d: not quantized on the master (%s): its workers build it", start, end, exc)
-                self.files[(tag,) + st] = None
-                return
-            self.files[(tag,) + st] = StageFile(start, end, factory.precision, key, data)
-        log.info("stage %d..%d: int8 file ready on the master (%d bytes, %s calibration) for its workers", start, end,
-                 len(data), tag)
+            f = None
+            why = factory.graph.torch_only(start, end) if hasattr(factory.graph, "torch_only") else ""
+            if not why:  # (else not an ONNX stage: the worker runs it on torch)
+                try:
+                    key, data = stage_file(factory, start, end)
+                    f = StageFile(start, end, factory.precision, key, data)
+                except Exception as exc:  # noqa: BLE001 - EngineError, or any other failure of the quantiser
+                    log.warning("stage %d..%d: not quantized on the master (%s): its workers build it", start, end,
+                                exc)
+            with self.lock:
+                self.files[(tag,) + st] = f
+        if f is not None:
+            log.info("stage %d..%d: int8 file ready on the master (%d bytes, %s calibration) for its workers", start,
+                     end, len(f.data), tag)
 
     def _who(self, w: int) -> str:
         """Worker w's process: its address and instance (WorkerInfo: a restarted worker lost what it was sent)."""
