@@ -1,7 +1,7 @@
 """int8 stages quantized where the CPU is (issue 46 item 2), real processes: with a cold cache the master quantizes
 each stage of the first plan once and pushes its file; the workers load it (their logs say so) and quantize
-nothing; the answers are those of workers that quantize their own stages (`int8.quantize: worker`), frame for
-frame, and no frame is lost."""
+nothing; the answers are those of workers that quantize their own stages (`int8.quantize: worker`), and no frame
+is lost. A re-plan's stages are quantized on the master in the background and pushed before frames take it."""
 from __future__ import annotations
 
 import glob
@@ -62,3 +62,41 @@ def test_the_workers_load_the_stages_the_master_quantized(tmp_path, camera_video
     for key in ("max_abs_err", "top1_agreement"):
         assert report.get(key) == before.get(key), key
     assert np.isfinite(report["max_abs_err"])
+
+
+def test_a_replan_warms_stages_the_master_quantized(tmp_path):
+    """A stale profile makes `adaptive` re-plan mid-run to cuts no worker has built: the master quantizes the new
+    plan's stages in the background and pushes them, the frames keep their plan meanwhile, and the workers load
+    the files (no worker quantizes a run's stage)."""
+    from cnnvideo.video.frames import synthetic_frames, write_video
+
+    video = write_video(str(tmp_path / "cam.avi"), iter(list(synthetic_frames(60, (160, 240), seed=2))))
+    cache = str(tmp_path / "cache")
+    data = base_config(video, cache, model="mobilenet_v2", engine="onnxruntime", precision="int8", frames=3,
+                       scheduler="optimal", trainer={"frames": 12}, frame_size=[160, 240], bandwidth=[1000.0],
+                       cost_model={"master_turnaround_s": 0.0},
+                       int8={"calibration": "camera", "calibration_frames": 4, "calibration_stride": 3})
+    proc, report, _ = run_local(tmp_path, data, name="profile")  # profiles both workers into the cache
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for path in glob.glob(str(tmp_path / "cache" / "costs" / "*onnxruntime-int8*.npz")):
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {n: z[n] for n in z.files}
+        k = arrays["seconds"].size
+        arrays["seconds"][: int(0.6 * k)] *= 0.02
+        arrays["seconds"][int(0.6 * k):] *= 20.0
+        with open(path, "wb") as fh:
+            np.savez(fh, **arrays)
+    data.update(frames=160, scheduler="adaptive", group_size=10, in_flight=4,
+                scheduler_options={"min_samples": 1, "pool": False})
+    proc, report, _ = run_local(tmp_path, data, name="adaptive")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["completed"] == 160 and report["lost"] == 0
+    warmed = [w for w in report["plan_warming"] if w["switched_frame"] is not None]
+    assert warmed, (report["plan_decisions"], report["plan_warming"])
+    err = proc.stderr
+    assert "quantizing int8 here" not in err, [ln for ln in err.splitlines() if "quantizing int8 here" in ln]
+    for w in warmed:
+        assert w["switched_frame"] > w["asked_frame"] and w["refused"] is None, w
+        a, b, c = w["cuts"]
+        assert "int8 stage %d..%d on the master" % (b, c) in err and "int8 stage %d..%d on the master" % (a, b) in err
+        assert "stage %d..%d int8" % (a, b) in err and "stage %d..%d int8" % (b, c) in err  # received by the workers
