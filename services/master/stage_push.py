@@ -4,7 +4,8 @@ it, before the StartRun or Prepare that builds it: a capped worker then loads it
 
 It acts with `int8.quantize: master` on `engine: onnxruntime` or `auto`, when ONNX Runtime imports here: the whole
 model on the trainer's video's calibration before the workers' Costs (the stage each profiles), and the plan's
-stages on the camera's own calibration (`int8.calibration: camera`) before StartRun, a joining worker's StartRun,
+stages on the run's calibration (the camera's own; with `int8.calibration: video` the trainer video's) before
+StartRun, a joining worker's StartRun,
 a replica's return and a re-plan's Prepare (in the background). The stages are built by the same code
 as a worker's (ort_engine.stage_file -> _model_bytes -> ort_int8.quantize_stage, the same stage key), in a cache
 folder of the master's own (artifacts.served_stages_dir). Anything that fails here only costs the speed-up: the
@@ -56,7 +57,8 @@ class StagePush:
         self.links = links  # the master's WorkerLinks (setup's, then the role's: the same object)
         self.graph = None  # the master's model graph (loaded for the profile stage)
         self.video = None  # StageFactory on the trainer's video's calibration: the workers' profile stage
-        self.factory = None  # StageFactory on the camera's calibration: the run's stages (None: workers quantize)
+        self.factory = None  # StageFactory of the run's stages (None: the workers quantize them)
+        self.tag = "camera"  # the run's calibration: the camera's, or the trainer video's ("video")
         self.files: Dict[Tuple[str, int, int], Optional[StageFile]] = {}  # (calibration, cuts) -> file (None: none)
         self.sent: Set[Tuple[str, str, Stage]] = set()  # (worker process, calibration, stage) pushed
         self.lock = threading.Lock()  # the dicts (never held while building)
@@ -95,11 +97,15 @@ class StagePush:
             log.warning("the workers quantize their profile stage: %s", exc)
 
     def configure(self, graph, calibration) -> None:
-        """Act for this run: `graph` the master's model graph, `calibration` the camera's (None: nothing to do)."""
-        if calibration is None or not self._wanted():
+        """Act for this run: `graph` the master's model graph, `calibration` the camera's (None: the run's stages
+        are on the trainer's video's calibration, as the workers' own are then)."""
+        if not self._wanted():
             return
         try:
-            self.factory = self._factory(graph).with_calibration(calibration)
+            if calibration is None:
+                self.factory, self.tag = self.video or self._factory(graph), "video"
+            else:
+                self.factory, self.tag = self._factory(graph).with_calibration(calibration), "camera"
         except EngineError as exc:
             log.warning("int8 stages are quantized by the workers: %s", exc)
 
@@ -108,7 +114,7 @@ class StagePush:
         a setup step per stage built (setup_progress logs a slow one)."""
         if self.factory is None or plan is None:
             return
-        self._push(self.factory, "camera", plan_stages(plan, self.links().n, only), "stage")
+        self._push(self.factory, self.tag, plan_stages(plan, self.links().n, only), "stage")
 
     def _push(self, factory, tag: str, wanted: Dict[Stage, List[int]], what: str) -> None:
         todo = [st for st in wanted if (tag,) + st not in self.files]
@@ -139,7 +145,7 @@ class StagePush:
         if self.factory is None:
             return True
         wanted = plan_stages(plan, self.links().n, only)
-        if all(("camera",) + st in self.files and all((self._who(w), "camera", st) in self.sent for w in ws)
+        if all((self.tag,) + st in self.files and all((self._who(w), self.tag, st) in self.sent for w in ws)
                for st, ws in wanted.items()):
             return True
         key = (tuple(plan.cuts), tuple(only))

@@ -175,8 +175,8 @@ class Int8Options:
     calibration_frames: int = 16
     calibration_start: int = -1
     calibration_stride: int = 5
-    # who quantizes the stages of `calibration: camera`: `master` (once per stage, uncapped; the files are pushed to
-    # the workers before StartRun: master/stage_push.py) or `worker` (each worker its own, under its CPU cap)
+    # who quantizes the int8 stages (the profile's and the run's): `master` (once per stage, uncapped; the files are
+    # pushed to the workers before Costs and StartRun: master/stage_push.py) or `worker` (each its own, capped)
     quantize: str = "master"
 
 

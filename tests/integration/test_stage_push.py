@@ -64,6 +64,20 @@ def test_the_workers_load_the_stages_the_master_quantized(tmp_path, camera_video
     assert np.isfinite(report["max_abs_err"])
 
 
+def test_on_the_trainer_videos_calibration_too(tmp_path, camera_video):
+    """`int8.calibration: video`: the run's stages are on the profile's calibration; the master builds them too."""
+    data = base_config(camera_video, str(tmp_path / "cache"), model="mobilenet_v2", engine="onnxruntime",
+                       precision="int8", frames=6, scheduler="fixed", scheduler_options={"cuts": [0, 16, 74]},
+                       trainer={"frames": 12},
+                       int8={"calibration": "video", "calibration_frames": 4, "calibration_stride": 3})
+    proc, report, _ = run_local(tmp_path, data, name="video")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["completed"] == 6 and report["lost"] == 0
+    err = proc.stderr
+    assert err.count("video calibration) for its workers") == 3, err[-3000:]  # 0..74 (profiles), 0..16, 16..74
+    assert "quantizing int8 here" not in err, [ln for ln in err.splitlines() if "quantizing int8 here" in ln]
+
+
 def test_a_replan_warms_stages_the_master_quantized(tmp_path):
     """A stale profile makes `adaptive` re-plan mid-run to cuts no worker has built: the master quantizes the new
     plan's stages in the background and pushes them, the frames keep their plan meanwhile, and the workers load

@@ -39,7 +39,7 @@ def _push(monkeypatch, n=3, old=()):
     push = sp.StagePush(m, SetupProgress(), lambda: links)
     built = []
     factory = SimpleNamespace(graph=SimpleNamespace(), precision="int8")
-    push.factory = factory
+    push.factory, push.tag = factory, "camera"
 
     def stage_file(f, start, end):
         built.append((start, end))
