@@ -198,17 +198,32 @@ class StagePush:
 
     def _send_one(self, w: int, tag: str, f: StageFile) -> None:
         links = self.links()
-        timeout = links.timeout + len(f.data) / PUSH_RATE
-        try:
-            links.stubs[w].PutStage(iter([pb.StageChunk(**c) for c in chunks(f)]), timeout=timeout)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                log.warning("%s takes no stage files (an older worker): it quantizes %s itself", links.name(w),
-                            f.label())
-            else:
-                log.warning("%s: %s not pushed (%s): it quantizes it itself", links.name(w), f.label(),
-                            net.code_name(exc))
-        else:
+        if put(links.stubs[w], links.name(w), f, links.timeout):
             with self.lock:
                 self.sent.add((self._who(w), tag, (f.start, f.end)))
         self.progress.answered(w)
+
+    def push_profile_to(self, stub, name: str) -> None:
+        """The profile stage's file to a worker that joins and has no profile yet (before the Costs that profiles
+        it: it has no id, so it is called by its stub)."""
+        if self.video is None:
+            return
+        k = self.video.graph.num_segments
+        self._build(self.video, "video", (0, k))
+        f = self.files.get(("video", 0, k))
+        if f is not None:
+            put(stub, name, f, self.links().timeout)
+
+
+def put(stub, name: str, f: StageFile, timeout: float) -> bool:
+    """Push `f` to the worker behind `stub` (PutStage); False after one line when it cannot take it (an older worker
+    without PutStage, a refusal, a worker down): it then quantizes the stage itself."""
+    try:
+        stub.PutStage(iter([pb.StageChunk(**c) for c in chunks(f)]), timeout=timeout + len(f.data) / PUSH_RATE)
+        return True
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            log.warning("%s takes no stage files (an older worker): it quantizes %s itself", name, f.label())
+        else:
+            log.warning("%s: %s not pushed (%s): it quantizes it itself", name, f.label(), net.code_name(exc))
+        return False

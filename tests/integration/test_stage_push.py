@@ -5,6 +5,7 @@ is lost. A re-plan's stages are quantized on the master in the background and pu
 from __future__ import annotations
 
 import glob
+import os
 
 import numpy as np
 import pytest
@@ -114,3 +115,40 @@ def test_a_replan_warms_stages_the_master_quantized(tmp_path):
         a, b, c = w["cuts"]
         assert "int8 stage %d..%d on the master" % (b, c) in err and "int8 stage %d..%d on the master" % (a, b) in err
         assert "stage %d..%d int8" % (a, b) in err and "stage %d..%d int8" % (b, c) in err  # received by the workers
+
+
+def test_a_worker_that_joins_loads_its_stage_from_the_master(tmp_path, camera_video):
+    """A worker with an empty cache of its own joins a running int8 pool: before its StartRun the master pushes its
+    stage's file (quantized there at setup), and the joiner loads it instead of quantizing."""
+    import signal
+
+    from cnnvideo.rpc.net import free_port
+
+    from .helpers import LocalRun, stop_procs, write_config
+    from .test_join import TOKEN, _read, _worker
+
+    join = "127.0.0.1:%d" % free_port()
+    data = _config(camera_video, str(tmp_path / "cache"), "master")
+    data.update(frames=0, scheduler="replicas", scheduler_options={}, in_flight=3,
+                source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                cluster={"workers": THREE[:2], "join": join, "join_token": TOKEN}, bandwidth=[3])
+    out = str(tmp_path / "join")
+    run = LocalRun(write_config(str(tmp_path / "join.yml"), data), out)
+    joiner = None
+    try:
+        run.wait_for(lambda: run.sent >= 20, 300)
+        joiner = _worker(os.path.join(out, "config.yml"), join, str(tmp_path / "w2.log"), token=TOKEN,
+                         cache_dir=str(tmp_path / "joiner-cache"))
+        run.wait_for(lambda: run.count("joined the pool") >= 1, 300)
+        run.wait_for(lambda: "fetched from the master" in _read(str(tmp_path / "w2.log")), 120)
+        run.proc.send_signal(signal.SIGTERM)
+        code, report, text = run.finish(300)
+    finally:
+        stop_procs([joiner] if joiner is not None else [])
+        if run.proc.poll() is None:
+            run.proc.kill()
+    assert code == 0, text[-4000:]
+    assert report["completed"] == report["frames"] > 20 and report["lost"] == 0
+    said = _read(str(tmp_path / "w2.log"))
+    assert "received from the master" in said and "fetched from the master" in said, said[-3000:]
+    assert "quantizing int8 here" not in said, said[-3000:]

@@ -91,6 +91,7 @@ class Joins:
             cfg = m.cfg
             request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                      settings=m.settings_pb(settings.WORKER_KEYS))
+            m.setup.push.push_profile_to(stub, address)  # int8: the stage it profiles, quantized here
             try:
                 costs = stub.Costs(request, timeout=SETUP_TIMEOUT_S)
             except grpc.RpcError as exc:
