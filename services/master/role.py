@@ -94,10 +94,9 @@ class MasterRole:
         self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
         self.restarts = 0
         self.worker_restarts = [0] * self.W
-        # a re-plan switches once every worker has built its stages (asked through the links made by start())
-        self.warmer = StageWarmer(lambda plan: self.links.prepare(plan, self.live_workers()))
         self.setup_progress = SetupProgress()  # the step setup is in: logged when slow, shown on the live page
         self.setup = Setup(self, self.setup_progress)
+        self.warmer = StageWarmer(self.setup.push.prepare)  # a re-plan switches once its stages are built everywhere
         self.sending = FrameSender(self)
         self.reader = StreamReader(self)
         self.recovery = Recovery(self)
@@ -146,7 +145,7 @@ class MasterRole:
             self.count_restarts(self.links.fetch_infos(self.wait_s))  # a worker restarted during setup
             self.setup.check_infos()
             first = self.scheduler.initial_plan() if self.scheduler is not None else None
-            self.setup.start_workers(self.setup_msg(0, first))  # each builds its stage of the first plan
+            self.setup.start_workers(self.setup_msg(0, first), first)  # each builds (or loads) its stage of it
             if first is not None:
                 self.warmer.mark_ready(first)
             self.open_streams(0)

@@ -40,6 +40,7 @@ from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
 from .overhead_meter import Overheads
 from .setup_progress import SetupProgress
+from .stage_push import StagePush
 from .worker_answers import check_infos, codec_times
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class SetupProducts:
     costs: list = field(default_factory=list)  # each worker's Costs answer (a worker that joins adds its own)
     calibration: object = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
     calibration_report: Optional[dict] = None  # report.json `int8_calibration`, when the camera calibrated
+    graph: object = None  # the model graph the camera calibrated on (the master quantizes stages with it)
     seconds: Dict[str, float] = field(default_factory=dict)  # each setup step's time
 
 
@@ -77,6 +79,7 @@ class Setup:
         self.m = m
         self.products = SetupProducts()
         self.progress = progress
+        self.push = StagePush(m, progress, lambda: self.links)  # int8 stages quantized here, pushed to the workers
 
     @property
     def links(self) -> WorkerLinks:
@@ -91,6 +94,7 @@ class Setup:
             self.links.wait_serving(STARTUP_TIMEOUT_S)
             self.links.fetch_infos(m.wait_s)
         self.check_infos()
+        self.push.push_profile()  # int8: the whole model quantized here for the workers' profiles (stage_push)
         request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                  settings=m.settings_pb(settings.WORKER_KEYS))
         with self.progress.step("profiling the workers' stages (Costs)", waiting=range(m.W)):
@@ -141,6 +145,7 @@ class Setup:
             self.start_checker()
         got.scheduler = self.scheduler_for(costs, got.overheads, seg_time)
         got.scheduler.initial_plan()
+        self.push.configure(got.graph, got.calibration)  # int8: the master quantizes the workers' stages
         log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
                  m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
                  len(self.links.infos[0].cuts), cfg.scheduler)
@@ -195,16 +200,18 @@ class Setup:
                            workers=m.addresses, worker_id=worker,
                            calibration=(None if m.calibration is None else convert.calibration_to_pb(m.calibration)))
 
-    def start_workers(self, message: pb.RunSetup) -> None:
-        """StartRun on every worker, at once: each builds its stage of the message's warm plan before answering
-        (an int8 stage is quantized then, when not in the cache)."""
+    def start_workers(self, message: pb.RunSetup, plan: Optional[Plan] = None) -> None:
+        """StartRun on every worker, at once: each builds its stage of the message's warm plan `plan` before
+        answering; an int8 stage is quantized on the master first and its file pushed (stage_push), else the worker
+        quantizes it then, when not in its cache."""
+        self.push.push(plan)
         with self.progress.step("starting the run: the workers build their stages", range(self.m.W)):
             self.links.start_run(message, timeout=SETUP_TIMEOUT_S, answered=self.progress.answered)
 
     def calibrate(self) -> None:
         """int8 calibration on this camera's own first frames (calibrating.camera_calibration), for RunSetup."""
         m, got = self.m, self.products
-        graph = got.onnx_graph if got.onnx_graph is not None else load_graph(m.cfg)
+        graph = got.graph = got.onnx_graph if got.onnx_graph is not None else self.push.graph or load_graph(m.cfg)
         # a file is read apart (its frames stay the run's); a stream or device is opened once: its first frames
         # calibrate and the run takes the frames after them
         from_source = kind_of(m.cfg.video) != "file"

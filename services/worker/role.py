@@ -18,6 +18,7 @@ from cnnvideo.config import Config
 from cnnvideo.cpucap import cfs_quota
 from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
 from cnnvideo.model.engines.auto import AutoStages, auto_factories
+from cnnvideo.model.engines.stage_files import StageFileError, StageInbox, assemble
 from cnnvideo.model.loading import load_graph
 from cnnvideo.plan.profiling import (
     WorkerProfile,
@@ -127,6 +128,7 @@ class WorkerRole:
         self.calibrated: Dict[str, object] = {}  # calibration digest -> the factory of its int8 stages
         self.camera_stages: Dict[str, object] = {}  # camera -> the factory its run uses
         self.engine_available = True
+        self.inbox = StageInbox()  # stage files the master built (int8: quantized there), until a build takes one
         self.runs: Dict[str, Run] = {}  # camera -> its run (a single-camera master's camera is "")
         self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
         self.lock = threading.Lock()
@@ -148,6 +150,8 @@ class WorkerRole:
             self.stages = AutoStages(auto_factories(self.cfg, self.graph))
         else:
             self.stages = factory_for(self.cfg, self.graph)
+        for factory in (self.stages.factories.values() if isinstance(self.stages, AutoStages) else [self.stages]):
+            factory.inbox = self.inbox
         self.engine_available = self.cfg.engine in ("torch", "auto") or ort_available()[0]
         if not self.engine_available:
             if self.cfg.engine_options.on_error == "stop":
@@ -155,8 +159,16 @@ class WorkerRole:
                                                                            ort_available()[1]))
             log.warning("worker %d: %s; stages run on torch", self.worker_id, ort_available()[1])
         self.cfs = cfs_quota()
-        if self.worker_id >= 0 or os.path.isfile(self._costs_path()):
+        cached = os.path.isfile(self._costs_path())
+        # int8 on ONNX Runtime, not profiled yet: the profile's whole-model int8 stage may come from the master
+        # (stage_files; it pushes it before its first Costs), so profile then, not before serving
+        wait_for_file = (self.cfg.precision == "int8" and self.cfg.engine != "torch"
+                         and self.cfg.int8.quantize == "master")
+        if cached or (self.worker_id >= 0 and not wait_for_file):
             self.costs, self.costs_cached = self._profile()
+        elif self.worker_id >= 0:
+            log.info("worker %d: not profiled yet: profiling on the master's first Costs (its int8 file first)",
+                     self.worker_id)
         # else (joining, not profiled here before): the master plans it with an alike member's profile, or asks
         # Costs, which profiles then (minutes on a capped device: not before the join)
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self), self.server.grpc)
@@ -274,6 +286,25 @@ class WorkerRole:
             with self.lock:
                 stages = self.calibrated.setdefault(calibration.digest, stages)
         return stages
+
+    def put_stage(self, messages) -> str:
+        """Take a stage file the master pushed (PutStage's chunks): checked (stage_files.assemble) and kept for the
+        build of that stage and key; one line saying what was taken. StageFileError (one line) when refused."""
+        try:
+            f = assemble(messages)
+        except StageFileError as exc:
+            log.warning("worker %d: stage file from the master refused: %s", self.worker_id, exc)
+            raise
+        if f.end > self.graph.num_segments:
+            raise StageFileError("stage %d..%d is not a stage of this model (%d segments)"
+                                 % (f.start, f.end, self.graph.num_segments))
+        path = artifacts.onnx_stage_path(artifacts.onnx_dir(self.cfg.cache_dir), f.start, f.end, f.precision, f.key)
+        if os.path.isfile(path):  # built or taken before (its key is in the name): not held in memory again
+            log.info("worker %d: %s received from the master: already in the cache", self.worker_id, f.label())
+            return f.label()
+        self.inbox.put(f)
+        log.info("worker %d: %s received from the master", self.worker_id, f.label())
+        return f.label()
 
     def _emit(self, task: Task) -> None:
         """Hand a task to the worker its route names for the next stage (the engine's `emit`). While it is

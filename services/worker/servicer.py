@@ -54,6 +54,13 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.Ack(ok=True)
 
+    def PutStage(self, request_iterator, context):
+        try:
+            label = self.role.put_stage(request_iterator)
+        except ValueError as exc:  # StageFileError
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.Ack(ok=True, message=label)
+
     def Process(self, request, context):
         try:
             run = self.role.current(request.run_id)

@@ -132,6 +132,13 @@ def onnx_dir(cache_root: str) -> str:
     return os.path.join(os.path.expanduser(cache_root), "onnx")
 
 
+def served_stages_dir(cache_root: str) -> str:
+    """Folder of the stage files a master builds for its workers (master.stage_push), apart from onnx_dir: a worker
+    sharing the cache folder (`cnnvideo local`, a compose volume) still takes its stage from the master's push, and
+    the master's builds never stand in for a worker's own."""
+    return os.path.join(os.path.expanduser(cache_root), "onnx-served")
+
+
 def onnx_stage_path(folder: str, start: int, end: int, precision: str, key: str) -> str:
     """<start>-<end>-<precision>-<sha16 of the stage key>.onnx in `folder` (see ort_engine.stage_key)."""
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]

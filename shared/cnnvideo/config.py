@@ -39,6 +39,7 @@ from cnnvideo.config_types import (
     MODES,
     ON_ERROR,
     PRECISIONS,
+    QUANTIZE_ON,
     Camera,
     CameraEntry,
     Cluster,
@@ -74,7 +75,7 @@ from cnnvideo.errors import ConfigError
 __all__ = [
     # config_types
     "CALIBRATIONS", "CAMERA_NAME", "CAMERA_NAME_RULE", "CPUS_ROLES", "ENGINE_CHOICES", "ENGINES", "MODES", "ON_ERROR",
-    "PRECISIONS",
+    "PRECISIONS", "QUANTIZE_ON",
     "Camera", "CameraEntry", "Cluster", "Config", "CostModel", "Delta", "Detect", "EngineOptions", "Events",
     "Int8Options", "Limits", "LiveView", "Local", "ModelChoice", "Reliability", "ResolvedCamera", "Source", "Tls",
     "TrainerOptions",

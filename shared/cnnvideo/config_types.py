@@ -160,6 +160,7 @@ class EngineOptions:
 
 
 CALIBRATIONS = ("camera", "video")  # int8.calibration: the camera's own first frames, or the trainer's video
+QUANTIZE_ON = ("master", "worker")  # int8.quantize: who quantizes the camera-calibrated stages
 
 
 @dataclass
@@ -174,6 +175,9 @@ class Int8Options:
     calibration_frames: int = 16
     calibration_start: int = -1
     calibration_stride: int = 5
+    # who quantizes the int8 stages (the profile's and the run's): `master` (once per stage, uncapped; the files are
+    # pushed to the workers before Costs and StartRun: master/stage_push.py) or `worker` (each its own, capped)
+    quantize: str = "master"
 
 
 @dataclass

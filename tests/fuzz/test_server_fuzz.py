@@ -374,6 +374,7 @@ def test_fuzz_raw_bytes(prepared):
                + [("w0", "/cnnvideo.Worker/" + m, True) for m in WORKER_STREAM]
                + [("trainer", "/cnnvideo.Trainer/" + m, False) for m in ("Status", "GetPredictors")]
                + [("trainer", "/cnnvideo.Trainer/PutFrames", "client")]  # a client stream of one message
+               + [("w0", "/cnnvideo.Worker/PutStage", "client"), ("w1", "/cnnvideo.Worker/PutStage", "client")]
                + [("trainer", "/grpc.health.v1.Health/Check", False), ("w0", "/cnnvideo.Worker/Nope", False),
                   ("trainer", "/cnnvideo.Worker/Process", False), ("w1", "/x", False)])
     calls = {}

@@ -95,6 +95,7 @@ class Joins:
             cfg = m.cfg
             request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                      settings=m.settings_pb(settings.WORKER_KEYS))
+            m.setup.push.push_profile_to(stub, address)  # int8: the stage it profiles, quantized here
             try:
                 costs = stub.Costs(request, timeout=SETUP_TIMEOUT_S)
             except grpc.RpcError as exc:
@@ -134,6 +135,7 @@ class Joins:
             m.worker_restarts.append(0)
             plan = scheduler.take_over(m.scheduler, m.tracker.next_new)
         try:
+            m.setup.push.push(plan, only=[w])  # int8: its stage's file, quantized here (once), before it builds
             m.links.start_run(m.setup_msg(gen, plan, worker=w), timeout=SETUP_TIMEOUT_S, only=[w])
             m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w], joined=True)
             m.open_streams(gen, only=[w])

@@ -101,6 +101,7 @@ class Replicas:
             m.links.refresh(w)
             m.count_restarts(m.links.fetch_infos(only=[w]))
             m.setup.check_infos()
+            m.setup.push.push(m.sending.sent_plan, only=[w])  # int8: its stage's file, if it lost it
             m.links.start_run(m.setup_msg(gen, m.sending.sent_plan, worker=w), timeout=SETUP_TIMEOUT_S, only=[w])
             m.sending.reset_link(w)
             m.links.tell_peers(m.run_id, gen, [w], False, [x for x in m.live_workers() if x != w])

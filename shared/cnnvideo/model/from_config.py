@@ -8,7 +8,15 @@ import logging
 import os
 
 from cnnvideo.artifacts import onnx_model_path
-from cnnvideo.config_types import CALIBRATIONS, ENGINE_CHOICES, ON_ERROR, PRECISIONS, Config, ModelChoice
+from cnnvideo.config_types import (
+    CALIBRATIONS,
+    ENGINE_CHOICES,
+    ON_ERROR,
+    PRECISIONS,
+    QUANTIZE_ON,
+    Config,
+    ModelChoice,
+)
 from cnnvideo.errors import ConfigError
 from cnnvideo.model import catalog
 
@@ -50,6 +58,9 @@ def check_config(cfg: Config, check_files: bool = True) -> None:
     if cfg.int8.calibration not in CALIBRATIONS:
         raise ConfigError("config key 'int8.calibration' must be one of %s, got %r" % ("|".join(CALIBRATIONS),
                                                                                      cfg.int8.calibration))
+    if cfg.int8.quantize not in QUANTIZE_ON:
+        raise ConfigError("config key 'int8.quantize' must be one of %s, got %r" % ("|".join(QUANTIZE_ON),
+                                                                                  cfg.int8.quantize))
     if cfg.int8.calibration_start < -1:
         raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the trainer's frames)")
     if (cfg.precision == "int8" and cfg.calibration_video == cfg.video

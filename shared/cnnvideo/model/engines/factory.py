@@ -55,6 +55,7 @@ class StageFactory:
         self.method = "minmax"  # the quantiser's range calibration inside a stage (entropy, percentile: studies)
         self.symmetric = False  # activation ranges symmetric around the zero point (studies)
         self.keep: Tuple[str, ...] = ()  # names of nodes that stay fp32 start so (studies)
+        self.inbox = None  # a worker's stage_files.StageInbox: int8 files the master built, taken before quantizing
 
     def with_calibration(self, calibration) -> "StageFactory":
         """A factory of the same engine whose int8 stages use `calibration` (camera_calibration.CameraCalibration,
@@ -63,7 +64,7 @@ class StageFactory:
         calibration.check(self.key, self.graph.frame_size, self.graph.num_segments)
         cal = calibration.to_calibration(self.graph)
         other = StageFactory(self.graph, self.spec, self.cache_dir, self.key, lambda: cal)
-        for knob in ("stem", "per_channel", "heads", "band", "method", "symmetric", "keep"):
+        for knob in ("stem", "per_channel", "heads", "band", "method", "symmetric", "keep", "inbox"):
             setattr(other, knob, getattr(self, knob))
         return other
 

@@ -408,8 +408,51 @@ def build_ort_stage(factory, start: int, end: int, q_in: Optional[QParams], q_ou
             if factory.spec.on_error == "stop":
                 raise
             log.warning("%s; building it again", exc)
+    sess = _from_master(factory, start, end, precision, key, path, threads)
+    if sess is not None:
+        return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path, threads)
     data = _model_bytes(factory, start, end, precision, q_in, q_out)
     _store(path, data)
     sess = session(data, threads, "stage %d..%d" % (start, end))
     log.info("stage %d..%d: %s built into %s (%d threads)", start, end, factory.spec.label, path, threads)
     return OrtStage(factory.graph, start, end, sess, precision, q_in, q_out, path, threads)
+
+
+def _from_master(factory, start: int, end: int, precision: str, key: str, path: str, threads: int):
+    """The session of the int8 stage file the master pushed for exactly this key (stage_files.StageInbox, stored
+    into the cache first), or None after one line saying why this worker quantizes it itself."""
+    inbox = getattr(factory, "inbox", None)
+    if precision != "int8" or inbox is None:
+        return None
+    data, why = inbox.take(start, end, precision, key)
+    if data is None:
+        log.warning("stage %d..%d: quantizing int8 here: %s", start, end, why)
+        return None
+    _store(path, data)
+    try:
+        sess = load_cached(path, key, threads)  # the key in the file's own metadata, and a session that loads
+    except EngineError as exc:
+        log.warning("stage %d..%d: the master's int8 file is refused (%s); quantizing int8 here", start, end, exc)
+        return None
+    log.info("stage %d..%d: %s fetched from the master, stored in %s (%d threads)", start, end, factory.spec.label,
+             path, threads)
+    return sess
+
+
+def stage_file(factory, start: int, end: int) -> Tuple[str, bytes]:
+    """(stage key, ONNX bytes) of the stage at the factory's precision, from the factory's cache folder or built
+    (exported, quantized: the same _model_bytes a worker runs) and stored there: what the master serves its
+    workers (stage_files). EngineError when it cannot be built."""
+    precision = factory.precision
+    key = stage_key(factory, start, end, precision)
+    path = onnx_stage_path(factory.cache_dir, start, end, precision, key)
+    if os.path.isfile(path):
+        try:
+            load_cached(path, key, 1)
+            with open(path, "rb") as fh:
+                return key, fh.read()
+        except EngineError as exc:
+            log.warning("%s; building it again", exc)
+    data = _model_bytes(factory, start, end, precision, factory.qparams(start), factory.qparams(end))
+    _store(path, data)
+    return key, data
