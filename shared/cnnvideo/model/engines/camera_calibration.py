@@ -169,8 +169,12 @@ class CameraCalibration:
                                      % (self.digest, num_segments))
 
     def to_calibration(self, graph):
-        """The quant.Calibration the StageFactory builds with (frames decoded, parameters as sent)."""
-        return Calibration(graph, self.frames(), dict(self.qparams), self.digest)
+        """The quant.Calibration the StageFactory builds with (parameters as sent). Its frames are decoded when a
+        stage is quantized here, not before: a worker that gets its stage files from the master never decodes them,
+        nor imports cv2 (0.45 s of CPU, 4.5 s of a joining worker's StartRun under a 0.1 cap)."""
+        cal = Calibration(graph, None, dict(self.qparams), self.digest)
+        cal.set_frames_reader(self.frames)
+        return cal
 
     def report(self) -> dict:
         """report.json `int8_calibration`: which frames calibrated the run."""
