@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -146,6 +147,19 @@ class LocalRun:
             assert self.cond.wait_for(lambda: predicate() or self.proc.poll() is not None, timeout), \
                 "".join(self.lines[-40:])
             assert self.proc.poll() is None, "".join(self.lines[-40:])
+
+    def stop(self, timeout: float):
+        """SIGTERM (the master takes no new frame, drains and reports), then finish()."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.finish(timeout)
+
+    def close(self, procs: Iterable[Optional[subprocess.Popen]] = ()) -> None:
+        """A test's cleanup: stop the processes it started beside the run (None: one not started yet), and kill the
+        run if it still goes."""
+        stop_procs([p for p in procs if p is not None])
+        if self.proc.poll() is None:
+            self.proc.kill()
 
     def finish(self, timeout: float):
         """Wait for the run; return (exit code, report.json or None, the whole log)."""

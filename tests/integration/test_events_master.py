@@ -103,9 +103,7 @@ def get(url, token=None, timeout=5.0):
 
 
 def stop(run, timeout=60):
-    if run.proc.poll() is None:
-        run.proc.send_signal(signal.SIGTERM)
-    return run.finish(timeout)
+    return run.stop(timeout)
 
 
 @pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (Debian package)")

@@ -90,12 +90,9 @@ def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_v
         run.wait_for(lambda: run.count("join refused") >= 2, 30)
         run.wait_for(lambda: run.count("joined the pool") >= 1, 300)
         state = _state(port, lambda st: len(st["members"]) == 3 and st["members"][2]["frames"] >= 20, 300)
-        run.proc.send_signal(signal.SIGTERM)  # the master takes no new frame, drains and reports
-        code, report, text = run.finish(300)
+        code, report, text = run.stop(300)  # the master takes no new frame, drains and reports
     finally:
-        stop_procs(workers)
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.close(workers)
     assert code == 0, text[-4000:]
     assert report["completed"] == report["frames"] > 40 and report["lost"] == 0 and report["max_abs_err"] == 0.0
     assert report["retried"] == 0, text[-4000:]
@@ -163,12 +160,9 @@ def test_a_worker_joins_every_cameras_pool(tmp_path, synthetic_video):
                                   stderr=open(str(tmp_path / "local-worker.log"), "w"), env=env(), cwd=REPO)
         run.wait_for(lambda: run.count("joined the pool (") >= 2, 300)
         time.sleep(3.0)  # frames reach the joined worker on both cameras
-        run.proc.send_signal(signal.SIGTERM)
-        code, _, text = run.finish(300)
+        code, _, text = run.stop(300)
     finally:
-        stop_procs([joiner] if joiner is not None else [])
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.close([joiner])
     assert code == 0, text[-4000:]
     for camera in ("door", "yard"):
         with open(os.path.join(out, camera, "report.json")) as fh:
@@ -231,12 +225,9 @@ def test_a_local_worker_joins_a_tc_cluster_and_its_hop_is_shaped(tmp_path, synth
         assert joiner.wait(120) == 0, _read(str(tmp_path / "local-worker.log"))[-3000:]
         run.wait_for(lambda: run.count("left the pool") >= 1, 120)
         assert _class_of(_classes(namespace), minor) == "", _classes(namespace)
-        run.proc.send_signal(signal.SIGTERM)
-        code, report, text = run.finish(300)
+        code, report, text = run.stop(300)
     finally:
-        stop_procs([joiner] if joiner is not None else [])
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.close([joiner])
     assert code == 0, text[-4000:]
     assert report["link_emulation"] == "tc"
     assert report["completed"] == report["frames"] > 0 and report["lost"] == 0 and report["max_abs_err"] == 0.0
@@ -276,12 +267,9 @@ def test_a_pool_whose_every_worker_left_waits_for_a_join_and_goes_on(tmp_path, s
         joiner = _worker(os.path.join(out, "config.yml"), join, str(tmp_path / "w1.log"))
         run.wait_for(lambda: run.count("joined the pool (") >= 1, 300)
         run.wait_for(lambda: run.sent >= idle_from + 30, 300)
-        run.proc.send_signal(signal.SIGTERM)
-        code, report, text = run.finish(300)
+        code, report, text = run.stop(300)
     finally:
-        stop_procs([joiner] if joiner is not None else [])
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.close([joiner])
     said = ("leaving", "left the pool", "re-planned", "wait for workers", "joined the pool", "built on")
     print("".join(ln for ln in text.splitlines(True) if any(k in ln for k in said)))
     assert code == 0, text[-4000:]

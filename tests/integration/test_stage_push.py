@@ -120,11 +120,10 @@ def test_a_replan_warms_stages_the_master_quantized(tmp_path):
 def test_a_worker_that_joins_loads_its_stage_from_the_master(tmp_path, camera_video):
     """A worker with an empty cache of its own joins a running int8 pool: before its StartRun the master pushes its
     stage's file (quantized there at setup), and the joiner loads it instead of quantizing."""
-    import signal
 
     from cnnvideo.rpc.net import free_port
 
-    from .helpers import LocalRun, stop_procs, write_config
+    from .helpers import LocalRun, write_config
     from .test_join import TOKEN, _read, _worker
 
     join = "127.0.0.1:%d" % free_port()
@@ -141,12 +140,9 @@ def test_a_worker_that_joins_loads_its_stage_from_the_master(tmp_path, camera_vi
                          cache_dir=str(tmp_path / "joiner-cache"))
         run.wait_for(lambda: run.count("joined the pool") >= 1, 300)
         run.wait_for(lambda: "fetched from the master" in _read(str(tmp_path / "w2.log")), 120)
-        run.proc.send_signal(signal.SIGTERM)
-        code, report, text = run.finish(300)
+        code, report, text = run.stop(300)
     finally:
-        stop_procs([joiner] if joiner is not None else [])
-        if run.proc.poll() is None:
-            run.proc.kill()
+        run.close([joiner])
     assert code == 0, text[-4000:]
     assert report["completed"] == report["frames"] > 20 and report["lost"] == 0
     said = _read(str(tmp_path / "w2.log"))
