@@ -113,8 +113,10 @@ def test_a_replan_warms_stages_the_master_quantized(tmp_path):
     for w in warmed:
         assert w["switched_frame"] > w["asked_frame"] and w["refused"] is None, w
         a, b, c = w["cuts"]
-        assert "int8 stage %d..%d on the master" % (b, c) in err and "int8 stage %d..%d on the master" % (a, b) in err
-        assert "stage %d..%d int8" % (a, b) in err and "stage %d..%d int8" % (b, c) in err  # received by the workers
+        for lo, hi in ((a, b), (b, c)):
+            if hi > lo:  # (an empty stage runs no layers: there is no file to build; CI met a plan 0..74..74)
+                assert "int8 stage %d..%d on the master" % (lo, hi) in err
+                assert "stage %d..%d int8" % (lo, hi) in err  # received by its worker
 
 
 def test_a_worker_that_joins_loads_its_stage_from_the_master(tmp_path, camera_video):
