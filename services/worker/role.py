@@ -1,6 +1,7 @@
 """Worker i: loads the model, profiles its segments (cached), runs per-frame plans and forwards to worker i+1."""
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -18,7 +19,7 @@ from cnnvideo.config import Config
 from cnnvideo.cpucap import cfs_quota
 from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
 from cnnvideo.model.engines.auto import AutoStages, auto_factories
-from cnnvideo.model.engines.stage_files import StageFileError, StageInbox, assemble
+from cnnvideo.model.engines.stage_files import StageFileError, StageInbox, assemble, header, key_tag
 from cnnvideo.model.loading import load_graph
 from cnnvideo.plan.profiling import (
     WorkerProfile,
@@ -288,20 +289,30 @@ class WorkerRole:
         return stages
 
     def put_stage(self, messages) -> str:
-        """Take a stage file the master pushed (PutStage's chunks): checked (stage_files.assemble) and kept for the
-        build of that stage and key; one line saying what was taken. StageFileError (one line) when refused."""
+        """Take a stage file the master pushed (PutStage's chunks): checked (stage_files.header, then assemble) and
+        kept for the build of that stage and key; one line saying what was taken. A stage of that key already in the
+        cache is answered on the header alone, and the rest of the stream is not read (its bytes are not sent: a
+        join of a worker that has its stage costs no push). StageFileError (one line) when refused."""
+        messages = iter(messages)
+        first = next(messages, None)
         try:
-            f = assemble(messages)
+            if first is None:
+                raise StageFileError("empty stage file stream")
+            head = header(first)
+            if head.end > self.graph.num_segments:
+                raise StageFileError("stage %d..%d is not a stage of this model (%d segments)"
+                                     % (head.start, head.end, self.graph.num_segments))
+            path = artifacts.onnx_stage_path(artifacts.onnx_dir(self.cfg.cache_dir), head.start, head.end,
+                                             head.precision, head.key)
+            if os.path.isfile(path):  # built or taken before (its key is in the name): the data is not needed
+                label = "stage %d..%d %s (%d bytes, key sha1 %s): already in the cache" % (
+                    head.start, head.end, head.precision, first.size, key_tag(head.key))
+                log.info("worker %d: %s; its data not taken from the master", self.worker_id, label)
+                return label
+            f = assemble(itertools.chain([first], messages))
         except StageFileError as exc:
             log.warning("worker %d: stage file from the master refused: %s", self.worker_id, exc)
             raise
-        if f.end > self.graph.num_segments:
-            raise StageFileError("stage %d..%d is not a stage of this model (%d segments)"
-                                 % (f.start, f.end, self.graph.num_segments))
-        path = artifacts.onnx_stage_path(artifacts.onnx_dir(self.cfg.cache_dir), f.start, f.end, f.precision, f.key)
-        if os.path.isfile(path):  # built or taken before (its key is in the name): not held in memory again
-            log.info("worker %d: %s received from the master: already in the cache", self.worker_id, f.label())
-            return f.label()
         self.inbox.put(f)
         log.info("worker %d: %s received from the master", self.worker_id, f.label())
         return f.label()

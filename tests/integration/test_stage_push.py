@@ -64,6 +64,16 @@ def test_the_workers_load_the_stages_the_master_quantized(tmp_path, camera_video
         assert report.get(key) == before.get(key), key
     assert np.isfinite(report["max_abs_err"])
 
+    # again on the first run's cache: each worker has its stages, answers each push on the header alone and is sent
+    # none of the files' data (the run's PutStage calls still succeed: nothing is quantized anywhere)
+    proc3, again, _ = run_local(tmp_path, _config(camera_video, str(tmp_path / "cache-m"), "master"), name="m2")
+    assert proc3.returncode == 0, proc3.stderr[-3000:]
+    err = proc3.stderr
+    assert err.count("already in the cache; its data not taken from the master") == 6, err[-3000:]
+    assert "received from the master" not in err and "not pushed" not in err
+    assert "quantizing int8 here" not in err
+    assert again["completed"] == 8 and again["lost"] == 0 and again["max_abs_err"] == report["max_abs_err"]
+
 
 def test_on_the_trainer_videos_calibration_too(tmp_path, camera_video):
     """`int8.calibration: video`: the run's stages are on the profile's calibration; the master builds them too."""

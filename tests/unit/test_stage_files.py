@@ -43,6 +43,7 @@ def test_an_empty_file_is_one_chunk():
     (dict(size=30), "ended at 20 of the 30 bytes announced"),
     (dict(key=""), "without a header"),
     (dict(end=1), "without a header"),
+    (dict(precision="../../x"), "precision '../../x' refused: one of"),  # it names the file in the cache
 ])
 def test_a_bad_file_is_refused_with_one_line(change, why):
     with pytest.raises(sf.StageFileError, match=why) as exc:

@@ -10,12 +10,15 @@ and keeps them by key. The bytes are an ONNX protobuf, parsed by ONNX Runtime, n
 worker builds from them checks the key in the file's metadata too (ort_engine.load_cached)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Tuple
+
+from cnnvideo.config_types import PRECISIONS  # what a stage file may be (its precision names its file)
 
 log = logging.getLogger(__name__)
 
@@ -65,33 +68,45 @@ def chunks(f: StageFile, chunk_bytes: int = CHUNK_BYTES) -> Iterator[dict]:
             yield dict(data=piece)
 
 
+def header(msg, max_bytes: int = MAX_FILE_BYTES) -> StageFile:
+    """What the first chunk message says the file is (a StageFile with no data yet); StageFileError (one line) when
+    it has no header (key, cuts), a precision that is not int8 or fp32, or a size over `max_bytes`. A receiver may
+    answer on it alone: a worker that has the stage of that key in its cache takes none of the data."""
+    if not msg.key or msg.end <= msg.start or msg.start < 0:
+        raise StageFileError("stage file without a header (key, cuts) in its first chunk")
+    if msg.precision not in PRECISIONS:
+        raise StageFileError("stage %d..%d file of precision %r refused: one of %s"
+                             % (msg.start, msg.end, str(msg.precision)[:20], "/".join(PRECISIONS)))
+    if not 0 <= msg.size <= max_bytes:
+        raise StageFileError("stage %d..%d file of %d bytes refused: the limit is %d"
+                             % (msg.start, msg.end, msg.size, max_bytes))
+    return StageFile(int(msg.start), int(msg.end), str(msg.precision), str(msg.key), b"")
+
+
 def assemble(messages: Iterable, max_bytes: int = MAX_FILE_BYTES) -> StageFile:
     """The StageFile the chunk messages (StageChunk, or anything with its fields) carry; StageFileError (one line)
-    when there is no header, the size is over `max_bytes` or not the one announced, or the sha256 differs. The
+    when the header is wrong (see header), the size is not the one announced, or the sha256 differs. The
     announced size is checked before any data is held, and the data is never more than it."""
     head = None
+    size = digest = None
     buf = bytearray()
     for msg in messages:
         if head is None:
-            if not msg.key or msg.end <= msg.start or msg.start < 0:
-                raise StageFileError("stage file without a header (key, cuts) in its first chunk")
-            if not 0 <= msg.size <= max_bytes:
-                raise StageFileError("stage %d..%d file of %d bytes refused: the limit is %d"
-                                     % (msg.start, msg.end, msg.size, max_bytes))
-            head = msg
-        if len(buf) + len(msg.data) > head.size:
+            head = header(msg, max_bytes)
+            size, digest = int(msg.size), str(msg.sha256)
+        if len(buf) + len(msg.data) > size:
             raise StageFileError("stage %d..%d file is longer than the %d bytes announced"
-                                 % (head.start, head.end, head.size))
+                                 % (head.start, head.end, size))
         buf.extend(msg.data)
     if head is None:
         raise StageFileError("empty stage file stream")
-    if len(buf) != head.size:
+    if len(buf) != size:
         raise StageFileError("stage %d..%d file ended at %d of the %d bytes announced"
-                             % (head.start, head.end, len(buf), head.size))
-    f = StageFile(int(head.start), int(head.end), str(head.precision), str(head.key), bytes(buf))
-    if f.sha256 != head.sha256:
+                             % (head.start, head.end, len(buf), size))
+    f = dataclasses.replace(head, data=bytes(buf))
+    if f.sha256 != digest:
         raise StageFileError("stage %d..%d file refused: its sha256 is %s, the sender said %s"
-                             % (f.start, f.end, f.sha256[:16], str(head.sha256)[:16]))
+                             % (f.start, f.end, f.sha256[:16], digest[:16]))
     return f
 
 
