@@ -356,6 +356,24 @@ def test_clustered_changes_escaped_index_and_estimate():
         assert len(buf) <= est <= 1.05 * len(buf)
 
 
+def test_escaped_index_bytes_are_the_plain_divmod_code():
+    """The escaped u8 list (only the gaps of 255 or more divided) is byte for byte the textbook code: each gap g as
+    g // 255 bytes of 255, then g % 255; gaps of 254, 255, 509, 510 and far ones included."""
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(1, 3000))
+        gaps = rng.integers(0, 250, size=n)
+        pick = rng.random(n) < rng.choice([0.0, 0.01, 0.3])
+        gaps[pick] = rng.choice([254, 255, 256, 509, 510, 511, 70000, 1 << 20], size=int(pick.sum()))
+        idx = np.cumsum(gaps + 1) - 1
+        want = b"".join(bytes([255] * (g // 255) + [g % 255]) for g in gaps.tolist())
+        head, code = codec._index_head(idx, 1 << 40)
+        if code == codec.ESC8:
+            assert head == want, trial
+        else:  # a fixed width was smaller: then the escaped code was not (ties go to the fixed widths)
+            assert len(want) >= len(head), trial
+
+
 def test_malformed_escaped_index_raises():
     """An escaped index list that ends inside an escape or holds the wrong number of indices raises."""
     x = np.zeros(5000, np.float32)

@@ -134,12 +134,18 @@ def _gaps(idx: np.ndarray) -> np.ndarray:
     return gaps
 
 
-def _esc8(gaps: np.ndarray, size: int) -> bytes:
-    """Escaped u8 gap list of `size` bytes: g // 255 bytes of 255, then g % 255."""
+def _esc8(gaps: np.ndarray, size: int, big: np.ndarray, q: np.ndarray) -> bytes:
+    """Escaped u8 gap list of `size` bytes: g // 255 bytes of 255, then g % 255. `big` are the positions of the gaps
+    of 255 or more and `q` their g // 255 (_index_head has them): only those are divided, and a gap's last byte
+    lands at its position plus the escapes before it (the divmod of every gap cost 3x more on a frame delta)."""
     out = np.full(size, _ESC, dtype=np.uint8)
-    q, r = np.divmod(gaps, _ESC)
-    q += 1
-    out[np.cumsum(q) - 1] = r
+    last = gaps.astype(np.uint8)  # g % 255 for the small gaps (g < 255); the big ones are set below
+    last[big] = gaps[big] - q * _ESC
+    pos = np.arange(gaps.size, dtype=np.int64)
+    shift = np.zeros(gaps.size, dtype=np.int64)
+    shift[big] = q
+    pos += np.cumsum(shift)
+    out[pos] = last
     return out.tobytes()
 
 
@@ -155,13 +161,19 @@ def _index_head(idx: np.ndarray, limit: int) -> Tuple[Optional[bytes], int]:
         options.append((4 * nnz, 0, 4))
     if max_gap < 1 << 16:
         options.append((2 * nnz, 1, 2))
-    esc = nnz if max_gap < _ESC else nnz + int((gaps // _ESC).sum())
+    big = q = None
+    if max_gap < _ESC:
+        esc = nnz
+    else:
+        big = np.flatnonzero(gaps >= _ESC)
+        q = gaps[big] // _ESC
+        esc = nnz + int(q.sum())
     options.append((esc, 2, ESC8))
     size, _, code = min(options)
     if size >= limit:
         return None, 0
     if code == ESC8:
-        return (gaps.astype(np.uint8).tobytes() if size == nnz else _esc8(gaps, size)), ESC8
+        return (gaps.astype(np.uint8).tobytes() if big is None else _esc8(gaps, size, big, q)), ESC8
     return gaps.astype(_INDEX_WIDTHS[code]).tobytes(), code
 
 
