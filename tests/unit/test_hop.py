@@ -288,3 +288,28 @@ def test_uint8_threshold_sends_a_jump_across_the_range():
     change = InputChange(4)
     change.rates(a)
     assert np.array_equal(change.rates(b), [1 / 16, 1 / 16, 0.0])
+
+
+def test_the_uint8_change_mask_is_the_same_with_and_without_cv2(monkeypatch):
+    """Where cv2 is loaded (the master reads frames with it) a uint8 input's change mask is one cv2.absdiff; it is
+    the numpy max - min mask exactly, at every threshold and shape (a wrong mask would break the closed loop)."""
+    import sys
+
+    import cv2  # noqa: F401 - loaded, as on the master
+
+    from cnnvideo.wire import hop
+
+    rng = np.random.default_rng(3)
+    for shape in [(48, 72, 3), (1, 3, 16, 24), (7,), (2, 3, 4, 5, 6)]:
+        x = rng.integers(0, 256, shape, dtype=np.uint8)
+        held = rng.integers(0, 256, shape, dtype=np.uint8)
+        held[..., :1] = x[..., :1]  # some equal, some 1 apart, the rest anywhere
+        held.reshape(-1)[::5] = x.reshape(-1)[::5] + 1
+        for threshold in (0.5, 1, 4, 4.5, 254):
+            with_cv2 = hop._changed(x, held, threshold)
+            with monkeypatch.context() as m:
+                m.delitem(sys.modules, "cv2")
+                plain = hop._changed(x, held, threshold)
+            assert with_cv2.dtype == bool and with_cv2.shape == shape
+            assert np.array_equal(with_cv2, plain), (shape, threshold)
+            assert np.array_equal(plain, np.abs(x.astype(int) - held) > threshold)

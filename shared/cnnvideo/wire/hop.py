@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import sys
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -122,9 +123,12 @@ def _changed(x: np.ndarray, held: np.ndarray, threshold: float) -> np.ndarray:
     if x.dtype == np.uint8:
         if threshold <= 0:
             return x != held
-        # |x - held| in uint8 as max - min (no wrap-around; half the time of an int16 round trip). Not the smaller of
-        # the two wrapped differences: that is the distance around 256, 1 for 0 -> 255, so such a jump was never sent
-        diff = np.maximum(x, held)
+        # |x - held| in uint8, no wrap-around. Not the smaller of the two wrapped differences: that is the distance
+        # around 256, 1 for 0 -> 255, so such a jump was never sent
+        cv2 = sys.modules.get("cv2")  # loaded where frames are read (the master): one SIMD pass, 0.12 ms a 480x720
+        if cv2 is not None and x.flags.c_contiguous and held.flags.c_contiguous and x.size < 1 << 31:
+            return (cv2.absdiff(x.reshape(-1), held.reshape(-1)) > threshold).reshape(x.shape)
+        diff = np.maximum(x, held)  # max - min: the same values, 0.36 ms (never imports cv2: 4.5 s on a capped worker)
         np.subtract(diff, np.minimum(x, held), out=diff)
         return diff > threshold
     if threshold <= 0:
