@@ -4,10 +4,11 @@ predictors, open the source and build the scheduler. A worker or trainer that re
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import grpc
 import numpy as np
@@ -27,6 +28,7 @@ from cnnvideo.plan.costinputs import (
 from cnnvideo.plan.costinputs import build as cost_inputs
 from cnnvideo.plan.plan import Plan
 from cnnvideo.plan.predict import Predictors
+from cnnvideo.plan.schedulers.registry import WHOLE_MODEL
 from cnnvideo.results.exactness import OnlineChecker
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
@@ -71,6 +73,34 @@ class SetupProducts:
     seconds: Dict[str, float] = field(default_factory=dict)  # each setup step's time
 
 
+class Background:
+    """A call run on a thread of its own while setup goes on: result() waits for it and returns its value, or raises
+    what it raised. A daemon thread: a setup that failed meanwhile does not wait for it at exit (abandon)."""
+
+    def __init__(self, call: Callable[[], object], name: str) -> None:
+        self._value: object = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], object]) -> None:
+        try:
+            self._value = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to result()'s caller
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def raise_if_failed(self) -> None:
+        """Raise what the call raised, if it is over and failed (a refusal is not held until its result is asked)."""
+        if not self._thread.is_alive() and self._error is not None:
+            raise self._error
+
+
 class Setup:
     """The master's setup steps, reading the role `m`'s config, feed and settings; what they make is kept in
     `products` (the role takes them over)."""
@@ -80,6 +110,7 @@ class Setup:
         self.products = SetupProducts()
         self.progress = progress
         self.push = StagePush(m, progress, lambda: self.links)  # int8 stages quantized here, pushed to the workers
+        self.answered: Set[int] = set()  # the workers whose Costs answered
 
     @property
     def links(self) -> WorkerLinks:
@@ -97,17 +128,41 @@ class Setup:
         self.push.push_profile()  # int8: the whole model quantized here for the workers' profiles (stage_push)
         request = pb.CostRequest(iters=cfg.profile_iters, rescale=cfg.profile_rescale,
                                  settings=m.settings_pb(settings.WORKER_KEYS))
-        with self.progress.step("profiling the workers' stages (Costs)", waiting=range(m.W)):
-            costs = self.all_costs(request)
+        costs_call = Background(lambda: self.all_costs(request), "costs")  # the workers profile meanwhile
+        self.prepare_locally(costs_call.raise_if_failed)
+        with self.progress.step("profiling the workers' stages (Costs)",
+                                waiting=[w for w in range(m.W) if w not in self.answered]):
+            costs = costs_call.result()
         got.costs = list(costs)
         seg_time = self.segment_times(costs)
         got.overheads = self.overheads_of(costs, seg_time)
         got.seconds["connect_info_costs"] = time.time() - t0
+        try:
+            if m.live:
+                m.feed.warm_up(min(cfg.group_size, 8) + 1)
+        except SourceError as exc:
+            raise MasterError(str(exc)) from None
+        if cfg.check:
+            self.start_checker()
+        got.scheduler = self.scheduler_for(costs, got.overheads, seg_time)
+        got.scheduler.initial_plan()
+        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
+                 m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
+                 len(self.links.infos[0].cuts), cfg.scheduler)
+        return got
+
+    def prepare_locally(self, costs_failed: Callable[[], None]) -> None:
+        """The steps that need no worker's costs, taken while the workers profile (their Costs: about 20 s at a 0.1
+        cap): the model's outputs, the reference model, the predictors, the source, the camera's int8 calibration
+        and the whole model's int8 stage on it (the stage every replica of a full replication runs).
+        `costs_failed` raises a worker's refusal of its Costs between the steps (not after all of them)."""
+        m, cfg, got = self.m, self.m.cfg, self.products
         if onnx_model_path(cfg.model):
             got.weights_used = check_weights(cfg).describe()  # the file and its hash, not the unused `weights` key
             self.load_onnx_outputs()
         else:  # a torchvision detector (packed [rows, 6] output) gets its decoder; a classifier None
             got.detecting = MasterDetections.for_config(cfg.model, cfg.detect, cfg.frame_size)
+        costs_failed()
         if cfg.check:  # the reference model is loaded up front: memory does not jump at the end of the run
             with self.progress.step("loading the unsplit model for the check"):
                 self.load_reference()
@@ -121,6 +176,7 @@ class Setup:
                 raise MasterError(str(exc)) from None
             got.seconds["open_source"] = time.time() - t1
         t2 = time.time()
+        costs_failed()
         with self.progress.step("getting the predictors from the trainer"):
             got.predictors = self.get_predictors(training)
         got.seconds["predictors"] = time.time() - t2
@@ -131,25 +187,16 @@ class Setup:
         except SourceError as exc:
             raise MasterError(str(exc)) from None
         got.seconds["open_source"] = got.seconds.get("open_source", 0.0) + time.time() - t1
+        costs_failed()
         if cfg.precision == "int8" and cfg.int8.calibration == "camera":
             t1 = time.time()
             with self.progress.step("int8 calibration on the camera's own frames"):
                 self.calibrate()
             got.seconds["int8_calibration"] = time.time() - t1
-        try:
-            if m.live:
-                m.feed.warm_up(min(cfg.group_size, 8) + 1)
-        except SourceError as exc:
-            raise MasterError(str(exc)) from None
-        if cfg.check:
-            self.start_checker()
-        got.scheduler = self.scheduler_for(costs, got.overheads, seg_time)
-        got.scheduler.initial_plan()
+        costs_failed()
         self.push.configure(got.graph, got.calibration)  # int8: the master quantizes the workers' stages
-        log.info("setup done in %.1f s: %s source %s (%s mode), %d cuts, scheduler %s", time.time() - t0,
-                 m.feed.source.kind, m.feed.source.stats()["video"], "live" if m.live else "offline",
-                 len(self.links.infos[0].cuts), cfg.scheduler)
-        return got
+        if cfg.scheduler in WHOLE_MODEL:  # (a plan given, or one of a chain's schedulers, splits it)
+            self.push.build_whole()
 
     def overheads_of(self, costs, seg_time: Optional[np.ndarray] = None) -> Overheads:
         """The measured overheads of a pool whose workers' profiles are `costs` (and the stored ones it plans with)."""
@@ -284,6 +331,7 @@ class Setup:
         m = self.m
         def ask(w: int):
             answer = self.setup_call(w, "Costs", request, SETUP_TIMEOUT_S)
+            self.answered.add(w)
             self.progress.answered(w)
             return answer
 

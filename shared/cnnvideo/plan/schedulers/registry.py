@@ -40,6 +40,9 @@ OPTIONS: Dict[str, Tuple[str, ...]] = {
     "adaptive": ("alpha", "gain", "min_samples", "pool"),
     "replicas": (),
 }
+# schedulers whose plan may run the whole model on a worker (edge, full replication): the master builds that int8
+# stage while the workers profile, before it knows the plan (services/master/stage_push.StagePush.build_whole)
+WHOLE_MODEL = ("edge", "optimal", "adaptive", "replicas")
 # arguments the master's planner passes at run time (per-group state), never set by a config
 RUNTIME_OPTIONS: Dict[str, Tuple[str, ...]] = {"das": ("frame_bytes", "prev", "ready", "finished", "now")}
 
