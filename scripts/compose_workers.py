@@ -3,7 +3,8 @@
 its own CPU cap and link rate), derived from docker-compose.yml's one joining `worker` service; the same for the Pis
 and the Swarm stack. A pool of alike workers needs none of this: `docker compose up --scale worker=N`. This is for
 heterogeneous pools (experiments: tools/experiment), several cameras, and a Swarm stack with one listed worker per
-labelled node (docker-stack.yml's own pool joins and scales: `docker service scale cnnvideo_worker=N`).
+labelled node (docker-stack.yml's own pool joins and scales: `docker service scale cnnvideo_worker=N`; so does the
+stack of several cameras, whose one joining `worker` service joins every camera's master).
 
     python3 scripts/compose_workers.py              # N = WORKERS (environment, else .env)
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
@@ -467,7 +468,8 @@ def main(argv=None):
     parser.add_argument("--pi-config", metavar="FILE",
                         help="with --pi: the Pi cluster config to render (default configs/compose-pi.yml); one that "
                              "lists several cameras gets a master-<camera> service per camera in the Pi file and "
-                             "the stack (placed on the node labelled cnnvideo.role=master-<camera>)")
+                             "the stack (placed on the node labelled cnnvideo.role=master-<camera>) and keeps their "
+                             "one joining worker service, which joins every camera's master")
     parser.add_argument("--media", metavar="DIR",
                         help="host folder (absolute, or relative to the repository) mounted read-only at /app/media "
                              "in the trainer and the master(s): the cameras' video files")
