@@ -3,7 +3,8 @@
 its own CPU cap and link rate), derived from docker-compose.yml's one joining `worker` service; the same for the Pis
 and the Swarm stack. A pool of alike workers needs none of this: `docker compose up --scale worker=N`. This is for
 heterogeneous pools (experiments: tools/experiment), several cameras, and a Swarm stack with one listed worker per
-labelled node (docker-stack.yml's own pool joins and scales: `docker service scale cnnvideo_worker=N`).
+labelled node (docker-stack.yml's own pool joins and scales: `docker service scale cnnvideo_worker=N`; so does the
+stack of several cameras, whose one joining `worker` service joins every camera's master).
 
     python3 scripts/compose_workers.py              # N = WORKERS (environment, else .env)
     python3 scripts/compose_workers.py 4            # -> docker-compose.w4.yml, configs/compose-w4.yml
@@ -297,17 +298,27 @@ def _pi_master(template, service, camera, config_name, swarm):
     return svc
 
 
+def joining_command(command, masters):
+    """A joining worker's command with its `--join` naming every camera's master, comma-separated (their addresses
+    at deploy time: ${MASTER_<CAMERA>_IP}, each at its camera's join port)."""
+    command = list(command)
+    command[command.index("--join") + 1] = ",".join(masters)
+    return command
+
+
 def build_pi(n, rate=3.0, config_name=None, cluster=None):
-    """(Pi compose mapping, Swarm stack mapping, Pi cluster config) for n *listed* workers, from
-    docker-compose.pi.yml, docker-stack.yml (whose pool joins: one scaled `worker` service) and `cluster` (a cluster
-    config mapping; default configs/swarm.yml), rendered from its cnnvideo.cluster description: worker<i> services
-    (the stack places worker<i> on the node labelled cnnvideo.role=worker<i>), one master per camera (several
-    cameras: master-<camera>, run with `--camera <camera>`, placed on the node labelled cnnvideo.role=master-<camera>,
-    its address for the helper MASTER_<CAMERA>_IP). Several cameras need listed workers on Swarm: a joining worker
-    finds every camera's master at one host (consecutive ports), and here each master has its own device. The
-    stack's helper shapes by role as docker-stack.yml's does (HOP_*, RET_* at deploy time; it needs only the
-    masters' addresses); the config's addresses continue the file's pattern (the next LAN address and port per
-    worker: edit them) and its `bandwidth` (what the cost model plans with) is `rate`."""
+    """(Pi compose mapping, Swarm stack mapping, Pi cluster config) from docker-compose.pi.yml, docker-stack.yml
+    and `cluster` (a cluster config mapping; default configs/swarm.yml), rendered from its cnnvideo.cluster
+    description. One camera: n *listed* workers worker<i> (the stack places worker<i> on the node labelled
+    cnnvideo.role=worker<i>); the config's addresses continue the file's pattern (the next LAN address and port per
+    worker: edit them). Several cameras: one master per camera (master-<camera>, run with `--camera <camera>`,
+    placed on the node labelled cnnvideo.role=master-<camera>, its address MASTER_<CAMERA>_IP) and the files' one
+    joining `worker` service, which joins every camera's master: the stack's names each master at its node's
+    address, ${MASTER_<CAMERA>_IP}:<its join port> (cluster.join's port for the first camera, the next ports for the
+    next ones, as config.camera_config gives each master), scaled with `docker service scale <stack>_worker=N`;
+    each master waits for WORKERS (the Pis': for n, cluster.min_workers) to join. The stack's helper shapes by
+    role as docker-stack.yml's does (HOP_*, RET_* at deploy time; it needs only the masters' addresses); the
+    config's `bandwidth` (what the cost model plans with) is `rate`."""
     config_name = config_name or "compose-w%d-pi.yml" % n
     with open(os.path.join(REPO, "docker-compose.pi.yml")) as fh:
         pi = yaml.safe_load(fh)
@@ -317,17 +328,30 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
         with open(os.path.join(REPO, "configs", "swarm.yml")) as fh:
             cluster = yaml.safe_load(fh)
     cfg = copy.deepcopy(cluster)
-    listed_pool(cfg)
-    cameras = tuple((cfg.get("cameras") or {}).keys()) if len(cfg.get("cameras") or {}) > 1 else ("",)
+    several = len(cfg.get("cameras") or {}) > 1
+    if several:  # a join pool: the workers join every camera's master
+        cfg.setdefault("cluster", {}).update(workers=[], min_workers=n)
+        cfg["cluster"].setdefault("join", "0.0.0.0:50070")
+    else:
+        listed_pool(cfg)
+    cameras = tuple(cfg["cameras"]) if several else ("",)
     rates = rate if isinstance(rate, (list, tuple)) else [rate] * n
     spec = describe(n, [templated_link(p) for p in hop_prefixes(n)], None, "pool", cameras)
+    port = int(str(cfg["cluster"].get("join") or ":50070").rpartition(":")[2])
+    masters = ["${%s:?set %s to the address of its master's node}:%d" % (master_ip_var(s), master_ip_var(s), port + i)
+               for i, s in enumerate(spec.master_names())]
     for doc, var in ((pi, "${PI_CONFIG:-compose-pi.yml}"), (stack, None)):
         services = doc["services"]
         joining = services.pop("worker")
         template = listed_worker(joining)
         master = services.pop("master")
-        master["command"] = without_min_workers(master["command"])
-        for i, name in enumerate(spec.worker_names()):
+        if several:
+            services["worker"] = joining
+            if var is None:
+                joining["command"] = joining_command(joining["command"], masters)
+        else:
+            master["command"] = without_min_workers(master["command"])
+        for i, name in enumerate([] if several else spec.worker_names()):
             svc = copy.deepcopy(template)
             svc["command"] = svc["command"][:3] + ["-i", str(i)]  # ["worker", "-c", CONFIG, "-i", "<i>"]
             if var is None:  # the stack: one listed worker on its own labelled node
@@ -340,7 +364,7 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
             for svc in services.values():
                 if isinstance(svc.get("command"), list):
                     svc["command"] = [c.replace(var, "${PI_CONFIG:-%s}" % config_name) for c in svc["command"]]
-        else:  # listed workers join nothing: no token to require
+        elif not several:  # listed workers join nothing: no token to require
             for svc in services.values():
                 (svc.get("environment") or {}).pop("CNNVIDEO_JOIN_TOKEN", None)
                 if "environment" in svc and not svc["environment"]:
@@ -371,15 +395,17 @@ def build_pi(n, rate=3.0, config_name=None, cluster=None):
                                    "config lacks it)}" % (service, var, var)]
     netem["command"] = keep + addresses + links
     stack["configs"]["cluster"]["file"] = "./configs/${PI_CONFIG:-%s}" % config_name
+    if len(rates) != n:
+        raise ValueError("%d link rates for %d workers" % (len(rates), n))
+    cfg["bandwidth"] = [float(r) for r in rates]
+    if several:
+        return pi, stack, cfg
     workers = [str(w) for w in cfg["cluster"].get("workers") or []] or ["192.168.1.21:50060"]
     host, _, port = workers[-1].rpartition(":")
     prefix, _, last_ip = host.rpartition(".")
     for step in range(1, n - len(workers) + 1):
         workers.append("%s.%d:%d" % (prefix, int(last_ip) + step, int(port) + step))
     cfg["cluster"]["workers"] = workers[:n]
-    if len(rates) != n:
-        raise ValueError("%d link rates for %d workers" % (len(rates), n))
-    cfg["bandwidth"] = [float(r) for r in rates]
     return pi, stack, cfg
 
 
@@ -442,7 +468,8 @@ def main(argv=None):
     parser.add_argument("--pi-config", metavar="FILE",
                         help="with --pi: the Pi cluster config to render (default configs/compose-pi.yml); one that "
                              "lists several cameras gets a master-<camera> service per camera in the Pi file and "
-                             "the stack (placed on the node labelled cnnvideo.role=master-<camera>)")
+                             "the stack (placed on the node labelled cnnvideo.role=master-<camera>) and keeps their "
+                             "one joining worker service, which joins every camera's master")
     parser.add_argument("--media", metavar="DIR",
                         help="host folder (absolute, or relative to the repository) mounted read-only at /app/media "
                              "in the trainer and the master(s): the cameras' video files")

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Deploy docker-stack.yml from a swarm manager after checking what would otherwise leave a service
 # pending forever or failing on one device:
-#   - every placed role of the stack (trainer, master; with several cameras master-<camera> each, and the
-#     listed workers worker<i> of a stack scripts/compose_workers.py rendered) has exactly one node labelled
-#     cnnvideo.role=ROLE, and no node has an unknown role;
+#   - every placed role of the stack (trainer, master; with several cameras master-<camera> each; the
+#     listed workers worker<i> of a one-camera stack scripts/compose_workers.py rendered) has exactly one node
+#     labelled cnnvideo.role=ROLE, and no node has an unknown role;
 #   - a stack with the joining `worker` service has at least WORKERS (default 2) nodes labelled
 #     cnnvideo.worker=true (one worker per device), and JOIN_TOKEN is set (16+ characters);
 #   - IMAGE (and NETEM_IMAGE), when they name a registry, answer there and have a variant for the
 #     architecture of every node that runs them (one multi-arch tag: scripts/build_multiarch.sh);
-#   - MASTER_IP (the shaping helper's address of the master; MASTER_<CAMERA>_IP of master-<camera>)
-#     defaults to that master's node's address.
+#   - MASTER_IP (the workers' and the shaping helper's address of the master; MASTER_<CAMERA>_IP of
+#     master-<camera>) defaults to that master's node's address.
 # Then `docker stack deploy`; the cluster config becomes a swarm config named after its content, so
 # a changed file (or rate: HOP1_RATE=1 ...) is one more run of this script, in place.
 #   scripts/swarm_deploy.sh [--stack NAME] [--check-only]
@@ -146,8 +146,9 @@ main() {
   check_arch "$IMAGE" "$placed"
   check_arch "$NETEM_IMAGE" "$(docker node inspect -f '{{.Description.Hostname}} {{.Description.Hostname}} {{.Description.Platform.Architecture}} -' $(docker node ls -q) \
     | sed 's,x86_64,linux/amd64,; s,aarch64,linux/arm64,; s,armv7l,linux/arm/v7,')"
-  # each master's address for the shaping helper (a master has no server, so the config lacks it): master ->
-  # MASTER_IP, master-<camera> -> MASTER_<CAMERA>_IP (scripts/compose_workers.py master_ip_var), from its node
+  # each master's address for the workers' --join and the shaping helper (a master has no server, so the config
+  # lacks it): master -> MASTER_IP, master-<camera> -> MASTER_<CAMERA>_IP (scripts/compose_workers.py master_ip_var),
+  # from its node
   local role node arch addr var masters=""
   while read -r role node arch addr; do
     [[ $role == master* ]] || continue

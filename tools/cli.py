@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="override cluster.min_workers: with no cluster.workers, start once N have joined")
         if role == "worker":
             p.add_argument("--join", default=None, metavar="HOST:PORT",
-                           help="join the running pool of the master at HOST:PORT (its cluster.join); no -i")
+                           help="join the running pool of the master at HOST:PORT (its cluster.join; several "
+                                "cameras: the first's, the next ones at the next ports, or HOST:PORT,HOST:PORT,... "
+                                "one per camera's master); no -i")
             p.add_argument("--listen", default="0.0.0.0:50060", metavar="ADDR",
                            help="with --join: serve on ADDR (host:port; 0.0.0.0 = every interface, reached at this "
                                 "host's address on the route to the master)")

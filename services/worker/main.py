@@ -1,6 +1,6 @@
 """`cnnvideo worker -c CONFIG -i ID`: run worker ID of the pool until SIGTERM/SIGINT (the first drains its frames).
-`cnnvideo worker -c CONFIG --join HOST:PORT [--listen ADDR]`: serve on ADDR and join the running pool of the master
-at HOST:PORT (which assigns the id)."""
+`cnnvideo worker -c CONFIG --join HOST:PORT[,HOST:PORT...] [--listen ADDR]`: serve on ADDR and join the running pool
+of the master at HOST:PORT (which assigns the id), of every camera's master (camera_join_addresses)."""
 from __future__ import annotations
 
 import logging
@@ -54,8 +54,9 @@ def route_address(host: str) -> str:
 
 
 def join_every_camera(role: WorkerRole, cfg, join: str, address: str) -> bool:
-    """Join the pool of every camera's master (their join addresses follow `join`: camera_join_addresses), at once:
-    a worker joins the cluster, not one camera. False (one line each) if any refused it."""
+    """Join the pool of every camera's master (`join`: the first's, the next ones at the next ports, or one each:
+    camera_join_addresses), at once: a worker joins the cluster, not one camera. False (one line each) if any
+    refused it."""
     masters = camera_join_addresses(join, len(cfg.cameras))
     replies, errors = {}, {}
 
@@ -87,7 +88,8 @@ def run(args) -> int:
     joining = bool(getattr(args, "join", None))
     tls.setup(cfg, "worker" if joining else "worker%d" % args.id)  # mutual TLS for every channel/server, if set
     if joining:
-        address = getattr(args, "advertise", None) or advertised(args.listen, args.join, JOIN_WAIT_S)
+        first = camera_join_addresses(args.join, len(cfg.cameras))[0]  # a bad --join: one line, before serving
+        address = getattr(args, "advertise", None) or advertised(args.listen, first, JOIN_WAIT_S)
         role = WorkerRole(cfg, -1, listen=args.listen, address=address)
     else:
         role = WorkerRole(cfg, args.id)

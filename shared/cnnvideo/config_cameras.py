@@ -1,14 +1,15 @@
 """The cluster's cameras, the config's unit: the `cameras:` entries resolved over the top level into the config's
 camera list (resolve, with the rules that are the cameras' own), the config one camera's master runs
-(camera_config, camera_configs), the camera a master given `--camera NAME` runs (pick_camera), and the refusal
-where only one camera can run (require_one_camera).
+(camera_config, camera_configs), the camera a master given `--camera NAME` runs (pick_camera), where a joining
+worker finds every camera's master (camera_join_addresses), and the refusal where only one camera can run
+(require_one_camera).
 
 A top-level `video:` is the shorthand for one camera (Config.shorthand_camera). A config of one camera, the one
 every master runs, holds that camera's values at the top level too (camera_config), so a role reads `cfg.video`,
 `cfg.source`, `cfg.frame_size`, `cfg.check_share`, `cfg.events.zones` and `cfg.events.camera` as its camera's.
 Checks of a camera's values that another part owns (its video file and source: video.sources; its zones: events)
 run in that part and name `cameras.<name>.<key>` for a key the camera set (Camera.key). Imports only the
-dataclasses and errors: the bottom of the core.
+dataclasses, the address rule (config_rules) and errors: the bottom of the core.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import dataclasses
 import os
 from typing import Dict, List
 
+from cnnvideo.config_rules import is_host_port
 from cnnvideo.config_types import CAMERA_NAME, CAMERA_NAME_RULE, Camera, CameraEntry, Config, Events
 from cnnvideo.errors import ConfigError
 
@@ -100,11 +102,26 @@ def _take_camera(cfg: Config, cam: Camera) -> None:
 
 
 def camera_join_addresses(join: str, cameras: int) -> List[str]:
-    """Where each camera's master takes joining workers: `join` (cluster.join) for the first camera, the next ports
-    for the next ones, in the config's order. A worker joins them all: it joins the cluster, not one camera."""
+    """Where each camera's master takes joining workers, from a worker's `--join`: one HOST:PORT is the first
+    camera's (cluster.join), the next cameras' at the next ports, in the config's order (the masters share one host:
+    `cnnvideo local`, compose); a comma-separated list names every camera's master, one each, in any order (each on
+    its own device: Swarm, Pis). A worker joins them all: it joins the cluster, not one camera. ConfigError (one
+    line) for an address that is not HOST:PORT, one named twice, or a list of another length."""
     if not join:
         return []
-    host, _, port = join.rpartition(":")
+    listed = [a.strip() for a in join.split(",")]
+    for address in listed:
+        if not is_host_port(address):
+            raise ConfigError("--join: %r is not HOST:PORT (give one, the first camera's master, or one per camera "
+                              "separated by commas)" % address)
+    if len(set(listed)) < len(listed):
+        raise ConfigError("--join %s: an address is listed twice (one per camera's master)" % join)
+    if len(listed) > 1:
+        if len(listed) != max(cameras, 1):
+            raise ConfigError("--join lists %d addresses for %d camera(s): give one per camera's master, or one (the "
+                              "first camera's; the next cameras' at the next ports)" % (len(listed), cameras))
+        return listed
+    host, _, port = listed[0].rpartition(":")
     return ["%s:%d" % (host, int(port) + i) for i in range(max(cameras, 1))]
 
 

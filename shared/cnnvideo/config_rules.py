@@ -35,7 +35,7 @@ def is_loopback(host: str) -> bool:
 def is_host_port(address: str) -> bool:
     """Whether `address` is host:port with a host and a TCP port (1-65535): the form of every address of the cluster."""
     host, _, port = address.rpartition(":")
-    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+    return bool(host) and "," not in host and port.isdigit() and 0 < int(port) < 65536
 
 
 def join_token(cfg: Config) -> str:

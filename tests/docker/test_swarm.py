@@ -7,7 +7,8 @@ changes in place, and the stack is removed. Then the pool grows mid-run: `docker
 (the trainer's and the second master's nodes labelled as worker nodes too) adds two workers that join the running
 pool, the fps goes up under the workers' CPU caps, and no frame is lost. Then two cameras share a pool: the stack
 scripts/compose_workers.py renders from a config listing two cameras runs one master per camera (master-door,
-master-yard, each on its own node) on the same trainer and two listed workers. Bad input (an unlabelled role, a
+master-yard, each on its own node) on the same trainer and the one joining `worker` service, whose two workers
+each join both masters. Bad input (an unlabelled role, a
 registry that is down, an image of the wrong architecture) is refused before anything is deployed, with the
 command that fixes it.
 
@@ -135,14 +136,14 @@ class Swarm:
 
     def copy_repo(self, config_text: str) -> None:
         """The files a manager's user needs: stack file, deploy script, the cluster config (a join pool); the scale
-        test's config; and the two-camera stack and its config (listed workers), rendered by
-        scripts/compose_workers.py from the same addresses."""
+        test's config; and the two-camera stack and its config (a join pool too), rendered by
+        scripts/compose_workers.py from the same config."""
         files = ["docker-stack.yml", "scripts/swarm_deploy.sh"]
         tar = subprocess.run(["tar", "-C", str(REPO), "-c"] + files, stdout=subprocess.PIPE, check=True).stdout
         on(self.manager, "bash", "-c", "mkdir -p /repo/configs && tar -C /repo -x", stdin=tar)
         on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-test.yml", stdin=config_text.encode())
         on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-scale.yml", stdin=scale_config(config_text).encode())
-        stack, cameras = cameras_stack(config_text, self.ips)
+        stack, cameras = cameras_stack(config_text)
         on(self.manager, "bash", "-c", "cat > /repo/docker-stack.cameras.yml", stdin=stack.encode())
         on(self.manager, "bash", "-c", "cat > /repo/configs/swarm-cameras.yml", stdin=cameras.encode())
 
@@ -194,25 +195,21 @@ def scale_config(text: str) -> str:
     return yaml.safe_dump(mapping, sort_keys=False)
 
 
-def cameras_stack(text: str, ips):
-    """(stack file, cluster config) of two cameras on the test's pool: the config lists door and yard (both play the
-    video the image carries; the trainer fits on it) and the two worker nodes as listed workers (a joining worker
-    reaches every camera's master at one host, and here each master has its own node), and
-    scripts/compose_workers.py renders the stack."""
+def cameras_stack(text: str):
+    """(stack file, cluster config) of two cameras on the test's join pool: the config lists door and yard (both play
+    the video the image carries; the trainer fits on it), and scripts/compose_workers.py renders the stack: a master
+    per camera, each on its own node, and the one joining `worker` service, which joins both masters at their
+    nodes' addresses (MASTER_DOOR_IP, MASTER_YARD_IP: swarm_deploy.sh takes them from the labelled nodes)."""
     import sys
 
     sys.path.insert(0, str(REPO / "scripts"))
     import compose_workers
 
     mapping = yaml.safe_load(text)
-    mapping["cluster"] = {"trainer": mapping["cluster"]["trainer"],
-                          "workers": ["%s:50060" % ips["worker0"], "%s:50061" % ips["worker1"]]}
-    mapping["bandwidth"] = [3.0, 3.0]
     video = mapping.pop("video")
     mapping["trainer"]["video"] = video
     mapping["cameras"] = {name: {"video": video} for name in CAMERAS}
     _, stack, cfg = compose_workers.build_pi(2, 3.0, "swarm-cameras.yml", cluster=mapping)
-    cfg["cluster"] = mapping["cluster"]  # the nodes' addresses, as written
     text = io.StringIO()
     compose_workers.dump_compose(stack, text)
     return text.getvalue(), yaml.safe_dump(cfg, sort_keys=False)
@@ -434,26 +431,31 @@ def test_scale_grows_the_pool_mid_run(swarm):
 
 def test_two_cameras_share_the_pool(swarm):
     """The stack rendered from a config listing two cameras: master-door and master-yard, each on the node labelled
-    for it, run their camera (`--camera`) on the one trainer and the two workers; each writes its own report with every
-    frame completed and exact, and each worker's helper shapes its results to both masters."""
-    swarm.label(["trainer", "worker0", "worker1"])  # the listed workers' nodes (remove_stack waited for the last)
+    for it, run their camera (`--camera`) on the one trainer and the stack's one joining `worker` service (WORKERS
+    replicas on the worker-labelled nodes, as docker-stack.yml's): each worker joins both masters, each master starts
+    once both joined; each writes its own report with every frame completed and exact, and both workers served
+    both cameras; each worker's helper shapes its results to both masters."""
+    swarm.label(["trainer"])
+    swarm.label_workers(WORKER_NODES)
     on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-door", swarm.nodes["master"])
     on(swarm.manager, "docker", "node", "update", "--label-add", "cnnvideo.role=master-yard", swarm.nodes["master2"])
+    start = time.time()
     deploy(swarm, PI_CONFIG="swarm-cameras.yml", STACK_FILE="/repo/docker-stack.cameras.yml")
     nodes = {"door": "master", "yard": "master2"}
+    workers = sorted("%s:50060" % swarm.ips[node] for node in WORKER_NODES)
     for camera in CAMERAS:
         service = "master-" + camera
         state = wait_for("the run of " + service, lambda s=service: master_done(swarm, s), 900, 5)
         logs = on(swarm.manager, "docker", "service", "logs", "--raw", "cnnvideo_" + service, check=False).text
         assert state.startswith("Complete"), state + logs[-3000:]
-        container = task_container(swarm, nodes[camera], service)
-        assert container, "no %s task on node %s" % (service, swarm.nodes[nodes[camera]])
-        copied = on(swarm.nodes[nodes[camera]], "docker", "cp", container + ":/app/out/%s/report.json" % camera,
-                    "-").stdout
-        report = json.loads(_untar_one(copied))
+        report = json.loads(master_file(swarm, nodes[camera], service, "/app/out/%s/report.json" % camera))
         assert report["completed"] == report["frames"] == FRAMES and report["lost"] == 0, report
         assert report["max_abs_err"] == 0.0 and report.get("camera", camera) == camera, report
-        assert report["workers"] == ["%s:50060" % swarm.ips["worker0"], "%s:50061" % swarm.ips["worker1"]]
+        assert sorted(report["workers"]) == workers, report["workers"]  # both joined this camera's master
+        results = master_file(swarm, nodes[camera], service, "/app/out/%s/results.jsonl" % camera).decode()
+        served = sorted({report["workers"][w] for line in results.splitlines() for w in json.loads(line)["route"]})
+        assert served == workers, (camera, served, report["pool"])
+    print("swarm: two cameras of %d frames each on the joining workers in %.0f s" % (FRAMES, time.time() - start))
     want = [_hex_ip(swarm.ips[node]) for node in ("master", "master2", "trainer")]  # results to each master's node
     # (the trainer unshaped); the hop into worker1 by the default class
     seen = []

@@ -74,10 +74,12 @@ def test_local_names_its_masters_and_their_caps_from_the_description():
     assert local_cameras.master_shares({"master": 0.5}, one) == {"master": 0.5}
 
 
-def test_pi_files_and_swarm_stack_run_one_master_per_camera():
+def test_pi_files_and_swarm_stack_run_one_master_per_camera(monkeypatch):
     """A Pi cluster config listing two cameras renders a master-<camera> service per camera in the Pi compose file
-    and in the stack: each runs `--camera <camera>`, the stack places it on the node labelled master-<camera>, and
-    the stack's helper knows each master's address and shapes by role (the listed workers need no address)."""
+    and in the stack: each runs `--camera <camera>`, the stack places it on the node labelled master-<camera> and
+    waits for WORKERS to join; the pool is the files' one joining `worker` service, whose stack copy joins each
+    master at ${MASTER_<CAMERA>_IP} and its camera's join port; the stack's helper knows each master's address and
+    shapes by role."""
     with open(os.path.join(ROOT, "configs", "swarm.yml")) as fh:
         mapping = yaml.safe_load(fh)
     mapping.pop("video")
@@ -85,11 +87,17 @@ def test_pi_files_and_swarm_stack_run_one_master_per_camera():
     mapping["cameras"] = {"door": {"video": "/usr/share/cnnvideo/vtest.avi"}, "yard": {"video": "rtsp://cam/yard"}}
     pi, stack, cfg = compose_workers.build_pi(2, 3.0, "swarm-cams.yml", cluster=mapping)
     services = stack["services"]
-    assert list(services) == ["trainer", "worker0", "worker1", "master-door", "master-yard", "netem"]
+    assert list(services) == ["trainer", "worker", "master-door", "master-yard", "netem"]
     door = services["master-door"]
     assert door["command"][-2:] == ["--camera", "door"] and door["command"][:3] == ["master", "-c",
                                                                                     "/app/configs/cluster.yml"]
+    assert door["command"][-4:-2] == ["--min-workers", "${WORKERS:-2}"]
     assert door["deploy"]["placement"]["constraints"] == ["node.labels.cnnvideo.role == master-door"]
+    join = services["worker"]["command"][services["worker"]["command"].index("--join") + 1]
+    door_ip, yard_ip = join.split(",")
+    assert door_ip.startswith("${MASTER_DOOR_IP:?") and door_ip.endswith("}:50070")
+    assert yard_ip.startswith("${MASTER_YARD_IP:?") and yard_ip.endswith("}:50071")
+    assert "-" not in join.replace("}:50070,", "") and join.count(",") == 1  # docker 20.10 splits `${V:?a-b}` at '-'
     command = services["netem"]["command"]
     assert "master-yard=${MASTER_YARD_IP:?" in " ".join(command) and "master=" not in " ".join(command)
     for value in [c for c in command if "${MASTER_" in c]:  # docker 20.10 splits `${V:?a-b}` at the '-'
@@ -98,9 +106,12 @@ def test_pi_files_and_swarm_stack_run_one_master_per_camera():
     assert [c.split(",")[:2] for c in links] == [["master>worker", "rate=${HOP_RATE:-3}"],
                                                  ["worker>worker", "rate=${HOP_RATE:-3}"],
                                                  ["worker>master", "rate=${RET_RATE:-3}"]]
-    assert services["worker1"]["deploy"]["placement"]["constraints"] == ["node.labels.cnnvideo.role == worker1"]
     assert pi["services"]["master-yard"]["command"][-2:] == ["--camera", "yard"]
-    assert config.from_dict(cfg, check_files=False).camera_names() == ["door", "yard"]
+    assert "--join" in pi["services"]["worker"]["command"] and "worker0" not in pi["services"]
+    monkeypatch.setenv("CNNVIDEO_JOIN_TOKEN", "a-token-of-16-characters")  # what the stack gives every role
+    loaded = config.from_dict(cfg, check_files=False)
+    assert loaded.camera_names() == ["door", "yard"] and loaded.cluster.workers == []
+    assert loaded.cluster.join == "0.0.0.0:50070" and loaded.cluster.min_workers == 2
     one_pi, one_stack, _ = compose_workers.build_pi(2)
     assert "master" in one_stack["services"] and "--camera" not in one_stack["services"]["master"]["command"]
     assert one_pi["services"]["master"]["command"][-1] == "${CAMERA:-}"

@@ -334,3 +334,38 @@ def test_the_config_holds_a_list_of_cameras_and_video_alone_is_one_of_them():
     yard = config.camera_config(listed, listed.camera("yard"))
     assert (yard.camera_names(), yard.video, yard.events.camera) == (["yard"], "rtsp://b", "yard")
     assert listed.camera("gate") is None
+
+
+def test_a_worker_s_join_finds_every_camera_s_master():
+    """camera_join_addresses (a joining worker's `--join`): one address is the first camera's master, the next ones
+    at the next ports (one host: local, compose), as camera_configs has each master listen; a comma-separated list
+    names each camera's master on its own device (Swarm, Pis), one per camera."""
+    assert config_cameras.camera_join_addresses("", 2) == []
+    assert config_cameras.camera_join_addresses("10.0.0.5:50070", 1) == ["10.0.0.5:50070"]
+    assert config_cameras.camera_join_addresses("m:50070", 3) == ["m:50070", "m:50071", "m:50072"]
+    assert config_cameras.camera_join_addresses("10.0.0.5:50070, 10.0.0.6:50071", 2) == ["10.0.0.5:50070",
+                                                                                          "10.0.0.6:50071"]
+    cfg = config.from_dict({"cluster": {"workers": [], "join": "0.0.0.0:50070", "join_token": "t" * 16},
+                            "cameras": {"door": {"video": "a"}, "yard": {"video": "b"}}}, check_files=False)
+    assert [c.cluster.join for c in config.camera_configs(cfg)] == ["0.0.0.0:50070", "0.0.0.0:50071"]
+
+
+@pytest.mark.parametrize("join, cameras, start", [
+    ("10.0.0.5", 2, "--join: '10.0.0.5' is not HOST:PORT (give one, the first camera's master, or one per camera"),
+    ("a:1,b:x", 2, "--join: 'b:x' is not HOST:PORT"),
+    ("a:1,", 2, "--join: '' is not HOST:PORT"),
+    ("a:1,a:1", 2, "--join a:1,a:1: an address is listed twice"),
+    ("a:1,b:1,c:1", 2, "--join lists 3 addresses for 2 camera(s): give one per camera's master, or one"),
+    ("a:1,b:1", 1, "--join lists 2 addresses for 1 camera(s)"),
+])
+def test_a_bad_join_is_one_line(join, cameras, start):
+    """A bad `--join` (not HOST:PORT, an address twice, not one per camera) is one ConfigError line."""
+    with pytest.raises(ConfigError) as err:
+        config_cameras.camera_join_addresses(join, cameras)
+    assert str(err.value).startswith(start) and "\n" not in str(err.value), str(err.value)
+
+
+def test_cluster_join_is_one_address():
+    """cluster.join is where one master listens: a comma-separated list is refused (it is a worker's `--join`)."""
+    msg = _error({"cluster": {"workers": [], "join": "a:1,b:2", "join_token": "t" * 16}, "video": "x"})
+    assert msg == "config key 'cluster.join' must be host:port (or empty: no joins), got 'a:1,b:2'"

@@ -200,14 +200,16 @@ def test_no_master_part_assigns_into_the_role():
 
 
 # The core's layers, lowest first: a module may import its own part and the parts of lower layers, never a part of
-# its own layer or a higher one. The typed config is at the bottom: config_types (the dataclasses), then the rules
-# no part owns (config_rules), the cameras (config_cameras) and the renames. Each part checks its own keys against
+# its own layer or a higher one. The typed config is at the bottom: config_types (the dataclasses), the renames, then
+# the rules no part owns (config_rules: the cluster's addresses), then the cameras (config_cameras, whose join
+# addresses follow the address rule). Each part checks its own keys against
 # the typed config (its `from_config.check_config`); config_validation runs those checks and config (the loader) runs
 # config_validation, so these two are on top and no part imports them (test_parts_read_only_the_typed_config).
 CORE_LAYERS = [
     ("errors", "config_types", "cpucap", "hostnet", "tcrules"),
     ("config_upgrade",),
-    ("config_cameras", "config_rules", "cluster"),
+    ("config_rules",),
+    ("config_cameras", "cluster"),
     ("video", "wire", "events"),
     ("artifacts",),
     ("model", "plan"),
