@@ -188,9 +188,10 @@ SCALE_CAPS = "0.1"  # each worker's CPU cap in the scale test: the pool, not the
 def scale_config(text: str) -> str:
     """The scale test's config: the test's join pool, whole frames to the workers in turn (replicas), a looping clip
     read as fast as the pool takes it until the master gets SIGTERM (frames 0), frames big enough for a capped worker
-    to be the bottleneck."""
+    to be the bottleneck. A fifth of the results is checked: checking every one ran the unsplit model on the master
+    for each frame (80 ms of CPU), and on a loaded CI host that, not the workers, set the pace at 2.2-2.7 fps."""
     mapping = yaml.safe_load(text)
-    mapping.update(scheduler="replicas", frame_size=[240, 320], in_flight=8, frames=0,
+    mapping.update(scheduler="replicas", frame_size=[240, 320], in_flight=8, frames=0, check_share=0.2,
                    source={"loop": True, "realtime": False})
     return yaml.safe_dump(mapping, sort_keys=False)
 
@@ -437,11 +438,13 @@ def test_scale_grows_the_pool_mid_run(swarm):
           "report %.0f s"
           % ((SCALE_CAPS, before, joins[0]["at_s"] - t_warm, after, t_end - t_four, busy_before, busy_after,
               report["completed"], served) + phases))
-    # The pool's pace is its workers' (each capped): 4 of them working at once where 2 did is what raises the fps
-    # (2.38 -> 3.55, 2.20 -> 5.38 and 1.91 -> 4.19 fps on a quiet host; the join benchmark measures it). The fps of
-    # two windows of a shared CI host also measure the host's load between them: a CI run read 2.10 -> 2.18 fps
-    # while all four workers served. So the test holds the workers working at once, which that load does not move.
-    assert busy_after > 1.3 * busy_before, (busy_before, busy_after, before, after)
+    # The pool's pace is its workers' (each capped): 4 of them working at once where 2 did is what raises the fps.
+    # Two CI rehearsals read 2.10 -> 2.18 and 2.43 -> 2.73 fps with 1.98 -> 2.13 workers busy: checking every
+    # result on the master, not the workers, set the pace on the loaded host (now a fifth: scale_config). Beside a
+    # running integration tier it then read 2.97 -> 5.91 fps, 1.98 -> 3.99 busy. The fps of two windows of a shared
+    # host also move with its load between them, so their bar is lower than the workers'.
+    assert busy_after > 1.5 * busy_before, (busy_before, busy_after, before, after)
+    assert after > 1.2 * before, (before, after, busy_before, busy_after)
     assert "default 0xf" in shaped, shaped  # a node that became a worker's is shaped as one
     remove_stack(swarm)
 
