@@ -75,7 +75,7 @@ class SetupProducts:
 
 class Background:
     """A call run on a thread of its own while setup goes on: result() waits for it and returns its value, or raises
-    what it raised. A daemon thread: a setup that failed meanwhile does not wait for it at exit (abandon)."""
+    what it raised. A daemon thread: a setup that failed meanwhile does not wait for it at exit."""
 
     def __init__(self, call: Callable[[], object], name: str) -> None:
         self._value: object = None

@@ -19,7 +19,7 @@ from cnnvideo.config import Config
 from cnnvideo.cpucap import cfs_quota
 from cnnvideo.model.engines import EngineError, cpu_threads, factory_for, ort_available
 from cnnvideo.model.engines.auto import AutoStages, auto_factories
-from cnnvideo.model.engines.stage_files import StageFileError, StageInbox, assemble, header, key_tag
+from cnnvideo.model.engines.stage_files import StageFileError, StageInbox, assemble, header
 from cnnvideo.model.loading import load_graph
 from cnnvideo.plan.profiling import (
     WorkerProfile,
@@ -305,8 +305,7 @@ class WorkerRole:
             path = artifacts.onnx_stage_path(artifacts.onnx_dir(self.cfg.cache_dir), head.start, head.end,
                                              head.precision, head.key)
             if os.path.isfile(path):  # built or taken before (its key is in the name): the data is not needed
-                label = "stage %d..%d %s (%d bytes, key sha1 %s): already in the cache" % (
-                    head.start, head.end, head.precision, first.size, key_tag(head.key))
+                label = "%s: already in the cache" % head.label(int(first.size))
                 log.info("worker %d: %s; its data not taken from the master", self.worker_id, label)
                 return label
             f = assemble(itertools.chain([first], messages))

@@ -45,8 +45,10 @@ class StageFile:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    def label(self) -> str:
-        return "stage %d..%d %s (%d bytes, key sha1 %s)" % (self.start, self.end, self.precision, len(self.data),
+    def label(self, size: Optional[int] = None) -> str:
+        """One line naming the file; `size`: the bytes announced, for a header whose data was not taken."""
+        return "stage %d..%d %s (%d bytes, key sha1 %s)" % (self.start, self.end, self.precision,
+                                                           len(self.data) if size is None else size,
                                                            key_tag(self.key))
 
 
