@@ -152,9 +152,9 @@ def test_cache_reused_corrupted_or_foreign_file_named(tmp_path, caplog):
 @ORT
 @pytest.mark.slow  # exports or quantises a model: `make test` runs it, `make test-fast` does not
 def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
-    """int8 mobilenet_v2 split in two: the inner-cut tensor is uint8 with the calibration's (scale, zero point);
-    the closed-loop delta carries it bit-exactly; the split output stays within 10% of the unsplit int8 output's
-    range (random weights: tiny logits)."""
+    """int8 mobilenet_v2 split in two: the weights use 7 bits (WEIGHT_BITS); the inner-cut tensor is uint8 with the
+    calibration's (scale, zero point); the closed-loop delta carries it bit-exactly; the split output stays within
+    10% of the unsplit int8 output's range (random weights: tiny logits)."""
     g = _graph("mobilenet_v2")
     k = g.num_segments
     spec = CalibrationSpec(_video(tmp_path), count=4, start=6, stride=1)
@@ -162,6 +162,12 @@ def test_int8_stages_hand_over_uint8_and_delta_is_lossless(tmp_path):
                  calibration=lambda: load_or_measure(g, spec, str(tmp_path / "cal"), "test"))
     a, b, whole = f.stage(0, 20), f.stage(20, k), f.stage(0, k)
     assert (a.engine, a.precision) == ("onnxruntime", "int8") and a.q_out == f.qparams(20) == b.q_in
+    import onnx
+    from onnx import numpy_helper
+
+    weights = [numpy_helper.to_array(i) for i in onnx.load(a.path).graph.initializer
+               if i.data_type == onnx.TensorProto.INT8]
+    assert weights and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= 64  # the engine's 7 bits
     frames = [f_[None] for f_ in synthetic_frames(3, FRAME, seed=5)]
     sender, receiver = HopSender(), HopReceiver(1 << 26)
     for i, frame in enumerate(frames):
@@ -490,6 +496,31 @@ def test_int8_head_nodes_are_the_convolutions_nearest_the_outputs(shuffle):
 
 
 @ORT
+def test_int8_weights_use_seven_bits_unless_asked_for_eight(tmp_path):
+    """With reduce_range (the engine's WEIGHT_BITS 7) every quantised weight lies in [-64, 63], so ONNX Runtime's
+    u8 x s8 kernels cannot saturate their int16 pair sums on AVX2 without VNNI; without it (a study's 8 bits) the
+    largest weight of a channel reaches 127."""
+    import onnx
+    from onnx import numpy_helper
+
+    from cnnvideo.model.engines.ort_int8 import WEIGHT_BITS, quantize_stage
+
+    assert WEIGHT_BITS == 7
+    model = _tiny_detector()
+    inputs = [np.random.RandomState(i).normal(0, 1, (1, 3, 32, 32)).astype(np.float32) for i in range(4)]
+
+    def largest_weight(reduce_range):
+        q = onnx.load_from_string(quantize_stage(model.SerializeToString(), inputs, None, None, str(tmp_path),
+                                                 correct_bias=False, reduce_range=reduce_range))
+        ints = [numpy_helper.to_array(i) for i in q.graph.initializer if i.data_type == onnx.TensorProto.INT8]
+        assert ints
+        return max(int(np.abs(a.astype(np.int32)).max()) for a in ints)
+
+    assert largest_weight(True) <= 64
+    assert largest_weight(False) == 127
+
+
+@ORT
 def test_int8_heads_stay_fp32_in_the_quantised_stage(tmp_path):
     """quantize_stage with heads=1 leaves the weights of the predictors (C, D) float and quantises the backbone's
     and the depthwise's (A, B); with heads=0 every convolution's weights are quantised."""
@@ -544,10 +575,10 @@ def test_int8_study_knobs_name_their_stage_and_travel_with_the_calibration(tmp_p
     g = _graph("mobilenet_v2")
     f = _factory(g, tmp_path, precision="int8", calibration=lambda: Cal())
     base = stage_key(f, 0, 3, "int8")
-    assert not any(w in base for w in ("fp32 heads", "head band", "method", "symmetric", "fp32 nodes"))
+    assert not any(w in base for w in ("fp32 heads", "head band", "method", "symmetric", "fp32 nodes", "-bit"))
     keys = {base}
     for knob, value in (("heads", 2), ("band", 2), ("method", "percentile"), ("symmetric", True),
-                        ("keep", ("block_1/",))):
+                        ("keep", ("block_1/",)), ("weight_bits", 8)):
         other = _factory(g, tmp_path, precision="int8", calibration=lambda: Cal())
         setattr(other, knob, value)
         keys.add(stage_key(other, 0, 3, "int8"))
@@ -560,4 +591,4 @@ def test_int8_study_knobs_name_their_stage_and_travel_with_the_calibration(tmp_p
                 return Cal()
 
         assert getattr(other.with_calibration(Camera()), knob) == value
-    assert len(keys) == 6
+    assert len(keys) == 7

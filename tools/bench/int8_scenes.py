@@ -52,12 +52,15 @@ def _rows(study: bool, only: str = "") -> List[Dict[str, Any]]:
 
 def _all_rows(study: bool) -> List[Dict[str, Any]]:
     """The bench's rows: name, calibration (video | camera | pool), frames, stride, stem rule, per-channel."""
-    rows = [{"name": "before", "calibration": "video", "frames": 16, "stem": "frame",
-             "what": "trainer video frames 400..550 every 10, stem rule of the frame (today)"},
+    rows = [{"name": "before", "calibration": "video", "frames": 16, "stem": "frame", "weight_bits": 8,
+             "what": "trainer video frames 400..550 every 10, stem rule of the frame, 8-bit weights (before issue 46)"},
             {"name": "after", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
-             "what": "each camera's own first frames (16, every 5th), stem rule of the model's input (issue 46)"}]
+             "what": "each camera's own first frames (16, every 5th), stem rule of the model's input, 7-bit weights "
+                     "(issue 46)"}]
     if study:
         rows += [
+            {"name": "after, 8-bit weights", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
+             "weight_bits": 8},
             {"name": "camera calibration only", "calibration": "camera", "frames": 16, "stride": 5, "stem": "frame"},
             {"name": "recipe only", "calibration": "video", "frames": 16, "stem": "model"},
             {"name": "camera, 8 frames", "calibration": "camera", "frames": 8, "stride": 5, "stem": "model"},
@@ -165,6 +168,7 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
         t0 = time.time()
         base = StageFactory(graph, EngineSpec("onnxruntime", "int8", 1, "stop"), onnx_dir(cache_dir), key, video_cal)
         base.stem, base.per_channel = row["stem"], row.get("per_channel", True)
+        base.weight_bits = row.get("weight_bits", base.weight_bits)
         base.heads, base.band, base.method = row.get("heads", 0), row.get("band", 0), row.get("method", "minmax")
         base.symmetric, base.keep = row.get("symmetric", False), tuple(row.get("keep", ()))
         out = dict(row, scenes={}, calibrations={})

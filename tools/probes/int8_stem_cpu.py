@@ -24,8 +24,10 @@ from cnnvideo.tools.bench.int8_scenes import _blocks
 from cnnvideo.video.frames import read_frames
 
 # name, stem rule, precision, study knobs (StageFactory attributes)
-VARIANTS = (("fp32", "model", "fp32", {}), ("int8 frame rule (before)", "frame", "int8", {}),
-            ("int8 model rule (after)", "model", "int8", {}), ("int8 quarter rule", "quarter", "int8", {}),
+VARIANTS = (("fp32", "model", "fp32", {}), ("int8 frame rule (before)", "frame", "int8", {"weight_bits": 8}),
+            ("int8 model rule (after)", "model", "int8", {}),
+            ("int8 model rule, 8-bit weights", "model", "int8", {"weight_bits": 8}),
+            ("int8 quarter rule", "quarter", "int8", {}),
             ("int8 + predictors fp32", "model", "int8", {"heads": 2}),
             ("int8 + predictors and blocks 8-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(8, 13)}),
             ("int8 + predictors and blocks 4-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(4, 13)}),

@@ -50,6 +50,7 @@ class StageFactory:
         self.notes: List[str] = []  # one line per fallback, for the report
         self.stem = "model"  # which int8 blocks stay fp32: half the model input's resolution (ort_engine.stem_area)
         self.per_channel = True  # int8 weights: one scale per output channel (False: per tensor, for studies)
+        self.weight_bits = 7  # int8 weights in 7 bits (ort_int8.WEIGHT_BITS: no saturation on AVX2); 8 for studies
         self.heads = 0  # a stage ending at a detector's outputs: its last `heads` convolutions stay fp32
         self.band = 0  # the nodes on the maps feeding a detector's finest head, `band` maps of it, stay fp32
         self.method = "minmax"  # the quantiser's range calibration inside a stage (entropy, percentile: studies)
@@ -64,7 +65,7 @@ class StageFactory:
         calibration.check(self.key, self.graph.frame_size, self.graph.num_segments)
         cal = calibration.to_calibration(self.graph)
         other = StageFactory(self.graph, self.spec, self.cache_dir, self.key, lambda: cal)
-        for knob in ("stem", "per_channel", "heads", "band", "method", "symmetric", "keep", "inbox"):
+        for knob in ("stem", "per_channel", "weight_bits", "heads", "band", "method", "symmetric", "keep", "inbox"):
             setattr(other, knob, getattr(self, knob))
         return other
 

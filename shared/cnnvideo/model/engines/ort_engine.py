@@ -20,7 +20,7 @@ import numpy as np
 
 from cnnvideo.artifacts import atomic_tmp, onnx_stage_path, onnx_work_dir
 from cnnvideo.model.engines.base import EngineError, QParams, Stage, check_input, cpu_threads, first_line
-from cnnvideo.model.engines.ort_int8 import RECIPE, _spatial_sizes, head_nodes, quantize_stage
+from cnnvideo.model.engines.ort_int8 import RECIPE, WEIGHT_BITS, _spatial_sizes, head_nodes, quantize_stage
 from cnnvideo.model.engines.ort_profile import SEGMENT_SCOPE, SegmentNames, segment_kernel_seconds
 from cnnvideo.model.engines.ort_session import session
 
@@ -222,6 +222,8 @@ def stage_key(factory, start: int, end: int, precision: str) -> str:
                   "stem area %d" % stem_area(g, getattr(factory, "stem", "model"))]
         if not getattr(factory, "per_channel", True):
             parts.append("per-tensor weights")
+        if getattr(factory, "weight_bits", WEIGHT_BITS) != WEIGHT_BITS:
+            parts.append("%d-bit weights" % factory.weight_bits)
         parts += _study_parts(factory)
     return " | ".join(parts)
 
@@ -287,7 +289,9 @@ def _model_bytes(factory, start: int, end: int, precision: str, q_in, q_out) -> 
                        first_conv=start <= _first_conv_cut(g), classifier=end == g.num_segments,
                        stem_area=stem_area(g, getattr(factory, "stem", "model")), chain_inputs=chain,
                        correct_bias=not detector_end, postprocess=detector_end,
-                       per_channel=getattr(factory, "per_channel", True), float_input=start > 0 and q_in is None,
+                       per_channel=getattr(factory, "per_channel", True),
+                       reduce_range=getattr(factory, "weight_bits", WEIGHT_BITS) == 7,
+                       float_input=start > 0 and q_in is None,
                        heads=getattr(factory, "heads", 0) if detector_end else 0,
                        band=head_band(g, getattr(factory, "band", 0)),
                        method=getattr(factory, "method", "minmax"), symmetric=getattr(factory, "symmetric", False),

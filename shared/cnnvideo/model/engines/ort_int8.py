@@ -26,9 +26,16 @@ from cnnvideo.model.onnx_nodes import node_deps, sort_nodes
 
 log = logging.getLogger(__name__)
 
-RECIPE = ("qdq u8 act, per-channel s8 weights, minmax, pre-processed, fp32: first conv, classifier, half-resolution "
-          "stem, a detector's post-processing, the readers of an inner cut kept float; output bias correction per "
-          "channel against the fp32 model, on the int8 prefix's output, none on a detector's outputs")
+# int8 weights use 7 of their 8 bits (quantize_static's reduce_range). On x86 without VNNI, ONNX Runtime's u8 x s8
+# kernels add each pair of products in int16 with saturation (255 * 127 * 2 > 32767); 7-bit weights cannot saturate
+# and cost no CPU. How much saturation costs depends on the host: none measurable on MobileNetV2 on one AVX2 host
+# (docs/results/engine), but on the detector on an AMD EPYC (AVX2, no VNNI) F1 against fp32 fell to 0.934 on vtest
+# and 0.835 on walkers with 8 bits, against 0.977 and 0.954 with 7 (docs/results/int8-scenes).
+WEIGHT_BITS = 7
+
+RECIPE = ("qdq u8 act, per-channel s8 weights in 7 bits, minmax, pre-processed, fp32: first conv, classifier, "
+          "half-resolution stem, a detector's post-processing, the readers of an inner cut kept float; output bias "
+          "correction per channel against the fp32 model, on the int8 prefix's output, none on a detector's outputs")
 
 
 def name_io(model, q_in: Optional[QParams], q_out: Optional[QParams]):
@@ -235,8 +242,8 @@ def quantize_stage(fp32: bytes, inputs: List[np.ndarray], q_in: Optional[QParams
     per channel on the calibration inputs (with `chain_inputs`, the stage's input as the int8 stages before it
     deliver it, dequantised: the correction then covers their error too). EngineError when there are no calibration
     inputs. `method`: the quantiser's range calibration (minmax, the engine's; entropy, percentile for studies);
-    `reduce_range` (7-bit weights, against AVX2's u8 x s8 pair-sum saturation) and `weights` ("s8" or "u8"): study
-    knobs, off in the engine (docs/results/engine: neither moves agreement beyond the frame-to-frame noise).
+    `reduce_range`: 7-bit weights (WEIGHT_BITS: the engine's, against AVX2's u8 x s8 pair-sum saturation);
+    `weights` ("s8" or "u8"): a study knob (u8 x u8 avoids saturation too, at about fp32's CPU).
     `postprocess`: the stage ends at a detector's outputs, whose post-processing stays fp32 (fp32_nodes).
     `float_input`: the stage starts at an inner cut the calibration keeps float (quant.MAX_READ_ERROR), so the
     nodes reading 'x' stay fp32: quantising it here would round the channels the float hop kept. `keep_prefixes`:
