@@ -4,7 +4,7 @@ classifier) and hands the detections on to the live view, the thumbnails and res
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cnnvideo.events.types import Detection
 from cnnvideo.results import detections as dt
@@ -22,6 +22,7 @@ class MasterDetections:
         self.agreement = dt.DetectionAgreement(iou)
         self.people: Dict[int, int] = {}  # frame -> persons found
         self.lock = threading.Lock()
+        self.watchers: List[Callable[[int, int, int], None]] = []  # each check's (matched, found, expected) boxes
 
     @classmethod
     def for_config(cls, model: str, detect: Any, frame_size: Sequence[int],
@@ -49,7 +50,12 @@ class MasterDetections:
         """Compare a checked frame's split-run outputs with the unsplit model's; that frame's (P, R, F1)."""
         split, ref = self.decode(split_outputs), self.decode(reference_outputs)
         with self.lock:
-            return self.agreement.add(split, ref)
+            before = self.agreement.matched
+            p, r, f1 = self.agreement.add(split, ref)
+            matched, watchers = self.agreement.matched - before, list(self.watchers)
+        for watch in watchers:  # (outside the lock: a watcher may start a recalibration)
+            watch(matched, len(split), len(ref))
+        return p, r, f1
 
     def raw_error(self, split_outputs: Any, reference_outputs: Any) -> float:
         """A checked frame's max abs error on the raw outputs, blind to the order of tied rows (dt.raw_error)."""

@@ -6,7 +6,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 import numpy as np
 
@@ -49,6 +49,8 @@ class Feed:
         self.pending: Deque[int] = collections.deque()  # taken by warm_up, not yet sent
         self.to_trainer = 0  # frames captured for the trainer to fit on (a live source, opened once)
         self.to_calibration = 0  # frames captured for int8 calibration (a live source; calibrating.py)
+        self.taps: List[Callable[[np.ndarray, float], None]] = []  # each taken frame's (pixels, capture time) also
+        # goes to these (a recalibration sampling the camera's frames while the run goes on: recalibration.py)
 
     def open(self) -> None:
         """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change."""
@@ -118,6 +120,8 @@ class Feed:
             self.peak_held = max(self.peak_held, len(self.pixels))
             if self.ahead is None:  # live: the planner's input change is the recent frames' (offline: the scan's)
                 self.window.append(self.sent_change.rates(item.rgb))
+            for tap in list(self.taps):
+                tap(item.rgb, item.t)
             return f
         return None
 

@@ -87,7 +87,8 @@ class Finisher:
             "start": rpt.start_figures(records, m.feed.first_read_at),
             "error": m.failure or m.source_error,
             "weights_used": m.weights_used,
-            "int8_calibration": m.calibration_report,
+            "int8_calibration": (m.recalibration.report(m.calibration_report) if m.recalibration is not None
+                                 else m.calibration_report),
             "top1_agreement": agreement[0],
             "top5_overlap": agreement[1],
             "top1_labels": reporting.label_counts(records),
@@ -126,7 +127,8 @@ class Finisher:
             extra["outputs_frames"] = order if len(order) != n_frames else "all"
         report = rpt.build(frames_total=n_frames, records=records, hops=tel.chain_hops(m.W), spans=tel.spans,
                            model=cfg.model, mode=cfg.mode, scheduler=cfg.scheduler,
-                           workers=m.addresses, plan_layers=m.plan_layers(main_plan), wall_s=wall,
+                           workers=m.addresses, plan_layers=reporting.plan_layers(m.infos[0], main_plan, m.W),
+                           wall_s=wall,
                            max_abs_err=max_err, extra=extra, stages=tel.stage_totals.summary(),
                            stages_skipped=tel.skips_report(m.W))
         if m.results is not None:
@@ -134,7 +136,7 @@ class Finisher:
         rpt.write_json(report, os.path.join(m.out, "report.json"))
         rpt.write_html(report, records, tel.spans, os.path.join(m.out, "report.html"),
                        ["m"] + ["w%d" % w for w in range(m.W)], thumbs=m.thumbs.pick(records))
-        m.publish("failed" if m.failure is not None or tr.dropped or report["lost"] else "done")
+        m.progress.publish(m.tracker, "failed" if m.failure is not None or tr.dropped or report["lost"] else "done")
         log.info("%d/%d frames completed in %.2f s (%.2f fps); report in %s", report["completed"], report["frames"],
                  wall, report["throughput_fps"] or 0.0, m.out)
         start = report.get("start") or {}

@@ -165,11 +165,12 @@ class WorkerLinks:
         self.open_streams(setup.run_id, setup.generation, read_results, read_stages)
         return restarted
 
-    def prepare(self, plan, only: Optional[Sequence[int]] = None) -> List[Tuple[bool, str]]:
+    def prepare(self, plan, only: Optional[Sequence[int]] = None, calibration=None) -> List[Tuple[bool, str]]:
         """(ready, error) of every worker's (of `only`, default all) stage of `plan` (a Plan), asked of all at
-        once; each worker starts building its stage in the background if it has not.
-        RpcError when one cannot be asked."""
-        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)), camera=self.camera)
+        once; each worker starts building its stage in the background if it has not; `calibration`: on that int8
+        calibration (a camera's new one) instead of the run's. RpcError when one cannot be asked."""
+        req = pb.PrepareRequest(plan=convert.stage_plan_to_pb(plan.cuts, plan.stage_of(self.n)), camera=self.camera,
+                                calibration=None if calibration is None else convert.calibration_to_pb(calibration))
         calls = [self.stubs[w].Prepare.future(req, timeout=self.timeout) for w in self._which(only)]
         return [(bool(r.ready), str(r.error)) for r in (c.result() for c in calls)]
 

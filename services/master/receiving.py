@@ -50,7 +50,7 @@ class StreamReader:
                     return
                 if not self._record(w, res, y, gen, now, reused):
                     return
-                m.publish()
+                m.progress.publish(m.tracker)
             if not m.closing:
                 m.fault("%s ended its result stream" % name, gen, **who)
         except grpc.RpcError as exc:

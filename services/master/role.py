@@ -26,7 +26,6 @@ from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc import convert, net
 from cnnvideo.wire import settings
 
-from . import reporting
 from .calibrating import calibration_report
 from .delivery import ResultConsumers
 from .events import MasterEvents
@@ -37,6 +36,7 @@ from .links import MasterError, WorkerLinks
 from .outputs import OutputStore
 from .pool import Pool
 from .pool.joins import Joins
+from .recalibration import Recalibration
 from .receiving import StreamReader
 from .recovery import Recovery, wait_watching
 from .results_log import ResultsLog
@@ -92,6 +92,7 @@ class MasterRole:
         self.calibration = None  # int8: the camera's own calibration (camera_calibration), sent in RunSetup
         self.calibration_report = calibration_report(cfg)  # report.json `int8_calibration`
         self.detecting = None  # MasterDetections for a detector (boxes per frame), None for a classifier
+        self.recalibration: Optional[Recalibration] = None  # redoes a stale int8 calibration while the run goes on
         self.restarts = 0
         self.worker_restarts = [0] * self.W
         self.setup_progress = SetupProgress()  # the step setup is in: logged when slow, shown on the live page
@@ -134,6 +135,7 @@ class MasterRole:
         self.checker, self.weights_used, self.setup_s = got.checker, got.weights_used, got.seconds
         self.calibration, self.telemetry.overheads = got.calibration, got.overheads  # calibration None: the video's
         self.calibration_report = got.calibration_report or self.calibration_report
+        self.recalibration = Recalibration.for_run(self, got.graph)  # (int8 on the camera's calibration)
         self.events.start()  # (events.enabled) the events pipeline; MQTT connects in the background
         if self.detecting is None and self.onnx_graph is None:  # a classifier: each result's top-5 in its record
             self.outputs.add_sink(self.tracker.label_top5)
@@ -272,14 +274,12 @@ class MasterRole:
             return unpack_outputs(y, self.onnx_graph.cuts[-1])
         return y
 
-    def plan_layers(self, cuts: List[int]) -> List[List[str]]:
-        return reporting.plan_layers(self.infos[0], cuts, self.W)
-
-    def publish(self, state: str = "running") -> None:
-        """Rewrite progress.json (cnnvideo.results.progress) from the tracker's counters."""
-        tr = self.tracker
-        self.progress.update(state=state, sent=tr.next_new, completed=tr.completed, dropped=tr.dropped,
-                             generation=tr.generation)
+    def use_calibration(self, calibration, why: str) -> None:
+        """A new int8 calibration takes over (recalibration.py) with a resync, whose StartRun carries it."""
+        with self.cond:
+            self.calibration = calibration
+            self.tracker.fault(why)
+            self.cond.notify_all()
 
     def replan(self, scheduler: schedulers.Scheduler) -> None:  # the pool changed (a worker joined): hold `cond`
         self.scheduler = scheduler

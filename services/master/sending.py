@@ -193,7 +193,7 @@ class FrameSender:
             self.unsent += 1
         self.outbox.put((task, x.size * 4, unchanged, self.links.epoch(first)))
         m.page.show_plan(cuts)
-        m.publish()
+        m.progress.publish(m.tracker)
         if f % 10 == 0 and not resend:
             log.info("sent frame %d/%s (plan %s, to w%d, %d bytes, %d completed)", f + 1, m.cfg.frames or "-", plan,
                      first, len(data), m.tracker.completed)

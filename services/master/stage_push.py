@@ -58,7 +58,7 @@ class StagePush:
         self.graph = None  # the master's model graph (loaded for the profile stage)
         self.video = None  # StageFactory on the trainer's video's calibration: the workers' profile stage
         self.factory = None  # StageFactory of the run's stages (None: the workers quantize them)
-        self.tag = "camera"  # the run's calibration: the camera's, or the trainer video's ("video")
+        self.tag = "camera"  # the run's calibration: the camera's ("camera <digest>"), or the trainer video's
         self.files: Dict[Tuple[str, int, int], Optional[StageFile]] = {}  # (calibration, cuts) -> file (None: none)
         self.sent: Set[Tuple[str, str, Stage]] = set()  # (worker process, calibration, stage) pushed
         self.lock = threading.Lock()  # the dicts (never held while building)
@@ -105,7 +105,8 @@ class StagePush:
             if calibration is None:
                 self.factory, self.tag = self.video or self._factory(graph), "video"
             else:
-                self.factory, self.tag = self._factory(graph).with_calibration(calibration), "camera"
+                self.factory = self._factory(graph).with_calibration(calibration)
+                self.tag = "camera %s" % calibration.digest  # (a recalibration's stages are other files)
         except EngineError as exc:
             log.warning("int8 stages are quantized by the workers: %s", exc)
 

@@ -14,6 +14,8 @@ from cnnvideo.results.detections import caption, label_counts
 from cnnvideo.results.labels import topk
 from cnnvideo.results.liveview import LiveView
 
+from . import reporting
+
 WINDOW_S = 10.0  # the rolling Gantt chart's width
 RECENT = 4000  # spans kept for it
 LATENCIES = 500  # capture-to-result latencies in the figures shown
@@ -139,8 +141,8 @@ class LivePage:
                         "captured": st["captured"], "skipped": st["skipped"],
                         "skipped_share": round(st["skipped"] / st["captured"], 4) if st["captured"] else None,
                         "in_flight": tr.in_flight(), "dropped": tr.dropped,
-                        "plan_layers": " | ".join(str(len(x)) for x in m.plan_layers(self.view.plan))
-                        if self.view.plan else ""}
+                        "plan_layers": " | ".join(str(len(x)) for x in reporting.plan_layers(
+                            m.infos[0], self.view.plan, m.W)) if self.view.plan else ""}
             chk = m.checker.summary() if m.checker is not None else {}
             counters["checked"] = chk.get("checked")
             counters["max_abs_err"] = chk.get("max_abs_err")

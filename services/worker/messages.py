@@ -1,12 +1,25 @@
 """Proto <-> the engine's plain dataclasses (the only place the worker's run logic meets the wire types)."""
 from __future__ import annotations
 
+from typing import Optional
+
 from cnnvideo.model.engines import EngineError
 from cnnvideo.rpc import cnnvideo_pb2 as pb
 from cnnvideo.rpc.convert import calibration_from_pb
 from cnnvideo.wire.protocol import HopSettings
 
 from .runloop import Payload, Result, RunSettings, StagePlan, StageReport, Task
+
+
+def calibration_of(msg) -> Optional[object]:
+    """The int8 calibration a RunSetup or PrepareRequest carries (None: unset); ValueError (one line) when its fields
+    disagree."""
+    if not msg.HasField("calibration"):
+        return None
+    try:
+        return calibration_from_pb(msg.calibration)
+    except EngineError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
@@ -16,12 +29,7 @@ def settings_from_pb(msg: pb.RunSetup) -> RunSettings:
         raise ValueError("mode must be full or delta, got %r" % msg.mode)
     hops = HopSettings(mode=msg.mode, input_threshold=float(msg.input_threshold), threshold=float(msg.threshold),
                        fp16=bool(msg.fp16))
-    calibration = None
-    if msg.HasField("calibration"):
-        try:
-            calibration = calibration_from_pb(msg.calibration)
-        except EngineError as exc:
-            raise ValueError(str(exc)) from None
+    calibration = calibration_of(msg)
     return RunSettings(run_id=msg.run_id, n_workers=int(msg.n_workers), hops=hops, generation=int(msg.generation),
                        warm=stage_plan_from_pb(msg.warm) if msg.HasField("warm") else None,
                        skip_unchanged=bool(msg.skip_unchanged), camera=str(msg.camera), calibration=calibration,

@@ -131,7 +131,7 @@ class WorkerRole:
         self.engine_available = True
         self.inbox = StageInbox()  # stage files the master built (int8: quantized there), until a build takes one
         self.runs: Dict[str, Run] = {}  # camera -> its run (a single-camera master's camera is "")
-        self.preparing: Dict[Tuple[int, int], str] = {}  # stages building in the background -> error ('' = busy)
+        self.preparing: Dict[Tuple[int, int, int], str] = {}  # (cuts, factory) building in the background -> error
         self.lock = threading.Lock()
         self.profiling = threading.Lock()  # one profile at a time (a joining worker's, on its first Costs)
         self.stopping = threading.Event()
@@ -412,13 +412,17 @@ class WorkerRole:
         log.info("worker %d: stage %d..%d ready on %s-%s before the run (%.2f s)", wid, start, end,
                  st.engine, st.precision, time.time() - t0)
 
-    def prepare(self, plan: StagePlan, camera: str = "") -> Tuple[bool, str]:
+    def prepare(self, plan: StagePlan, camera: str = "", calibration=None) -> Tuple[bool, str]:
         """(ready, error) of this worker's stage of `plan`; a stage not built yet starts building in a background
         thread (once), and frames of the current plan run meanwhile. `error` says why the stage cannot be built
-        (engine_options.on_error: stop). ValueError when the plan does not fit the cluster."""
+        (engine_options.on_error: stop). `calibration`: build it on that int8 calibration (a camera's new one,
+        before its run switches to it) instead of the run's. ValueError when the plan does not fit the cluster or
+        the calibration is of another model or frame size."""
         with self.lock:
             stages = self.camera_stages.get(camera, self.stages)  # `camera`: whose run (its calibration's stages)
             run = self.runs.get(camera)
+        if calibration is not None:
+            stages = self.stages_for(calibration)
         wid, n = (run.worker_id, run.n_workers) if run is not None else (self.worker_id, self.cfg.n_workers)
         try:
             key = self.stage_of(plan, wid, n)
@@ -426,10 +430,11 @@ class WorkerRole:
             raise ValueError("prepare: %s" % exc) from None
         if key[1] <= key[0] or stages.built(*key):
             return True, ""
+        building = key + (id(stages),)  # (the same cuts on another calibration are another stage)
         with self.lock:
-            error = self.preparing.get(key)
+            error = self.preparing.get(building)
             if error is None:
-                self.preparing[key] = ""
+                self.preparing[building] = ""
                 threading.Thread(target=self._prepare, args=key + (stages,), name="prepare-%d-%d" % key,
                                  daemon=True).start()
         return False, error or ""
@@ -437,15 +442,16 @@ class WorkerRole:
     def _prepare(self, start: int, end: int, stages) -> None:
         """Build stage start..end (the body of prepare's thread); a failure is kept for the next prepare."""
         t0 = time.time()
+        building = (start, end, id(stages))
         try:
             st = stages.stage(start, end)
         except Exception as exc:  # EngineError, or a bug: either way the master must hear why, not wait forever
             with self.lock:
-                self.preparing[(start, end)] = "stage %d..%d: %s" % (start, end, exc)
+                self.preparing[building] = "stage %d..%d: %s" % (start, end, exc)
             log.warning("worker %d: stage %d..%d cannot be built: %s", self.worker_id, start, end, exc)
             return
         with self.lock:
-            self.preparing.pop((start, end), None)
+            self.preparing.pop(building, None)
         log.info("worker %d: stage %d..%d built in the background on %s-%s (%.2f s)", self.worker_id, start, end,
                  st.engine, st.precision, time.time() - t0)
 

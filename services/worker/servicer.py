@@ -121,7 +121,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def Prepare(self, request, context):
         try:
-            ready, error = self.role.prepare(messages.stage_plan_from_pb(request.plan), str(request.camera))
+            ready, error = self.role.prepare(messages.stage_plan_from_pb(request.plan), str(request.camera),
+                                             messages.calibration_of(request))
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PrepareReply(ready=ready, error=error)

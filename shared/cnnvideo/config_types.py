@@ -178,6 +178,11 @@ class Int8Options:
     # who quantizes the int8 stages (the profile's and the run's): `master` (once per stage, uncapped; the files are
     # pushed to the workers before Costs and StartRun: master/stage_push.py) or `worker` (each its own, capped)
     quantize: str = "master"
+    # `calibration: camera`: the camera's calibration is stale when the online check's F1 (boxes against the unsplit
+    # fp32 model) over the last `recalibrate_window` checked frames falls under `recalibrate_below`; the master then
+    # calibrates again on the camera's next frames and the run switches to it (master/recalibration.py). 0 = never
+    recalibrate_below: float = 0.8
+    recalibrate_window: int = 24
 
 
 @dataclass

@@ -61,6 +61,12 @@ def check_config(cfg: Config, check_files: bool = True) -> None:
     if cfg.int8.quantize not in QUANTIZE_ON:
         raise ConfigError("config key 'int8.quantize' must be one of %s, got %r" % ("|".join(QUANTIZE_ON),
                                                                                   cfg.int8.quantize))
+    if not 0.0 <= cfg.int8.recalibrate_below <= 1.0:
+        raise ConfigError("config key 'int8.recalibrate_below' must be an F1 in 0..1 (0 = never), got %r"
+                          % cfg.int8.recalibrate_below)
+    if cfg.int8.recalibrate_window < 4:
+        raise ConfigError("config key 'int8.recalibrate_window' must be at least 4 checked frames, got %r"
+                          % cfg.int8.recalibrate_window)
     if cfg.int8.calibration_start < -1:
         raise ConfigError("config key 'int8.calibration_start' must be >= 0 (or -1 = after the trainer's frames)")
     if (cfg.precision == "int8" and cfg.calibration_video == cfg.video

@@ -58,6 +58,11 @@ class ProgressFile:
         self._pending = False  # an update is held back until the interval ends
         self._flusher: Optional[threading.Thread] = None
 
+    def publish(self, tracker, state: str = "running") -> None:
+        """Rewrite progress.json from a run's frame tracker (its sent, completed, dropped and generation)."""
+        self.update(state=state, sent=tracker.next_new, completed=tracker.completed, dropped=tracker.dropped,
+                    generation=tracker.generation)
+
     def update(self, **fields) -> None:
         with self._lock:
             new_state = "state" in fields and fields["state"] != self.progress.state
