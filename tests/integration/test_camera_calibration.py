@@ -53,8 +53,8 @@ def test_a_run_calibrates_on_its_own_cameras_frames(tmp_path, camera_video):
 
 
 def test_a_worker_refuses_a_calibration_of_another_model_with_one_line(tmp_path, camera_video):
-    """StartRun carrying a calibration of another model (or frame size) is refused (INVALID_ARGUMENT, one line);
-    the same calibration for this worker's model is taken."""
+    """StartRun (or a Prepare) carrying a calibration of another model (or frame size) is refused (INVALID_ARGUMENT,
+    one line); the same calibration for this worker's model is taken."""
     import subprocess
     import sys
 
@@ -94,6 +94,12 @@ def test_a_worker_refuses_a_calibration_of_another_model_with_one_line(tmp_path,
                             calibration=convert.calibration_to_pb(other))
         with pytest.raises(grpc.RpcError) as exc:
             stub.StartRun(setup, timeout=60)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "refused" in exc.value.details() and "\n" not in exc.value.details(), exc.value.details()
+        # a Prepare carrying it (a recalibration's) is refused the same way
+        plan = pb.StagePlan(cuts=[0, graph.num_segments], stage_of=[0])
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.Prepare(pb.PrepareRequest(plan=plan, calibration=convert.calibration_to_pb(other)), timeout=60)
         assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "refused" in exc.value.details() and "\n" not in exc.value.details(), exc.value.details()
         setup.calibration.CopyFrom(convert.calibration_to_pb(own))
