@@ -160,9 +160,7 @@ class Recalibration:
         if plan is None:
             entry["kept"] = "no plan sent yet"
             return False
-        push = m.setup.push
-        push.configure(self.graph, cal)
-        push.push(plan, m.live_workers())
+        m.setup.push.push_calibration(self.graph, cal, plan, m.live_workers())
         deadline = time.time() + PREPARE_LIMIT_S
         while m.failure is None and not m.closing:
             try:
@@ -191,6 +189,7 @@ class Recalibration:
         m = self.m
         gen = m.tracker.generation
         log.info("%s: resynchronising so that every worker runs it", why)
+        m.setup.push.configure(self.graph, cal)  # (a worker joining from now on gets its stages)
         m.use_calibration(cal, why)
         deadline = time.time() + timeout
         with m.cond:

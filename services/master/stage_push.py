@@ -110,6 +110,19 @@ class StagePush:
         except EngineError as exc:
             log.warning("int8 stages are quantized by the workers: %s", exc)
 
+    def push_calibration(self, graph, calibration, plan, only: Sequence[int]) -> None:
+        """Build and push the stages of `plan` on `calibration` (a recalibration's, before the run switches to it),
+        leaving the run's own as they are: a worker that joins meanwhile gets the stages its StartRun's calibration
+        names. `configure` makes it the run's at the switch (its files are built by then)."""
+        if not self._wanted() or plan is None:
+            return
+        try:
+            factory = self._factory(graph).with_calibration(calibration)
+        except EngineError as exc:
+            log.warning("int8 stages of calibration %s are quantized by the workers: %s", calibration.digest, exc)
+            return
+        self._push(factory, "camera %s" % calibration.digest, plan_stages(plan, self.links().n, only), "stage")
+
     def build_whole(self) -> None:
         """Build the whole model's stage on the run's calibration now, and push it, while the workers profile: the
         plan of a pool that replicates the whole model (a detector at a 0.1 cap) then starts at once; another plan

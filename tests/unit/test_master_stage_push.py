@@ -99,3 +99,22 @@ def test_nothing_is_built_without_a_factory():
     push = sp.StagePush(SimpleNamespace(), SetupProgress(), lambda: None)
     push.push(Plan((0, 23)))
     assert push.ready(Plan((0, 23)), [0]) and push.files == {}
+
+
+def test_a_recalibrations_stages_are_pushed_apart_from_the_runs(monkeypatch):
+    """push_calibration builds and sends a plan's stages on a new calibration under a tag of its own and leaves the
+    run's factory as it is (a worker joining before the switch gets the stages its StartRun names); configure at the
+    switch makes it the run's, and its files are not built again."""
+    push, links, calls, built = _push(monkeypatch, n=2)
+    run_factory = push.factory
+    monkeypatch.setattr(push, "_wanted", lambda: True)
+    made = SimpleNamespace(graph=SimpleNamespace(), precision="int8")
+    monkeypatch.setattr(push, "_factory", lambda graph: SimpleNamespace(with_calibration=lambda cal: made))
+    plan = Plan((0, 23), ((0, 1),))
+    push.push_calibration(SimpleNamespace(), SimpleNamespace(digest="abc"), plan, [0, 1])
+    assert built == [(0, 23)] and sorted(c[0] for c in calls) == [0, 1]
+    assert ("camera abc", 0, 23) in push.files and push.factory is run_factory and push.tag == "camera"
+    push.configure(SimpleNamespace(), SimpleNamespace(digest="abc"))
+    assert push.factory is made and push.tag == "camera abc"
+    push.push(plan)
+    assert built == [(0, 23)] and len(calls) == 2  # built and sent once
