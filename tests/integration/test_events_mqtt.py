@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 mqtt = pytest.importorskip("paho.mqtt.client")
@@ -212,9 +213,9 @@ def test_home_assistant_discovery(broker):
 
 def test_broker_dies_and_comes_back(tmp_path):
     """The broker goes away mid-stream (SIGTERM; it keeps its sessions on disk like a deployed one): publish_event
-    never blocks (each call well under 50 ms), events beyond the queue bound are dropped (oldest first) and
-    counted; the broker restarts on the same port, the publisher reconnects by itself and the newest queued
-    events, then new ones, arrive in order."""
+    never blocks (the median call under 10 ms, none near a second), events beyond the queue bound are dropped
+    (oldest first) and counted; the broker restarts on the same port, the publisher reconnects by itself and the
+    newest queued events, then new ones, arrive in order."""
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "site/cnn/cam1/events", client_id="events-sub", persistent=True)
     pub = connected_publisher(broker.port, queue_max=20)
@@ -226,13 +227,15 @@ def test_broker_dies_and_comes_back(tmp_path):
 
         broker.stop()
         wait_for(lambda: not pub.stats().connected, 10, "the publisher to notice")
-        worst = 0.0
+        took = []
         for f in range(10, 110):  # 100 events while the broker is down
             t = time.perf_counter()
             pipe.process(f, T0 + f * 0.1, person(10 + f))
-            worst = max(worst, time.perf_counter() - t)
+            took.append(time.perf_counter() - t)
         s = pub.stats()
-        assert worst < 0.05, worst
+        # a call that waited on the broker would do so every time: the median says so; the worst only bounds a
+        # stall (a CI host at load 15 preempted one call for 0.23 s)
+        assert float(np.median(took)) < 0.01 and max(took) < 1.0, (np.median(took), max(took))
         assert (s.connected, s.queued, s.dropped) == (False, 20, 80)
 
         broker.start()

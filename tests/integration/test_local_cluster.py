@@ -136,7 +136,9 @@ def test_worker_killed_mid_run_stops_master(tmp_path, synthetic_video, cache_dir
     noticed, line = errors[0][0] - killed, errors[0][1]
     assert "w1" in line and "down" in line, line
     assert noticed <= 15, "master named the dead worker %.1f s after the kill" % noticed
-    assert took - noticed <= 15, "processes took %.1f s to exit after the master's error" % (took - noticed)
+    # a hang is the launcher's 60 s wait; on a CI host at load 15 the master's own shutdown after its error line
+    # (report, links) took 19 s, so the bound leaves room for the host and still catches a hang
+    assert took - noticed <= 40, "processes took %.1f s to exit after the master's error" % (took - noticed)
     print("\nmaster named w1 %.2f s after the kill; all exited %.2f s after the kill" % (noticed, took))
     for pid in pids.values():  # every child is gone
         with pytest.raises(ProcessLookupError):
