@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import List, Optional
 
 from .cluster import PROJECT_LABEL, NetemError, Shaper, netem_supported, subprocess_runner, targets_from_attrs
@@ -45,7 +46,9 @@ def own_project(client) -> str:
 
 def list_targets(client, project: str):
     """Running containers labelled with the project, keyed by target name (<service>-<container number>)."""
-    containers = client.containers.list(filters={"label": "%s=%s" % (PROJECT_LABEL, project)})
+    # ignore_removed: a container removed between the list and its inspection (a replica scaled down) is skipped;
+    # without it the whole sync failed with a 404 and the rules toward it were never removed
+    containers = client.containers.list(filters={"label": "%s=%s" % (PROJECT_LABEL, project)}, ignore_removed=True)
     return targets_from_attrs(c.attrs for c in containers)
 
 
@@ -62,7 +65,9 @@ def watch(client, project: str, shaper: Shaper) -> None:
     filters = {"type": "container", "label": "%s=%s" % (PROJECT_LABEL, project), "event": ["start", "die"]}
     for event in client.events(decode=True, filters=filters):
         log.debug("event %s %s", event.get("status"), (event.get("Actor") or {}).get("Attributes", {}).get("name"))
-        sync_logged(client, project, shaper)
+        if not sync_logged(client, project, shaper):
+            time.sleep(1.0)  # a container went mid-way: the next sync sees the project as it settled
+            sync_logged(client, project, shaper)
 
 
 def sync_logged(client, project: str, shaper: Shaper) -> bool:
