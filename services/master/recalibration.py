@@ -67,12 +67,12 @@ class Recalibration:
         """One checked frame's boxes (the checker's thread): start a recalibration when the window is stale."""
         with self.lock:
             self.watch.add(matched, found, expected)
-            f1 = self.watch.stale()
-            full = len(self.watch.rows) >= self.watch.window
+            f1, full = self.watch.stale(), self.watch.full()
             if full and self.after_switch:
                 self.after_switch = False
                 if self.entries:
-                    self.entries[-1]["f1_after"] = None if self.watch.f1() is None else round(self.watch.f1(), 4)
+                    after = self.watch.f1()
+                    self.entries[-1]["f1_after"] = None if after is None else round(after, 4)
                 if f1 is not None:
                     self.armed = False
                     log.warning("int8 calibration: F1 still %.3f after calibrating again: the scene, not the "

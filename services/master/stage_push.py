@@ -105,8 +105,7 @@ class StagePush:
             if calibration is None:
                 self.factory, self.tag = self.video or self._factory(graph), "video"
             else:
-                self.factory = self._factory(graph).with_calibration(calibration)
-                self.tag = "camera %s" % calibration.digest  # (a recalibration's stages are other files)
+                self.factory, self.tag = self._camera(graph, calibration)
         except EngineError as exc:
             log.warning("int8 stages are quantized by the workers: %s", exc)
 
@@ -117,11 +116,16 @@ class StagePush:
         if not self._wanted() or plan is None:
             return
         try:
-            factory = self._factory(graph).with_calibration(calibration)
+            factory, tag = self._camera(graph, calibration)
         except EngineError as exc:
             log.warning("int8 stages of calibration %s are quantized by the workers: %s", calibration.digest, exc)
             return
-        self._push(factory, "camera %s" % calibration.digest, plan_stages(plan, self.links().n, only), "stage")
+        self._push(factory, tag, plan_stages(plan, self.links().n, only), "stage")
+
+    def _camera(self, graph, calibration) -> Tuple[object, str]:
+        """(factory, tag) of a camera calibration's stages: the tag names the calibration, so a recalibration's
+        files are kept apart from the first one's. EngineError when the calibration does not fit the model."""
+        return self._factory(graph).with_calibration(calibration), "camera %s" % calibration.digest
 
     def build_whole(self) -> None:
         """Build the whole model's stage on the run's calibration now, and push it, while the workers profile: the

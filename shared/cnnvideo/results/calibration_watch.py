@@ -39,9 +39,13 @@ class CalibrationWatch:
             return None
         return 2.0 * matched / (found + expected)
 
+    def full(self) -> bool:
+        """The window holds `window` checked frames."""
+        return len(self.rows) >= self.window
+
     def stale(self) -> Optional[float]:
         """The window's F1 when the calibration is stale, else None."""
-        if self.floor <= 0 or len(self.rows) < self.window or sum(r[2] for r in self.rows) < MIN_BOXES:
+        if self.floor <= 0 or not self.full() or sum(r[2] for r in self.rows) < MIN_BOXES:
             return None
         f1 = self.f1()
         return f1 if f1 is not None and f1 < self.floor else None
