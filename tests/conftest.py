@@ -71,12 +71,15 @@ def dog_photo():
 LONGEST_FIRST = {
     "unit": ("test_engines.py", "test_bench_engine.py", "test_ort_profile.py", "test_int8_cuts.py",
              "test_onnx_graph.py", "test_faster_rcnn.py", "test_models.py"),
-    # a file is one xdist scope (test_faults.py's shards one each): measured on the CI rehearsal of 18b2687, wall
-    # seconds per file: live 330, reliability 284, pool 228, each faults shard 175-220, readme camera 205
-    "integration": ("test_live.py", "test_reliability.py", "test_pool.py", "test_faults.py",
-                    "test_readme_camera.py", "test_engines_cluster.py", "test_faster_rcnn_local.py",
-                    "test_experiment.py", "test_engine_auto_local.py", "test_events_mqtt_netns.py", "test_detector.py",
-                    "test_local_cluster.py", "test_netns_caps.py", "test_events_people.py"),
+    # a file is one xdist scope (test_faults.py's shards one each): measured on two CI rehearsals of 88daa2b and
+    # e17a3b9 on a 2-core AMD host, wall seconds per file: faults 500-1,337 (its shards 157-708 each), pool 794,
+    # join 369-619, local cluster 414, camera calibration 409, live 388, cameras 294
+    "integration": ("test_faults.py", "test_pool.py", "test_join.py", "test_local_cluster.py",
+                    "test_camera_calibration.py", "test_live.py", "test_cameras.py", "test_reliability.py",
+                    "test_events_master.py", "test_faster_rcnn_local.py", "test_engines_cluster.py",
+                    "test_stage_push.py", "test_join_only_pool.py", "test_readme_camera.py", "test_onnx_local.py",
+                    "test_events_people.py", "test_experiment.py", "test_engine_auto_local.py",
+                    "test_events_mqtt_netns.py", "test_detector.py", "test_netns_caps.py"),
     "docker": ("test_swarm.py", "test_compose_pool.py", "test_pi_standin.py", "test_compose_blackhole.py",
                "test_compose.py", "test_compose_reliability.py", "test_multiarch.py"),
 }

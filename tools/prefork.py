@@ -31,10 +31,12 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
+from cnnvideo.model.vision import load_torchvision
 from cnnvideo.tools.cli import main
 
-# imported before any fork when installed (onnx: 0.8 s more for a role on ONNX Runtime); not onnxruntime, whose
-# sessions' thread pools must be a role's own, nor cv2, which starts threads of its own unless OMP_NUM_THREADS=1
+# imported before any fork when installed (torchvision without torch._dynamo: cnnvideo.model.vision; onnx: 0.8 s
+# more for a role on ONNX Runtime); not onnxruntime, whose sessions' thread pools must be a role's own, nor cv2,
+# which starts threads of its own unless OMP_NUM_THREADS=1
 PRELOAD = ("numpy", "yaml", "torch", "torchvision", "onnx", "cnnvideo.config", "cnnvideo.tools.cli",
            "cnnvideo.model.zoo", "cnnvideo.model.graph", "cnnvideo.model.engines", "cnnvideo.plan.profiling")
 NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
@@ -119,7 +121,7 @@ def serve(fd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
     for name in PRELOAD:
         try:
-            importlib.import_module(name)
+            load_torchvision() if name == "torchvision" else importlib.import_module(name)
         except ImportError:  # an optional part not installed: the role imports what it has, as before
             pass
     gc.collect()

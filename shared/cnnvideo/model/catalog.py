@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from cnnvideo.model.vision import load_torchvision
+
 MODEL_NAMES: Tuple[str, ...] = ("alexnet", "vgg16", "resnet50", "googlenet", "mobilenet_v2")
 # torchvision detectors (cnnvideo.model.detector splits them)
 DETECTOR_NAMES: Tuple[str, ...] = ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
@@ -49,9 +51,7 @@ _NOT_BUILDERS = frozenset(("get_model", "get_weight", "get_model_weights", "get_
 
 def torchvision_models():
     """The torchvision.models module (imported lazily: torchvision is heavy)."""
-    import torchvision.models
-
-    return torchvision.models
+    return load_torchvision().models
 
 
 def is_torchvision_model(name: str) -> bool:

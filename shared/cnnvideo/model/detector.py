@@ -19,12 +19,12 @@ from typing import Dict, Tuple
 import torch
 from torch import nn
 
+from cnnvideo.model.vision import load_torchvision
+
 
 def is_rcnn(model: nn.Module) -> bool:
     """True for a torchvision GeneralizedRCNN (Faster/Mask/Keypoint R-CNN) instance."""
-    from torchvision.models.detection.generalized_rcnn import GeneralizedRCNN
-
-    return isinstance(model, GeneralizedRCNN)
+    return isinstance(model, load_torchvision().models.detection.generalized_rcnn.GeneralizedRCNN)
 
 
 class Resize(nn.Module):

@@ -21,6 +21,7 @@ from cnnvideo.model.catalog import (  # noqa: F401 (what the zoo builds, without
     sha256_of,
     torchvision_models,
 )
+from cnnvideo.model.vision import load_torchvision
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,7 @@ def _version(text: str) -> Tuple[int, ...]:
 
 def _torchvision_version() -> Tuple[int, ...]:
     """Installed torchvision version as a tuple."""
-    import torchvision
-
-    return _version(torchvision.__version__)
+    return _version(load_torchvision().__version__)
 
 
 def disable_inplace(model: nn.Module) -> nn.Module:
@@ -78,9 +77,7 @@ def disable_inplace(model: nn.Module) -> nn.Module:
 def _builder(name: str):
     """The torchvision builder for `name`, or ModelError listing known names."""
     if name in DETECTOR_NAMES:
-        import torchvision.models.detection
-
-        return getattr(torchvision.models.detection, name)
+        return getattr(load_torchvision().models.detection, name)
     if not is_torchvision_model(name):
         raise ModelError(
             "unknown model %r; known: %s (or any torchvision classification model)"

@@ -6,6 +6,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from cnnvideo.model.vision import load_torchvision
+
 TopK = List[Tuple[int, str, float]]  # (class index, name, softmax score)
 
 
@@ -13,11 +15,8 @@ TopK = List[Tuple[int, str, float]]  # (class index, name, softmax score)
 def categories() -> Tuple[str, ...]:
     """The 1000 ImageNet-1k class names, from MobileNet_V2_Weights.IMAGENET1K_V1.meta (no file, no network);
     empty on torchvision < 0.13, which has no weights metadata."""
-    try:
-        from torchvision.models import MobileNet_V2_Weights
-    except ImportError:
-        return ()
-    return tuple(MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"])
+    weights = getattr(load_torchvision().models, "MobileNet_V2_Weights", None)
+    return tuple(weights.IMAGENET1K_V1.meta["categories"]) if weights else ()
 
 
 @functools.lru_cache(maxsize=1)
@@ -25,11 +24,8 @@ def coco_categories() -> Tuple[str, ...]:
     """The 91 COCO category names torchvision's detectors use, by label id (with its `__background__` and `N/A`
     placeholders), from FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta (no file, no network); empty on torchvision
     < 0.13."""
-    try:
-        from torchvision.models.detection import FasterRCNN_ResNet50_FPN_Weights
-    except ImportError:
-        return ()
-    return tuple(FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta["categories"])
+    weights = getattr(load_torchvision().models.detection, "FasterRCNN_ResNet50_FPN_Weights", None)
+    return tuple(weights.COCO_V1.meta["categories"]) if weights else ()
 
 
 def name(index: int) -> str:
