@@ -19,6 +19,7 @@ from cnnvideo.rpc.net import free_port
 from tests.integration.helpers import REPO, LocalRun, base_config, env, stop_procs, write_config
 
 TOKEN = "join-token-0123456789abcdef"
+FPS = 10  # the looped camera's rate: these runs last until a join is seen, so their CPU grows with it
 
 
 def _lines(out):
@@ -58,7 +59,7 @@ def _read(path: str) -> str:
 
 
 def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_video):
-    """Two workers, full replication, joins on with a token, a camera-like run (20 fps, looped) until SIGTERM. A
+    """Two workers, full replication, joins on with a token, a camera-like run (10 fps, looped) until SIGTERM. A
     worker with a wrong token, and one with another frame size, ask to join: each is refused (it exits 1 naming the
     refusal; the master logs one line) and the run goes on; a worker with the token, started beside them, joins:
     the master gives it id w2, re-plans onto three replicas, and frames reach it (/state.json lists the three
@@ -68,7 +69,7 @@ def test_a_worker_joins_mid_run_and_an_intruder_is_refused(tmp_path, synthetic_v
     join = "127.0.0.1:%d" % free_port()
     port = free_port()
     data = base_config(synthetic_video, cache, frames=0, in_flight=3, scheduler="replicas",
-                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       trainer={"frames": 8}, source={"realtime": True, "fps": FPS, "drop": "none", "loop": True},
                        reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
                        cluster={"workers": ["127.0.0.1:50060", "127.0.0.1:50061"], "join": join,
                                 "join_token": TOKEN}, bandwidth=[3], live_view={"port": port})
@@ -137,7 +138,7 @@ def test_a_join_to_an_address_that_is_not_a_master_fails_with_one_line(tmp_path,
 
 
 def test_a_worker_joins_every_cameras_pool(tmp_path, synthetic_video):
-    """Two cameras (two clips, camera-like: 20 fps, looped, until SIGTERM) on two workers with joins on: one
+    """Two cameras (two clips, camera-like: 10 fps, looped, until SIGTERM) on two workers with joins on: one
     `cnnvideo local-worker` joins the cluster, not one camera: each camera's master (its own join port, the first
     camera's cluster.join and the next) takes it in as w2 and sends it frames. Then SIGTERM: both cameras complete
     every frame they sent, in order, exact against the unsplit model, none sent again."""
@@ -146,7 +147,7 @@ def test_a_worker_joins_every_cameras_pool(tmp_path, synthetic_video):
     other = write_video(str(tmp_path / "yard.avi"), synthetic_frames(40, (96, 128), seed=7))
     join = "127.0.0.1:%d" % free_port()
     data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
-                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       trainer={"frames": 8}, source={"realtime": True, "fps": FPS, "drop": "none", "loop": True},
                        reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
                        cluster={"workers": ["127.0.0.1:50060", "127.0.0.1:50061"], "join": join}, bandwidth=[3])
     del data["video"]
@@ -199,7 +200,7 @@ def test_a_local_worker_joins_a_tc_cluster_and_its_hop_is_shaped(tmp_path, synth
         pytest.skip("tc in a network namespace is not possible here: %s" % linkemu.netns_possible()[1])
     join = "127.0.0.1:%d" % free_port()
     data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
-                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       trainer={"frames": 8}, source={"realtime": True, "fps": FPS, "drop": "none", "loop": True},
                        reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 60.0},
                        cluster={"workers": ["127.0.0.1:50060"], "join": join}, bandwidth=[1.0],
                        local={"links": "tc"})
@@ -245,12 +246,12 @@ def test_a_local_worker_joins_a_tc_cluster_and_its_hop_is_shaped(tmp_path, synth
 
 def test_a_pool_whose_every_worker_left_waits_for_a_join_and_goes_on(tmp_path, synthetic_video):
     """A pool that takes joins, scaled down to nothing and up again: its one worker is sent SIGTERM mid-run (a
-    camera-like run, 20 fps, looped): it drains and leaves, and the master says that new frames wait for workers to
+    camera-like run, 10 fps, looped): it drains and leaves, and the master says that new frames wait for workers to
     join (no resync, no failure); while none is there no frame goes out. A worker then joins: the pool re-plans onto
     it and frames flow again. After SIGTERM every frame completes, in order, exact, none sent again."""
     join = "127.0.0.1:%d" % free_port()
     data = base_config(synthetic_video, str(tmp_path / "cache"), frames=0, in_flight=3, scheduler="replicas",
-                       trainer={"frames": 8}, source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                       trainer={"frames": 8}, source={"realtime": True, "fps": FPS, "drop": "none", "loop": True},
                        reliability={"restart": True, "max_restarts": 10, "retries": 3, "peer_wait_s": 30.0},
                        cluster={"workers": ["127.0.0.1:50060"], "join": join}, bandwidth=[3])
     out = str(tmp_path / "empty")
@@ -262,7 +263,7 @@ def test_a_pool_whose_every_worker_left_waits_for_a_join_and_goes_on(tmp_path, s
         run.wait_for(lambda: run.count("new frames wait for workers to join on %s" % join) >= 1, 120)
         time.sleep(1.0)
         idle_from = run.sent
-        time.sleep(max(40.0 / 20, 3.0))  # 40 frames' time at 20 fps: none of them goes out
+        time.sleep(max(40.0 / FPS, 3.0))  # 40 frames' time: none of them goes out
         assert run.sent == idle_from, "".join(run.lines[-20:])
         joiner = _worker(os.path.join(out, "config.yml"), join, str(tmp_path / "w1.log"))
         run.wait_for(lambda: run.count("joined the pool (") >= 1, 300)

@@ -136,12 +136,12 @@ def test_a_worker_that_joins_loads_its_stage_from_the_master(tmp_path, camera_vi
 
     from cnnvideo.rpc.net import free_port
 
-    from .test_join import TOKEN, _read, _worker
+    from .test_join import FPS, TOKEN, _read, _worker
 
     join = "127.0.0.1:%d" % free_port()
     data = _config(camera_video, str(tmp_path / "cache"), "master")
     data.update(frames=0, scheduler="replicas", scheduler_options={}, in_flight=3,
-                source={"realtime": True, "fps": 20, "drop": "none", "loop": True},
+                source={"realtime": True, "fps": FPS, "drop": "none", "loop": True},
                 cluster={"workers": THREE[:2], "join": join, "join_token": TOKEN}, bandwidth=[3])
     out = str(tmp_path / "join")
     run = LocalRun(write_config(str(tmp_path / "join.yml"), data), out)
