@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cnnvideo import config, hostnet
 from cnnvideo.config import ConfigError
+from cnnvideo.config_cameras import camera_configs
 from cnnvideo.master.reporting import detector_lines
 from cnnvideo.results import report as rpt
 
@@ -113,7 +114,8 @@ class Child:
         self.log_file.close()
 
 
-_PREFORK: Dict[str, Any] = {}  # "server": the fork server of this launcher, "off": why it is not used
+# "server": the fork server of this launcher, "off": why it is not used, "extra": what it preloads beyond PRELOAD
+_PREFORK: Dict[str, Any] = {}
 
 
 def _forked(argv: List[str], env: Dict[str, str]):
@@ -127,7 +129,7 @@ def _forked(argv: List[str], env: Dict[str, str]):
         return None
     try:
         if "server" not in _PREFORK:
-            _PREFORK["server"] = prefork.Server(env)
+            _PREFORK["server"] = prefork.Server(env, _PREFORK.get("extra", prefork.ONNX_PRELOAD))
         return _PREFORK["server"].spawn(args, env)
     except OSError as exc:
         _PREFORK["off"] = str(exc)
@@ -429,6 +431,8 @@ def run(args) -> int:
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out
     env = child_env()
+    wanted = prefork.onnx_wanted(cam.engine for cam in camera_configs(cfg))
+    _PREFORK["extra"] = prefork.ONNX_PRELOAD if wanted else ()
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []
     caps = linkemu.CpuCaps(local_cameras.master_shares(linkemu.role_shares(cfg), cfg), cfg.local.cpus)

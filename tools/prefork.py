@@ -29,16 +29,19 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from cnnvideo.model.vision import load_torchvision
 from cnnvideo.tools.cli import main
 
-# imported before any fork when installed (torchvision without torch._dynamo: cnnvideo.model.vision; onnx: 0.8 s
-# more for a role on ONNX Runtime); not onnxruntime, whose sessions' thread pools must be a role's own, nor cv2,
-# which starts threads of its own unless OMP_NUM_THREADS=1
-PRELOAD = ("numpy", "yaml", "torch", "torchvision", "onnx", "cnnvideo.config", "cnnvideo.tools.cli",
+# imported before any fork when installed (torchvision without torch._dynamo: cnnvideo.model.vision); not
+# onnxruntime, whose sessions' thread pools must be a role's own, nor cv2, which starts threads of its own unless
+# OMP_NUM_THREADS=1
+PRELOAD = ("numpy", "yaml", "torch", "torchvision", "cnnvideo.config", "cnnvideo.tools.cli",
            "cnnvideo.model.zoo", "cnnvideo.model.graph", "cnnvideo.model.engines", "cnnvideo.plan.profiling")
+# and for a run whose roles use ONNX Runtime (onnx_wanted): its roles would each import onnx (0.8 s of CPU), which
+# a run of torch roles never does
+ONNX_PRELOAD = ("onnx",)
 NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
 ENV = "CNNVIDEO_PREFORK"
 MAX_MESSAGE = 1 << 20
@@ -116,10 +119,15 @@ def _receive(sock: socket.socket, buf: bytearray):
     return json.loads(line.decode()), (fds[0] if fds else None)
 
 
-def serve(fd: int) -> int:
-    """The server's loop on the inherited socket `fd` (see the module docstring)."""
+def onnx_wanted(engines) -> bool:
+    """Whether the roles of a run whose cameras resolved to these engines use ONNX Runtime (unresolved: maybe)."""
+    return any(engine != "torch" for engine in engines)
+
+
+def serve(fd: int, extra: Sequence[str] = ()) -> int:
+    """The server's loop on the inherited socket `fd` (see the module docstring), with `extra` preloaded too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
-    for name in PRELOAD:
+    for name in PRELOAD + tuple(extra):
         try:
             load_torchvision() if name == "torchvision" else importlib.import_module(name)
         except ImportError:  # an optional part not installed: the role imports what it has, as before
@@ -224,11 +232,11 @@ class ForkedProc:
 class Server:
     """The launcher's end: starts the server, forks roles through it, hands out ForkedProc objects."""
 
-    def __init__(self, env: Dict[str, str]) -> None:
+    def __init__(self, env: Dict[str, str], extra: Sequence[str] = ()) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
-        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], env=env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())]
+                                     + list(extra), pass_fds=[theirs.fileno()], env=env)
         theirs.close()
         self.lock = threading.Lock()  # one request at a time: its answer is the next pid
         self.cond = threading.Condition()
@@ -320,4 +328,4 @@ def role_argv(argv: List[str]) -> Optional[List[str]]:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1])))
+    sys.exit(serve(int(sys.argv[1]), sys.argv[2:]))

@@ -17,6 +17,14 @@ def test_the_preloaded_modules_do_not_import_grpc():
             "    except ImportError:\n"
             "        pass\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))\n"
-            % (prefork.PRELOAD, prefork.NOT_BEFORE_FORK))
+            % (prefork.PRELOAD + prefork.ONNX_PRELOAD, prefork.NOT_BEFORE_FORK))
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, check=True, universal_newlines=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_onnx_is_preloaded_only_for_a_run_that_may_use_onnx_runtime():
+    """A run whose every camera resolved to torch preloads no onnx (no torch role imports it); ONNX Runtime, auto or
+    an engine not resolved yet keep it."""
+    assert not prefork.onnx_wanted(["torch", "torch"])
+    assert prefork.onnx_wanted(["torch", "onnxruntime"]) and prefork.onnx_wanted(["auto"])
+    assert prefork.onnx_wanted([None])
