@@ -13,8 +13,9 @@ if importlib.util.find_spec("torch._dynamo") is None:
 
 
 def _run(code: str):
-    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True,
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True)
+    assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -44,3 +45,18 @@ def test_with_dynamo_already_loaded_torchvision_is_imported_as_it_is():
         "from torchvision.ops import roi_align\n"
         "print(json.dumps(roi_align.__globals__['is_compile_supported'] is real.is_compile_supported))\n")
     assert got is True
+
+
+def test_a_torchvision_that_needs_more_of_dynamo_is_imported_plainly():
+    """If torchvision's import fails with the stand-in in place (a version that imports more of dynamo), the partial
+    import is forgotten and torchvision is imported as it is: here a stand-in that lacks what roi_align imports."""
+    got = _run(
+        "import json, sys\n"
+        "from cnnvideo.model import vision\n"
+        "vision._stand_in = lambda: vision.types.ModuleType(vision._UTILS)  # without is_compile_supported\n"
+        "torchvision = vision.load_torchvision()\n"
+        "from torchvision.ops import roi_align\n"
+        "import torch._dynamo.utils as utils\n"
+        "print(json.dumps([roi_align.__globals__['is_compile_supported'] is utils.is_compile_supported,\n"
+        "                  torchvision.models.alexnet is not None]))\n")
+    assert got == [True, True]

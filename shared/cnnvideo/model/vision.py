@@ -25,6 +25,12 @@ def is_compile_supported(device_type) -> bool:
     return importlib.import_module(_UTILS).is_compile_supported(device_type)
 
 
+def _stand_in() -> types.ModuleType:
+    module = types.ModuleType(_UTILS)
+    module.is_compile_supported = is_compile_supported
+    return module
+
+
 def load_torchvision():
     """The torchvision module, imported on the first call (see the module docstring)."""
     if "torchvision" in sys.modules:
@@ -35,10 +41,13 @@ def load_torchvision():
     if not has_dynamo or _UTILS in sys.modules or "torch._dynamo" in sys.modules:
         return importlib.import_module("torchvision")
     with _LOCK:
-        stand_in = types.ModuleType(_UTILS)
-        stand_in.is_compile_supported = is_compile_supported
+        stand_in = _stand_in()
         sys.modules[_UTILS] = stand_in
         try:
+            return importlib.import_module("torchvision")
+        except Exception:  # a torchvision that needs more of dynamo: forget the partial import, then the plain one
+            for name in [n for n in sys.modules if n.split(".")[0] == "torchvision" or n.startswith("torch._dynamo")]:
+                del sys.modules[name]
             return importlib.import_module("torchvision")
         finally:
             if sys.modules.get(_UTILS) is stand_in:
