@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cnnvideo import config, hostnet
 from cnnvideo.config import ConfigError
@@ -267,10 +267,11 @@ def _supervise(children: List[Child], rel) -> None:
         print("[local] started %s pid %d (restart %d)" % (c.name, c.pid, c.restarts), file=sys.stderr, flush=True)
 
 
-def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=None) -> int:
+def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=None,
+                 stopping: Callable[[], bool] = lambda: False) -> int:
     """Wait for the master, restarting crashed roles if `rel.restart`; if a role stays dead (no restarts, or
     out of restarts) and the master is still running `grace` s later, stop it. A master killed by a signal is
-    restarted too (it starts a new run); one that exits with an error is not (it would only fail again)."""
+    restarted too, unless we were asked to stop (local_cameras.restarts_master)."""
     died_at = None
     while True:
         try:
@@ -278,7 +279,7 @@ def _wait_master(master: Child, others: List[Child], grace: float = 20.0, rel=No
         except subprocess.TimeoutExpired:
             code = None
         if code is not None:
-            if code >= 0 or rel is None or not rel.restart or master.restarts >= rel.max_restarts:
+            if not local_cameras.restarts_master(code, rel, master.restarts, stopping()):
                 return code
             _supervise([master], rel)
             continue
@@ -397,7 +398,8 @@ def _run_cameras(cfg: config.Config, base: List[str], env: Dict[str, str], caps,
             master.terminate()
     grid = local_cameras.start_grid(cfg, runs)
     try:
-        codes = local_cameras.wait_masters([m for _, _, m in runs], shared, cfg.reliability, _supervise)
+        codes = local_cameras.wait_masters([m for _, _, m in runs], shared, cfg.reliability, _supervise,
+                                           stopping=lambda: bool(signals))
     finally:
         if grid is not None:
             grid.stop()
@@ -477,7 +479,7 @@ def run(args) -> int:
         print("[local] started master pid %d" % master.pid, file=sys.stderr, flush=True)
         if signals:  # a signal came while the roles were starting
             master.terminate()
-        code = _wait_master(master, children[:-1], rel=cfg.reliability)
+        code = _wait_master(master, children[:-1], rel=cfg.reliability, stopping=lambda: bool(signals))
         restarts = {c.name: c.restarts for c in children if c.restarts}
         master.thread.join(5)
         report = None

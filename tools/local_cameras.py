@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cnnvideo import cluster, config
 from cnnvideo.config import ConfigError
@@ -110,10 +110,17 @@ def start_grid(cfg: config.Config, runs: List[Tuple[str, config.Config, Any]]):
     return grid
 
 
-def wait_masters(masters: List[Any], others: List[Any], rel, supervise, grace: float = 20.0) -> Dict[str, int]:
-    """Wait for every camera's master ({name: exit code}), restarting crashed roles like the single-camera wait (a
-    master killed by a signal starts a new run; one that exits with an error is not restarted: its camera is
-    down). If a shared role stays dead for `grace` s, the masters still running are stopped."""
+def restarts_master(code: int, rel, restarts: int, stopping: bool) -> bool:
+    """Whether a master that exited with `code` is started again: one killed by a signal starts a new run, while it
+    has restarts left; one that exits with an error is not (its camera is down). Never once the launcher was asked
+    to stop: the run is over, however the master ended (a new one would run on with nobody to stop it)."""
+    return code < 0 and not stopping and rel is not None and rel.restart and restarts < rel.max_restarts
+
+
+def wait_masters(masters: List[Any], others: List[Any], rel, supervise, grace: float = 20.0,
+                 stopping: Callable[[], bool] = lambda: False) -> Dict[str, int]:
+    """Wait for every camera's master ({name: exit code}), restarting crashed roles like the single-camera wait
+    (restarts_master). If a shared role stays dead for `grace` s, the masters still running are stopped."""
     codes: Dict[str, int] = {}
     died_at: Optional[float] = None
     while len(codes) < len(masters):
@@ -123,7 +130,7 @@ def wait_masters(masters: List[Any], others: List[Any], rel, supervise, grace: f
             code = m.proc.poll()
             if code is None:
                 continue
-            if code < 0 and rel is not None and rel.restart and m.restarts < rel.max_restarts:
+            if restarts_master(code, rel, m.restarts, stopping()):
                 supervise([m], rel)
                 continue
             codes[m.name] = code

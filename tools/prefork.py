@@ -80,8 +80,11 @@ def _child(sock: socket.socket, fd: int, request: dict) -> None:
         os.dup2(fd, 2)
         if fd > 2:
             os.close(fd)
-        for s in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        for s in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
+        # as a new interpreter starts: a write to a pipe or socket whose reader went away raises BrokenPipeError
+        # (SIG_DFL would kill the role silently, e.g. a master whose live page lost a browser connection mid-answer)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()

@@ -162,9 +162,20 @@ class LocalRun:
             self.proc.kill()
 
     def finish(self, timeout: float):
-        """Wait for the run; return (exit code, report.json or None, the whole log)."""
+        """Wait for the run; return (exit code, report.json or None, the whole log). A run that outlives `timeout`
+        is killed and fails the test with the end of its log (what its roles did, and what the launcher restarted)."""
         try:
             code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with self.cond:
+                tail = "".join(self.lines[-60:])
+            self.proc.send_signal(signal.SIGTERM)  # a second signal: the launcher stops every role it started
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+            raise AssertionError("cnnvideo local did not exit within %.0f s; its log ends:\n%s" % (timeout, tail)) \
+                from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

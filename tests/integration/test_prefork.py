@@ -58,3 +58,23 @@ def test_role_argv_takes_only_cnnvideo_commands():
                                                                                                  "1"]
     assert prefork.role_argv(["nsenter", "-t", "1", sys.executable, "-m", "cnnvideo"]) is None
     assert prefork.role_argv([sys.executable, "-m", "cnnvideo.tools.prefork", "3"]) is None
+
+
+def test_a_role_whose_output_reader_went_away_is_not_killed_by_sigpipe(server, tmp_path, synthetic_video):
+    """A forked role ignores SIGPIPE, as a new interpreter does: a write to a pipe or socket whose reader went away
+    raises BrokenPipeError in the role instead of killing it. Once the roles reset SIGPIPE to its default, and a
+    master whose live page lost a browser connection mid-answer died silently (code -13) under CI load. Here a
+    trainer's log pipe is closed at our end, and SIGTERM makes it log as it stops: it exits as it would with its
+    reader there (0), not killed by SIGPIPE."""
+    from cnnvideo.rpc.net import free_port
+
+    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
+    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
+    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
+    deadline = time.time() + 120
+    while time.time() < deadline and b"predictors" not in proc.stdout.readline():  # serving, and done fitting
+        pass
+    time.sleep(0.5)
+    proc.stdout.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
