@@ -12,9 +12,9 @@ which starts a thread or opens a socket (gRPC is not imported before a fork), th
   stderr and the request's environment and directory, and runs `cnnvideo.tools.cli.main` on the argv after
   `-m cnnvideo`;
 - the server answers {"pid": N}, and {"exit": N, "code": C} when the role ends (C < 0: killed by signal -C).
-When the launcher goes away the server waits for its roles to end, then exits. `CNNVIDEO_PREFORK=0` turns it off
-(each role is then started with `python -m cnnvideo` again), and a server that fails makes the launcher do the
-same, with one line saying why.
+When the launcher goes away the server sends SIGTERM to the roles still running, waits for them to end, then
+exits. `CNNVIDEO_PREFORK=0` turns it off (each role is then started with `python -m cnnvideo` again), and a server
+that fails makes the launcher do the same, with one line saying why.
 """
 from __future__ import annotations
 
@@ -127,6 +127,16 @@ def onnx_wanted(engines) -> bool:
     return any(engine != "torch" for engine in engines)
 
 
+def _stop_roles(children) -> None:
+    """SIGTERM each role still running (its process group), as the launcher would: roles ignore SIGPIPE, so one
+    whose launcher was killed would otherwise run on with nobody to stop it."""
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:  # it has ended (not reaped yet) or left its group
+            pass
+
+
 def serve(fd: int, extra: Sequence[str] = ()) -> int:
     """The server's loop on the inherited socket `fd` (see the module docstring), with `extra` preloaded too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
@@ -156,8 +166,9 @@ def serve(fd: int, extra: Sequence[str] = ()) -> int:
             readable, _, _ = select.select([sock], [], [], 0.1)
             if readable:
                 request, fd_in = _receive(sock, buf)
-                if request == "eof":
+                if request == "eof":  # the launcher let us go (its roles already stopped) or was killed
                     open_ = False
+                    _stop_roles(children)
                 else:
                     pending_fd = fd_in if fd_in is not None else pending_fd
                     if request is not None:
@@ -171,12 +182,16 @@ def serve(fd: int, extra: Sequence[str] = ()) -> int:
                         pending_fd = None
                         children.add(pid)
                         _send(sock, {"pid": pid})
-        else:  # the launcher is gone: wait for the roles to end
+        else:  # the launcher let us go, or is gone: wait for the roles to end (and say so, if it still listens)
             try:
-                pid, _status = os.waitpid(-1, 0)
+                pid, status = os.waitpid(-1, 0)
             except ChildProcessError:
                 break
             children.discard(pid)
+            try:
+                _send(sock, {"exit": pid, "code": _exit_code(status)})
+            except OSError:
+                pass
             continue
         while children:
             try:

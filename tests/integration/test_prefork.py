@@ -78,3 +78,19 @@ def test_a_role_whose_output_reader_went_away_is_not_killed_by_sigpipe(server, t
     proc.stdout.close()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
+
+
+def test_a_role_left_running_when_the_launcher_goes_is_stopped(server, tmp_path, synthetic_video):
+    """The launcher lets the server go (or is killed) while a role still serves: the server sends it SIGTERM, so
+    it stops as it would at the launcher's own SIGTERM (exit 0), and the server then leaves."""
+    from cnnvideo.rpc.net import free_port
+
+    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
+    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
+    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
+    deadline = time.time() + 120
+    while time.time() < deadline and b"predictors" not in proc.stdout.readline():  # serving, and done fitting
+        pass
+    server.close()
+    assert server.proc.returncode == 0
+    assert proc.wait(30) == 0
