@@ -23,6 +23,22 @@ def server():
     s.close()
 
 
+def _trainer(server, tmp_path, video):
+    """A trainer forked by `server`, serving on a free port (its cluster's workers need not exist)."""
+    from cnnvideo.rpc.net import free_port
+
+    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
+    data = base_config(video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
+    return server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
+
+
+def _until_fitted(proc, timeout: float = 120.0) -> None:
+    """Read the role's log until its predictors line: it serves, is done fitting, and has its SIGTERM handler."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and b"predictors" not in proc.stdout.readline():
+        pass
+
+
 def test_a_role_prints_and_exits_as_from_a_new_interpreter(server, tmp_path):
     """A master given a missing config (a path relative to the launcher's directory, which the role runs in)
     prints cnnvideo's one-line error and exits 2, as `python -m cnnvideo` does."""
@@ -39,11 +55,7 @@ def test_a_role_prints_and_exits_as_from_a_new_interpreter(server, tmp_path):
 def test_a_killed_role_reads_as_killed_and_the_server_leaves_after_its_roles(server, tmp_path, synthetic_video):
     """A role that waits (a trainer serving) killed with SIGKILL has returncode -9, as Popen gives; it ran in a
     session of its own (the launcher stops a role by its process group)."""
-    from cnnvideo.rpc.net import free_port
-
-    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
-    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
-    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
+    proc = _trainer(server, tmp_path, synthetic_video)
     time.sleep(1.0)
     assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
     assert os.getpgid(proc.pid) == proc.pid
@@ -66,14 +78,8 @@ def test_a_role_whose_output_reader_went_away_is_not_killed_by_sigpipe(server, t
     master whose live page lost a browser connection mid-answer died silently (code -13) under CI load. Here a
     trainer's log pipe is closed at our end, and SIGTERM makes it log as it stops: it exits as it would with its
     reader there (0), not killed by SIGPIPE."""
-    from cnnvideo.rpc.net import free_port
-
-    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
-    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
-    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
-    deadline = time.time() + 120
-    while time.time() < deadline and b"predictors" not in proc.stdout.readline():  # serving, and done fitting
-        pass
+    proc = _trainer(server, tmp_path, synthetic_video)
+    _until_fitted(proc)
     time.sleep(0.5)
     proc.stdout.close()
     proc.send_signal(signal.SIGTERM)
@@ -83,14 +89,8 @@ def test_a_role_whose_output_reader_went_away_is_not_killed_by_sigpipe(server, t
 def test_a_role_left_running_when_the_launcher_goes_is_stopped(server, tmp_path, synthetic_video):
     """The launcher lets the server go (or is killed) while a role still serves: the server sends it SIGTERM, so
     it stops as it would at the launcher's own SIGTERM (exit 0), and the server then leaves."""
-    from cnnvideo.rpc.net import free_port
-
-    ports = ["127.0.0.1:%d" % free_port() for _ in range(3)]
-    data = base_config(synthetic_video, str(tmp_path / "cache"), cluster={"trainer": ports[0], "workers": ports[1:]})
-    proc = server.spawn(["trainer", "-c", write_config(str(tmp_path / "c.yml"), data)], role_env())
-    deadline = time.time() + 120
-    while time.time() < deadline and b"predictors" not in proc.stdout.readline():  # serving, and done fitting
-        pass
+    proc = _trainer(server, tmp_path, synthetic_video)
+    _until_fitted(proc)
     server.close()
     assert server.proc.returncode == 0
     assert proc.wait(30) == 0

@@ -52,4 +52,3 @@ def load_torchvision():
         finally:
             if sys.modules.get(_UTILS) is stand_in:
                 del sys.modules[_UTILS]
-
