@@ -75,6 +75,7 @@ from .summary import (
     model_summary,
     ratios_vs,
     scaling,
+    start_table,
     summarise,
     write_csv,
 )
@@ -179,6 +180,23 @@ def write_results(spec: Dict[str, Any], rows: List[Dict[str, Any]], reports: Dic
                                   ("latency_p95_s", "latency p95"), ("capture_p50_s", "capture p50"),
                                   ("capture_p95_s", "capture p95"), ("agreement", "agreement"),
                                   ("hop_kB", "kB per frame per hop")]) + "\n\n")
+    start = [e for e in start_table(ok) if e["first_result_s"] is not None]
+    if start:
+        md.write("## Start and steady state\n\n")
+        md.write("Per group and number of workers N, the best scheduler's runs (by median fps): medians of the "
+                 "time from the first frame read to the first result (s), of each run's fps over its first 80 "
+                 "results over its fps over the rest, of the steady fps from the 60th result on, and of the "
+                 "master's CPU a frame (ms; report.json `master`, the online check included when it runs "
+                 "there). `vs one device`: over the median of `edge`'s runs in the group (else the 1-worker "
+                 "runs).\n\n")
+        md.write(md_table(start, [("variant", "variant"), ("bandwidth", "MB/s"), ("in_flight", "in flight"),
+                                  ("caps", "caps"), ("workers", "N"), ("best", "best"), ("runs", "runs"),
+                                  ("fps", "fps"), ("first_result_s", "first result s"),
+                                  ("first_vs_one", "first result vs one device"),
+                                  ("first_80_over_rest", "fps first 80 / rest"),
+                                  ("fps_after_60", "steady fps (after 60)"),
+                                  ("steady_vs_one", "steady vs one device"),
+                                  ("master_cpu_ms", "master CPU ms a frame")]) + "\n\n")
     md.write("## Bytes per hop (mean over runs; ratio = bytes sent / dense float32)\n\n")
     md.write("`steady` = frames 1.. only (frame 0 is a keyframe on every hop); w0->w1 depends on the cut each "
              "scheduler chose (runs where w0->w1 carried nothing are left out).\n\n")

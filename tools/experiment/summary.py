@@ -212,6 +212,10 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         "engines_ran": "|".join(sorted({e for w in report.get("engines") or [] for e in w.get("ran") or []})),
         "error": report.get("error"),
     })
+    start = report.get("start") or {}
+    for k in START_KEYS:
+        row[k] = start.get(k)
+    row["master_cpu_ms"] = (report.get("master") or {}).get("cpu_per_frame_ms")
     pool = report.get("pool") or {}
     row["pool_shape"] = pool.get("shape")
     row["link_kB"] = link_kB(report)
@@ -255,6 +259,9 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
     return row
 
 
+START_KEYS = ("first_result_s", "fps_first_80", "fps_after_80", "fps_after_60")  # report.json `start`
+
+
 def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:
     times = {t["frame"]: t["done_s"] for t in report.get("times") or [] if t.get("done_s") is not None}
     if lo - 1 not in times or hi not in times or hi <= lo - 1:
@@ -272,7 +279,8 @@ COLUMNS = ["id", "scheduler", "variant", "mode", "model", "workers", "caps", "re
            "bytes_m_w0", "ratio_m_w0", "steady_m_w0", "bytes_w0_w1", "ratio_w0_w1", "steady_w0_w1", "bytes_w1_m",
            "ratio_w1_m",
            "MBps_m_w0", "MBps_w0_w1", "pred_t0", "meas_t0", "pred_c0", "meas_c0", "pred_t1", "meas_t1", "pred_c1",
-           "meas_c1", "fps_before_change", "fps_after_change", "replanned_at_frame", "exit", "run_s", "error"]
+           "meas_c1", "fps_before_change", "fps_after_change", "replanned_at_frame", "first_result_s", "fps_first_80",
+           "fps_after_80", "fps_after_60", "master_cpu_ms", "exit", "run_s", "error"]
 
 
 def columns(n: int = 2) -> List[str]:
@@ -682,5 +690,37 @@ def scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                           "latency_p50_s": _med(b, "latency_p50_s"), "latency_p95_s": _med(b, "latency_p95_s"),
                           "capture_p50_s": _med(b, "capture_p50_s"), "capture_p95_s": _med(b, "capture_p95_s"),
                           "agreement": _med(b, "agreement"), "hop_kB": _hop_text(b)})
+            out.append(entry)
+    return out
+
+
+def start_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """How fast each setting's runs got going and how fast they ran after it, per (variant, MB/s, in flight, caps)
+    and number of workers N, for the best scheduler at N (by median fps, as in `scaling`): the medians over its
+    runs of the time from the first frame read to the first result, the fps over the first 80 results against
+    the rest, the steady fps from the 60th result on and the master's CPU a frame; and against one device
+    (`edge`'s runs of the group, any N, else the 1-worker runs): the first result's time over one device's, and
+    the steady fps over one device's (report.json `start`; issue 46's start and steady near-N figures)."""
+    out = []
+    for key, rs in _setting_groups(rows):
+        one = [r for r in rs if r["scheduler"] == "edge"] or _one_device(rs)
+        one_first, one_steady = _med(one, "first_result_s"), _med(one, "fps_after_60")
+        per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
+        for r in rs:
+            per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
+        for n in sorted(per_n):
+            scheds = per_n[n]
+            best = max(scheds, key=lambda s: _med(scheds[s], "fps") or 0.0)
+            b = scheds[best]
+            first, steady = _med(b, "first_result_s"), _med(b, "fps_after_60")
+            early = [float(r["fps_first_80"]) / float(r["fps_after_80"]) for r in b
+                     if r.get("fps_first_80") and r.get("fps_after_80")]
+            entry: Dict[str, Any] = dict(_key_fields(key + (n,)))
+            entry.update({"best": best, "runs": len(b), "fps": _med(b, "fps"), "first_result_s": first,
+                          "first_vs_one": round(first / one_first, 3) if first and one_first else None,
+                          "first_80_over_rest": round(_median(early), 3) if early else None,
+                          "fps_after_60": steady,
+                          "steady_vs_one": round(steady / one_steady, 3) if steady and one_steady else None,
+                          "master_cpu_ms": _med(b, "master_cpu_ms")})
             out.append(entry)
     return out

@@ -10,6 +10,7 @@ from cnnvideo.tools.experiment.summary import (
     percentiles,
     ratios_vs,
     scaling,
+    start_table,
     summarise,
 )
 
@@ -124,3 +125,33 @@ def test_scaling_efficiency_is_fps_n_over_n_times_one_device():
     base = {e["workers"]: e for e in scaling(no_one)}
     assert base[2]["base"] == "edge" and base[2]["fps_1"] == 1.05
     assert base[2]["efficiency"] == pytest.approx(0.857, abs=1e-3)
+
+
+def _started(fps, n, first, first_80, after_80, after_60, master_ms=10.0):
+    rep = _report(fps, n=n)
+    rep["start"] = {"first_result_s": first, "fps_first_80": first_80, "fps_after_80": after_80,
+                    "fps_after_60": after_60}
+    rep["master"] = {"cpu_per_frame_ms": master_ms}
+    return rep
+
+
+def test_start_table_gives_the_first_result_and_the_steady_rate_against_one_device():
+    """Per N the best scheduler's medians (first result, first 80 over the rest, steady fps from the 60th result,
+    master CPU a frame) and their ratios to edge's medians: edge first results 1.0 / 1.2 / 0.8 s (median 1.0),
+    steady 3.0 / 3.6 / 3.4 (median 3.4); N = 4 optimal steady 12.0 / 12.6 / 13.0 -> 12.6 / 3.4 = 3.706, first
+    result 0.8 -> 0.8; lbs at N = 4 is slower and not the one shown. A run without `start` leaves it out."""
+    rows = [summarise(_run("edge", workers=1, repeat=i), _started(s, 1, f, s, s, s, 20.0), 0, 1.0)
+            for i, (f, s) in enumerate(((1.0, 3.0), (1.2, 3.6), (0.8, 3.4)))]
+    rows += [summarise(_run("optimal", workers=4, repeat=i), _started(s - 0.5, 4, 0.8, 0.9 * s, s, s), 0, 1.0)
+             for i, s in enumerate((12.0, 12.6, 13.0))]
+    rows += [summarise(_run("lbs", workers=4), _started(5.0, 4, 0.5, 5.0, 5.0, 5.0), 0, 1.0)]
+    assert rows[0]["first_result_s"] == 1.0 and rows[0]["master_cpu_ms"] == 20.0
+    got = {e["workers"]: e for e in start_table(rows)}
+    assert got[1]["best"] == "edge" and got[1]["steady_vs_one"] == 1.0 and got[1]["first_vs_one"] == 1.0
+    assert got[4]["best"] == "optimal" and got[4]["runs"] == 3
+    assert got[4]["fps_after_60"] == 12.6 and got[4]["steady_vs_one"] == pytest.approx(3.706, abs=1e-3)
+    assert got[4]["first_result_s"] == 0.8 and got[4]["first_vs_one"] == 0.8
+    assert got[4]["first_80_over_rest"] == 0.9 and got[4]["master_cpu_ms"] == 10.0
+    bare = summarise(_run("das", workers=2), _report(6.0), 0, 1.0)
+    assert bare["first_result_s"] is None
+    assert start_table([bare])[0]["first_result_s"] is None
