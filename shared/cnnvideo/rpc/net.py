@@ -11,6 +11,7 @@ from concurrent import futures
 from typing import Callable, List, Optional, Tuple
 
 import grpc
+import grpc.experimental
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,17 @@ def server_options(max_bytes: int) -> List[Tuple[str, int]]:
     ]
 
 
+def channel_options(max_bytes: int) -> List[Tuple[str, int]]:
+    """A channel's options: `options`, and its server-streaming calls (Results, Stages) read on the thread that
+    iterates them, with no channel spin thread handing each message over (gRPC's SingleThreadedUnaryStream)."""
+    return options(max_bytes) + [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
+
+
 def channel(address: str, max_bytes: int) -> grpc.Channel:
     """A channel to host:port with the configured message size limits: mutual TLS if configured, else plaintext."""
     if _TLS is not None:
-        return grpc.secure_channel(address, _TLS.channel_credentials(), options=options(max_bytes))
-    return grpc.insecure_channel(address, options=options(max_bytes))
+        return grpc.secure_channel(address, _TLS.channel_credentials(), options=channel_options(max_bytes))
+    return grpc.insecure_channel(address, options=channel_options(max_bytes))
 
 
 def wait_ready(chan: grpc.Channel, timeout: float) -> None:
