@@ -11,6 +11,6 @@ for i in $(seq "$pairs"); do
     [ "$side" = B ] && git apply "$patch"
     .venv/bin/python tools/probes/cpu_per_frame.py "$cfg" > "$out/$side-$i.json" 2>/dev/null || true
     [ "$side" = B ] && git apply -R "$patch"
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], d['fps'], d['cpu_ms_per_frame'])" "$out/$side-$i.json" "$side" "$i"
+    python3 results-data/master-cpu-44/show.py "$out/$side-$i.json" "$side-$i"
   done
 done

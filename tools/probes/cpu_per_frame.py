@@ -6,7 +6,8 @@ rest of its CPU is messages, threads and the interpreter), and counts each role'
 window, by thread (voluntary + involuntary, from /proc/PID/task/TID/status): every hand-off between a role's threads
 is one, so they say where a frame's thread switches come from. Each thread's CPU a frame in that window is given too
 (a thread that ended inside the window, such as the master's source reader once it has read its last frame, is
-missing from those; the per-role figures count it). `master_report` is report.json's `master` (the master's process
+missing from those; the per-role figures count it). Each role's minor page faults a frame in that window and its peak
+resident memory (sampled) are given too. `master_report` is report.json's `master` (the master's process
 CPU over the whole run divided by frames completed, measured by the master itself).
 
 Usage: python tools/probes/cpu_per_frame.py CONFIG.yml   (the config's `out` folder gets report.json as usual)
@@ -59,6 +60,7 @@ def main(cfg_path: str) -> None:
     run = subprocess.Popen([sys.executable, "-m", "cnnvideo", "local", "-c", cfg_path],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     tick, samples, threads = os.sysconf("SC_CLK_TCK"), {}, {}
+    page, faults, peak = os.sysconf("SC_PAGE_SIZE"), {}, {}
     run_cfg = os.path.abspath(os.path.join(cfg["out"], "config.yml"))  # `cnnvideo local` starts every role on this copy
     while run.poll() is None:
         now = time.time()
@@ -68,6 +70,8 @@ def main(cfg_path: str) -> None:
                 if role:
                     st = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
                     samples.setdefault(role, []).append((now, (int(st[11]) + int(st[12])) / tick))
+                    faults.setdefault(role, []).append((now, int(st[7])))  # minflt
+                    peak[role] = max(peak.get(role, 0), int(st[21]) * page)  # rss (pages)
                     threads.setdefault(role, []).append((now, thread_counts(pid)))
             except OSError:
                 pass
@@ -86,6 +90,13 @@ def main(cfg_path: str) -> None:
         if len(pts) > 1 and frames:
             share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
             out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
+    out["minor_faults_per_frame"] = {}
+    for role, pts in sorted(faults.items()):
+        pts = [p for p in pts if a <= p[0] <= b]
+        if len(pts) > 1 and frames:
+            share = (pts[-1][0] - pts[0][0]) / (b - a)
+            out["minor_faults_per_frame"][role] = round((pts[-1][1] - pts[0][1]) / (frames * share), 1)
+    out["peak_rss_mib"] = {role: round(v / 2 ** 20, 1) for role, v in sorted(peak.items())}
     out["switches_per_frame"], out["thread_cpu_ms_per_frame"] = {}, {}
     for role, pts in sorted(threads.items()):
         pts = [p for p in pts if a <= p[0] <= b]
