@@ -172,6 +172,9 @@ def hop_kB(report: Dict[str, Any]) -> Optional[str]:
     return ", ".join("%s %.3g" % (h["name"], float(h["bytes_sent"]) / frames / 1e3) for h in hops)
 
 
+START_KEYS = ("first_result_s", "fps_first_80", "fps_after_80", "fps_after_60")  # report.json `start`
+
+
 def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seconds: float) -> Dict[str, Any]:
     """One results row from a run's settings and its report.json (None if the run failed)."""
     row: Dict[str, Any] = {"id": r["id"], "scheduler": r["scheduler"], "variant": r["variant"],
@@ -257,9 +260,6 @@ def summarise(r: Dict[str, Any], report: Optional[Dict[str, Any]], rc: int, seco
         dec = [d for d in report.get("plan_decisions") or [] if d["from_frame"] > at]
         row["replanned_at_frame"] = dec[0]["from_frame"] if dec else None
     return row
-
-
-START_KEYS = ("first_result_s", "fps_first_80", "fps_after_80", "fps_after_60")  # report.json `start`
 
 
 def _fps_window(report: Dict[str, Any], lo: int, hi: int) -> Optional[float]:

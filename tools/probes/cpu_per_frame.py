@@ -53,6 +53,18 @@ def thread_counts(pid: str) -> dict:
     return out
 
 
+def per_frame(series: dict, a: float, b: float, frames: int, scale: float, digits: int) -> dict:
+    """{role: growth of a cumulative counter (CPU seconds, faults) a frame in the window [a, b]}, times `scale`,
+    from each role's (time, value) samples there; a role sampled in part of the window counts for that part."""
+    out = {}
+    for role, pts in sorted(series.items()):
+        pts = [p for p in pts if a <= p[0] <= b]
+        if len(pts) > 1 and frames:
+            share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
+            out[role] = round(scale * (pts[-1][1] - pts[0][1]) / (frames * share), digits)
+    return out
+
+
 def main(cfg_path: str) -> None:
     cfg = yaml.safe_load(open(cfg_path))
     # each role its own program (no fork server): its /proc cmdline then names its role and config (role_of)
@@ -83,19 +95,10 @@ def main(cfg_path: str) -> None:
     a, b = end - wall * 0.8, end - wall * 0.1
     done = [end - wall + t["done_s"] for t in rep["times"]]
     frames = sum(1 for t in done if a <= t <= b)
-    out = {"fps": rep["throughput_fps"], "cuts": rep["cuts"], "frames_in_window": frames, "cpu_ms_per_frame": {},
+    out = {"fps": rep["throughput_fps"], "cuts": rep["cuts"], "frames_in_window": frames,
            "master_report": rep.get("master")}  # the master's own count over the whole run (report.json `master`)
-    for role, pts in sorted(samples.items()):
-        pts = [p for p in pts if a <= p[0] <= b]
-        if len(pts) > 1 and frames:
-            share = (pts[-1][0] - pts[0][0]) / (b - a)  # the sampled part of the window
-            out["cpu_ms_per_frame"][role] = round(1e3 * (pts[-1][1] - pts[0][1]) / (frames * share), 2)
-    out["minor_faults_per_frame"] = {}
-    for role, pts in sorted(faults.items()):
-        pts = [p for p in pts if a <= p[0] <= b]
-        if len(pts) > 1 and frames:
-            share = (pts[-1][0] - pts[0][0]) / (b - a)
-            out["minor_faults_per_frame"][role] = round((pts[-1][1] - pts[0][1]) / (frames * share), 1)
+    out["cpu_ms_per_frame"] = per_frame(samples, a, b, frames, 1e3, 2)
+    out["minor_faults_per_frame"] = per_frame(faults, a, b, frames, 1.0, 1)
     out["peak_rss_mib"] = {role: round(v / 2 ** 20, 1) for role, v in sorted(peak.items())}
     out["switches_per_frame"], out["thread_cpu_ms_per_frame"] = {}, {}
     for role, pts in sorted(threads.items()):
