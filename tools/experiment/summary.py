@@ -630,6 +630,19 @@ def _setting_groups(rows: Sequence[Dict[str, Any]]) -> List[Tuple[tuple, List[Di
     return [(key, by[key]) for key in sorted(by, key=lambda k: _sort(k + (0,)))]
 
 
+def _by_workers_and_scheduler(rows: Sequence[Dict[str, Any]]) -> Dict[int, Dict[str, List[Dict[str, Any]]]]:
+    """{N: {scheduler: its runs with N workers}}."""
+    per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
+    for r in rows:
+        per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
+    return per_n
+
+
+def _fastest(scheds: Dict[str, List[Dict[str, Any]]]) -> str:
+    """The scheduler whose runs have the highest median fps."""
+    return max(scheds, key=lambda s: _med(scheds[s], "fps") or 0.0)
+
+
 def edge_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Chain against one device, per (variant, MB/s, in flight, caps) and number of workers N >= 2: the best
     scheduler other than `edge` (median fps over repeats) over `edge`'s median fps at the same N (else over the
@@ -649,7 +662,7 @@ def edge_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                     chain.setdefault(r["scheduler"], []).append(r)
             if not ref or not chain:
                 continue
-            best = max(chain, key=lambda s: _med(chain[s], "fps") or 0.0)
+            best = _fastest(chain)
             entry: Dict[str, Any] = dict(_key_fields(key + (n,)))
             edge_fps, best_fps = _med(ref, "fps"), _med(chain[best], "fps")
             entry.update({"edge_fps": edge_fps, "edge_runs": len(ref), "edge_from": ref_from,
@@ -670,9 +683,7 @@ def scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     agreement and kB per frame per hop, and `edge`'s median fps at N beside it."""
     out = []
     for key, rs in _setting_groups(rows):
-        per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
-        for r in rs:
-            per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
+        per_n = _by_workers_and_scheduler(rs)
         if 1 in per_n:
             fps1, base = max(_med(v, "fps") or 0.0 for v in per_n[1].values()), "1 worker"
         else:
@@ -680,7 +691,7 @@ def scaling(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             fps1, base = (_med(edge, "fps"), "edge") if edge else (None, "-")
         for n in sorted(per_n):
             scheds = per_n[n]
-            best = max(scheds, key=lambda s: _med(scheds[s], "fps") or 0.0)
+            best = _fastest(scheds)
             b = scheds[best]
             fps_n = _med(b, "fps")
             entry: Dict[str, Any] = dict(_key_fields(key + (n,)))
@@ -705,12 +716,10 @@ def start_table(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for key, rs in _setting_groups(rows):
         one = [r for r in rs if r["scheduler"] == "edge"] or _one_device(rs)
         one_first, one_steady = _med(one, "first_result_s"), _med(one, "fps_after_60")
-        per_n: Dict[int, Dict[str, List[Dict[str, Any]]]] = {}
-        for r in rs:
-            per_n.setdefault(int(r.get("workers") or 2), {}).setdefault(r["scheduler"], []).append(r)
+        per_n = _by_workers_and_scheduler(rs)
         for n in sorted(per_n):
             scheds = per_n[n]
-            best = max(scheds, key=lambda s: _med(scheds[s], "fps") or 0.0)
+            best = _fastest(scheds)
             b = scheds[best]
             first, steady = _med(b, "first_result_s"), _med(b, "fps_after_60")
             early = [float(r["fps_first_80"]) / float(r["fps_after_80"]) for r in b
