@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Give back the disk that earlier builds and test runs left in the Docker engine, so a long test run
-# (the swarm test alone loads the runtime image into four engines, about 10 GB) does not run out of it:
-#   - containers, volumes and networks of swarm tests that were killed before their cleanup (cnnvideo-swarm-*),
+# (the swarm test keeps a 2 GB engine store of the runtime image in /var/tmp, linked into five nodes) does not run
+# out of it:
+#   - containers, networks and /var/tmp stores (volumes, before) of swarm tests killed before their cleanup
+#     (cnnvideo-swarm-*),
 #   - stopped containers and dangling images (every rebuild of a changed image leaves its old one untagged).
 # Tagged images and the build cache of the current images are kept. Then print the free space where the
 # engine and the tests write, and warn (exit 0) when it is below CNNVIDEO_MIN_FREE_GB (default 25).
@@ -17,6 +19,7 @@ vols=$(docker volume ls -q --filter name=cnnvideo-swarm-)
 [ -z "$vols" ] || docker volume rm $vols >/dev/null
 nets=$(docker network ls -q --filter name=cnnvideo-swarm-)
 [ -z "$nets" ] || docker network rm $nets >/dev/null
+rm -rf /var/tmp/cnnvideo-swarm-*
 docker container prune -f >/dev/null
 freed=$(docker image prune -f | sed -n 's/^Total reclaimed space: //p')
 log "removed stopped containers and dangling images (${freed:-0B})"
