@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 import pytest
-from dockerutil import REPO
+from dockerutil import REPO, up_build
 
 from cnnvideo.master.reporting import detector_lines
 
@@ -25,7 +25,7 @@ def test_compose_up_runs_the_demo_to_completion(wheels_present, tmp_path):
     env = dict(os.environ, OUT_DIR=str(out), FRAMES=str(FRAMES), COMPOSE_PROJECT_NAME=project)
     compose = ["docker", "compose", "-p", project]
     try:
-        proc = subprocess.run(compose + ["up", "--build", "--exit-code-from", "master"], cwd=str(REPO), env=env,
+        proc = subprocess.run(compose + ["up", *up_build(), "--exit-code-from", "master"], cwd=str(REPO), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=1800)
         assert proc.returncode == 0, proc.stdout[-5000:]

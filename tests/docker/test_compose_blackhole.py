@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker, joined_workers
+from dockerutil import REPO, ComposeRun, docker, joined_workers, up_build
 from test_compose_reliability import MasterLog
 
 pytestmark = pytest.mark.docker
@@ -109,7 +109,7 @@ def test_hop_blackholed_for_20_s_run_completes_nothing_lost(wheels_present, tmp_
     cut = []
     t0 = time.time()
     try:
-        proc = subprocess.run(compose + ["up", "--build", "-d"], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
+        proc = subprocess.run(compose + ["up", *up_build(), "-d"], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, universal_newlines=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-5000:]
         t_up = time.time() - t0

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker, shaped_peers
+from dockerutil import REPO, ComposeRun, docker, shaped_peers, up_build
 
 pytestmark = pytest.mark.docker
 N = 4
@@ -29,7 +29,7 @@ def test_four_worker_pool_completes_with_results_from_several_workers(wheels_pre
     project, out, compose = run.project, run.out, run.compose
     env = dict(run.env, WORKERS=str(N), WORKER_CPUS=str(CAPS))
     try:
-        proc = subprocess.run(compose + ["up", "--build", "--scale", "worker=%d" % N, "--exit-code-from", "master"],
+        proc = subprocess.run(compose + ["up", *up_build(), "--scale", "worker=%d" % N, "--exit-code-from", "master"],
                               cwd=str(REPO), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=1200)

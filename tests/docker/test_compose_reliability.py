@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker, joined_workers
+from dockerutil import REPO, ComposeRun, docker, joined_workers, up_build
 
 pytestmark = pytest.mark.docker
 FRAMES = 80
@@ -97,7 +97,7 @@ def test_worker1_killed_twice_compose_restarts_it_and_the_run_completes(wheels_p
     log = None
     t0 = time.time()
     try:
-        proc = subprocess.run(compose + ["up", "--build", "-d"], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
+        proc = subprocess.run(compose + ["up", *up_build(), "-d"], cwd=str(REPO), env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, universal_newlines=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-5000:]
         t_up = time.time() - t0

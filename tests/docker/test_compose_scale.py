@@ -9,7 +9,7 @@ import re
 import subprocess
 
 import pytest
-from dockerutil import REPO, ComposeRun, docker, shaped_peers
+from dockerutil import REPO, ComposeRun, docker, shaped_peers, up_build
 from test_compose_reliability import MasterLog
 
 pytestmark = pytest.mark.docker
@@ -30,7 +30,7 @@ def test_scale_up_then_down_while_the_run_goes_on(wheels_present, tmp_path):
     env = dict(run.env, WORKERS="2", WORKER_CPUS="0.3")
     log = None
     try:
-        _compose(run, env, "up", "--build", "-d", timeout=1800)
+        _compose(run, env, "up", *up_build(), "-d", timeout=1800)
         master = "%s-master-1" % run.project
         log = MasterLog(master)
         log.wait_for(lambda: log.sent >= 21, 900)
