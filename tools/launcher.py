@@ -11,9 +11,11 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cnnvideo import config, hostnet
+from cnnvideo.artifacts import onnx_model_path
 from cnnvideo.config import ConfigError
 from cnnvideo.config_cameras import camera_configs
 from cnnvideo.master.reporting import detector_lines
+from cnnvideo.model.catalog import PREBUILT_WEIGHTS
 from cnnvideo.results import report as rpt
 
 from . import linkemu, local_cameras, prefork
@@ -433,8 +435,12 @@ def run(args) -> int:
     tls.setup(cfg, "master")  # our health checks dial the roles like the master does (mTLS if configured)
     out = cfg.out
     env = child_env()
-    wanted = prefork.onnx_wanted(cam.engine for cam in camera_configs(cfg))
-    _PREFORK["extra"] = prefork.ONNX_PRELOAD if wanted else ()
+    cams = camera_configs(cfg)
+    wanted = prefork.onnx_wanted(cam.engine for cam in cams)
+    # the roles' torch model, built once in the server (an ONNX file's model is not a torch one)
+    models = sorted({prefork.model_arg(c.model, c.weights, c.seed) for c in cams
+                     if not onnx_model_path(c.model) and c.weights in PREBUILT_WEIGHTS})
+    _PREFORK["extra"] = (prefork.ONNX_PRELOAD if wanted else ()) + tuple(models)
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []
     caps = linkemu.CpuCaps(local_cameras.master_shares(linkemu.role_shares(cfg), cfg), cfg.local.cpus)

@@ -44,6 +44,7 @@ PRELOAD = ("numpy", "yaml", "torch", "torchvision", "cnnvideo.config", "cnnvideo
 ONNX_PRELOAD = ("onnx",)
 NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
 ENV = "CNNVIDEO_PREFORK"
+MODEL_ARG = "model="  # an argument of the server naming a model to build before forking: model=["alexnet","random",0]
 MAX_MESSAGE = 1 << 20
 
 
@@ -137,14 +138,36 @@ def _stop_roles(children) -> None:
             pass
 
 
+def model_arg(name: str, weights: str, seed: int) -> str:
+    """The server's argument asking it to build this model before it forks (zoo.prebuild)."""
+    return "%s%s" % (MODEL_ARG, json.dumps([name, weights, int(seed)]))
+
+
+def _prebuild(spec: str) -> None:
+    """Build a model the roles will load (zoo.prebuild). Best effort: a model that fails here is built (and its error
+    said) by the role itself. Torch's pool is one thread here (OMP_NUM_THREADS=1, as serve() checks), so building
+    starts no thread."""
+    from cnnvideo.model import zoo
+
+    try:
+        name, weights, seed = json.loads(spec[len(MODEL_ARG):])
+        zoo.prebuild(name, weights, seed)
+    except Exception:  # noqa: BLE001 (the role says what is wrong when it builds the model itself)
+        pass
+
+
 def serve(fd: int, extra: Sequence[str] = ()) -> int:
-    """The server's loop on the inherited socket `fd` (see the module docstring), with `extra` preloaded too."""
+    """The server's loop on the inherited socket `fd` (see the module docstring), with `extra` preloaded too: module
+    names, and models to build (model_arg)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
-    for name in PRELOAD + tuple(extra):
+    models = [e for e in extra if e.startswith(MODEL_ARG)]
+    for name in PRELOAD + tuple(e for e in extra if e not in models):
         try:
             load_torchvision() if name == "torchvision" else importlib.import_module(name)
         except ImportError:  # an optional part not installed: the role imports what it has, as before
             pass
+    for spec in models:
+        _prebuild(spec)
     gc.collect()
     gc.freeze()  # the roles' collections then leave the preloaded objects alone (touching them copies their pages)
     loaded = [m for m in NOT_BEFORE_FORK if m in sys.modules]

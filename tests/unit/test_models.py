@@ -94,6 +94,22 @@ def test_weights_file_roundtrip(tmp_path):
     assert _state_equal(build_model("mobilenet_v2", weights=path).state_dict(), sd)
 
 
+def test_a_prebuilt_model_is_taken_once_and_equals_a_fresh_build(tmp_path):
+    """zoo.prebuild keeps the model for the next load_model of the same name, weights and seed (a role forked from
+    tools/prefork.py), which equals a fresh build; the next load builds again; another seed, and a file's weights,
+    are not taken from it."""
+    models.prebuild("mobilenet_v2", "random", 4)
+    kept = models._PREBUILT[("mobilenet_v2", "random", 4)][0]
+    assert models.load_model("mobilenet_v2", "random", 5)[0] is not kept
+    assert models.load_model("mobilenet_v2", "random", 4)[0] is kept and not models._PREBUILT
+    again = models.load_model("mobilenet_v2", "random", 4)[0]
+    assert again is not kept and _state_equal(again.state_dict(), kept.state_dict())
+    path = str(tmp_path / "w.pt")
+    torch.save(kept.state_dict(), path)
+    models.prebuild("mobilenet_v2", path)
+    assert not models._PREBUILT
+
+
 def test_weights_file_errors_are_clear(tmp_path):
     """A missing file, or a file for another model, raises ModelError naming the path."""
     missing = str(tmp_path / "missing.pt")

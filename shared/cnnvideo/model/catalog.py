@@ -13,6 +13,9 @@ MODEL_NAMES: Tuple[str, ...] = ("alexnet", "vgg16", "resnet50", "googlenet", "mo
 # torchvision detectors (cnnvideo.model.detector splits them)
 DETECTOR_NAMES: Tuple[str, ...] = ("fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_resnet50_fpn",
                                    "fasterrcnn_mobilenet_v3_large_320_fpn")
+# the weights a process that forks roles may build ahead for them (zoo.prebuild): not a file's path, which may
+# change before a role starts
+PREBUILT_WEIGHTS: Tuple[str, ...] = ("random", "imagenet")
 
 
 @dataclass(frozen=True)

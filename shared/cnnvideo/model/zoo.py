@@ -15,6 +15,7 @@ from cnnvideo.errors import ConfigError
 from cnnvideo.model.catalog import (  # noqa: F401 (what the zoo builds, without torch)
     DETECTOR_NAMES,
     MODEL_NAMES,
+    PREBUILT_WEIGHTS,
     WeightsInfo,
     is_known_model,
     is_torchvision_model,
@@ -242,8 +243,22 @@ def _build_from_file(name: str, path: str) -> Tuple[nn.Module, WeightsInfo]:
     return model, WeightsInfo(name, path, "file", os.path.abspath(path), digest)
 
 
+# Models built before a fork (tools/prefork.py): a role forked afterwards takes its model from here once instead of
+# building it again (a random AlexNet is 0.4 s of CPU). The same name, weights and seed give the same model either way.
+_PREBUILT: Dict[Tuple[str, str, int], Tuple[nn.Module, WeightsInfo]] = {}
+
+
+def prebuild(name: str, weights: str = "random", seed: int = 0) -> None:
+    """Build the model now and keep it for the next load_model of the same name, weights and seed (one taker: a
+    later call builds again). Weights from a file are not kept."""
+    if weights in PREBUILT_WEIGHTS:
+        _PREBUILT[(name, weights, int(seed))] = load_model(name, weights, seed)
+
+
 def load_model(name: str, weights: str = "random", seed: int = 0) -> Tuple[nn.Module, WeightsInfo]:
     """build_model plus which weights it used (source, file, sha256)."""
+    if weights in PREBUILT_WEIGHTS and (name, weights, seed) in _PREBUILT:
+        return _PREBUILT.pop((name, weights, seed))
     if weights == "random":
         model, info = _build_random(name, seed), WeightsInfo(name, "random", "random (seed %d)" % seed)
     elif weights == "imagenet":

@@ -168,7 +168,7 @@ def weights_digest(graph) -> str:
     h = hashlib.sha1()
     for name, t in sorted(graph.stage_module(0, graph.num_segments).state_dict().items()):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(t.detach().cpu().numpy()).tobytes())
+        h.update(np.ascontiguousarray(t.detach().cpu().numpy()))  # the buffer itself: no copy of the weights
     return h.hexdigest()[:16]
 
 
