@@ -67,9 +67,10 @@ FAST_JOBS ?= 2
 INTEGRATION_JOBS ?= 3
 DOCKER_JOBS ?= 3
 
+# (the serial docker tier reuses the images the parallel one built: CNNVIDEO_COMPOSE_PREBUILT, tests/docker/dockerutil.py)
 test: test-unit
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-integration-parallel test-docker-parallel
-	$(MAKE) --no-print-directory test-integration-serial test-docker-serial
+	CNNVIDEO_COMPOSE_PREBUILT=1 $(MAKE) --no-print-directory test-integration-serial test-docker-serial
 
 # the inner loop: unit and fuzz tests, not the slow ones (under 3 minutes on 2 cores)
 test-fast: setup

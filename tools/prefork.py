@@ -147,7 +147,7 @@ def _prebuild(spec: str) -> None:
     """Build a model the roles will load (zoo.prebuild). Best effort: a model that fails here is built (and its error
     said) by the role itself. Torch's pool is one thread here (OMP_NUM_THREADS=1, as serve() checks), so building
     starts no thread."""
-    from cnnvideo.model import zoo
+    from cnnvideo.model import zoo  # torch: not at the top, since the torch-free launcher imports this module
 
     try:
         name, weights, seed = json.loads(spec[len(MODEL_ARG):])

@@ -77,10 +77,14 @@ PREBUILT = "CNNVIDEO_COMPOSE_PREBUILT"
 def prebuild() -> None:
     """Build, once and before any test starts, every image the docker tests share: the compose cluster's
     (`docker compose build`: node, netem, mosquitto) and the worker target. The tests then run in parallel
-    (pytest-xdist) and each `up --build` or build_image finds them cached, instead of several building the same
-    layers at once. Does nothing when no engine answers or the base image is missing: the tests say why."""
+    (pytest-xdist): their `up` of docker-compose.yml builds nothing (up_build), and build_image finds its target
+    cached, instead of several building the same layers at once. Does nothing when no engine answers or the base
+    image is missing (the tests say why), or when CNNVIDEO_COMPOSE_PREBUILT=1 says an earlier session of this
+    `make test` built them."""
     base = os.environ.get("CNNVIDEO_BASE_IMAGE", "cnnvideo/debian:bookworm")
     if engine_problem() or docker("image", "inspect", base, check=False, timeout=30) == "":
+        return
+    if os.environ.get(PREBUILT) == "1":  # `make test`: the parallel docker tier built them from this tree
         return
     ensure_weights()
     proc = subprocess.run(["docker", "compose", "build", "-q"], cwd=str(REPO), stdout=subprocess.PIPE,

@@ -265,7 +265,8 @@ def test_core_imports_only_downward():
 INDENTED_IMPORT_REASONS = (
     "a cycle: at the top it would re-enter a module still being imported (plan.adapt and schedulers/__init__)",
     "a heavy optional package kept out of a path that runs without it: torch (model.graph, model.zoo) out of "
-    "model.loading and `bench engine`, since an ONNX-file model runs without torch",
+    "model.loading and `bench engine`, since an ONNX-file model runs without torch, and out of tools.prefork, "
+    "which the torch-free `cnnvideo local` launcher imports (the server it starts builds the run's model)",
     "numpy kept out of results.report, whose read() serves numpy-free processes (the `cnnvideo local` launcher, "
     "camera_report); only a thumbnail needs it",
     "the gRPC stubs' fallback generation in rpc/__init__, run only when the stubs are stale",
@@ -276,7 +277,7 @@ INDENTED_IMPORT_REASONS = (
     "not moved yet: artifacts, engines/quant, engines/ort_int8, events/from_config, tools/launcher and "
     "tools/local_cameras",
 )
-MAX_INDENTED_IMPORTS = 31
+MAX_INDENTED_IMPORTS = 32
 
 
 def indented_imports(source: str):
