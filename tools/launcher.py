@@ -15,7 +15,6 @@ from cnnvideo.artifacts import onnx_model_path
 from cnnvideo.config import ConfigError
 from cnnvideo.config_cameras import camera_configs
 from cnnvideo.master.reporting import detector_lines
-from cnnvideo.model.catalog import PREBUILT_WEIGHTS
 from cnnvideo.results import report as rpt
 
 from . import linkemu, local_cameras, prefork
@@ -437,9 +436,8 @@ def run(args) -> int:
     env = child_env()
     cams = camera_configs(cfg)
     wanted = prefork.onnx_wanted(cam.engine for cam in cams)
-    # the roles' torch model, built once in the server (an ONNX file's model is not a torch one)
-    models = sorted({prefork.model_arg(c.model, c.weights, c.seed) for c in cams
-                     if not onnx_model_path(c.model) and c.weights in PREBUILT_WEIGHTS})
+    # the roles' torch model, built once in the server if its weights allow (zoo.prebuild); an ONNX file's is not
+    models = sorted({prefork.model_arg(c.model, c.weights, c.seed) for c in cams if not onnx_model_path(c.model)})
     _PREFORK["extra"] = (prefork.ONNX_PRELOAD if wanted else ()) + tuple(models)
     base = [sys.executable, "-m", "cnnvideo"] + (["-v"] if getattr(args, "verbose", False) else [])
     children: List[Child] = []

@@ -72,6 +72,11 @@ def wait_for(what: str, probe, timeout: float, every: float = 2.0):
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
+def wait_for_engine(node: str) -> None:
+    """Until the Docker engine inside the node container answers."""
+    wait_for("dockerd in " + node, lambda: on(node, "docker", "info", check=False).returncode == 0, 90, 1)
+
+
 class Swarm:
     """Node containers on one bridge network; node i is named <prefix>-<role>, the master's node manages.
 
@@ -89,9 +94,9 @@ class Swarm:
         self.store = os.path.join(STORE_ROOT, self.prefix)
         self.ips = {}
         os.makedirs(self.store)
-        self.loaded_s = self.seed(image, images)
-        docker("network", "create", self.prefix)
         seed = os.path.join(self.store, "seed")
+        self.loaded_s = self.seed(image, images, seed)
+        docker("network", "create", self.prefix)
         for role, name in self.nodes.items():
             store = os.path.join(self.store, role)
             os.makedirs(store)
@@ -102,13 +107,13 @@ class Swarm:
             self.ips[role] = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
                                     name).strip()
         for name in self.nodes.values():
-            wait_for("dockerd in " + name, lambda n=name: on(n, "docker", "info", check=False).returncode == 0, 90, 1)
+            wait_for_engine(name)
 
-    def seed(self, image: str, images) -> float:
-        """`docker save` the images and `docker load` them once, into the seed store, by a throwaway engine that
-        then stops cleanly; return seconds."""
+    def seed(self, image: str, images, seed: str) -> float:
+        """`docker save` the images and `docker load` them once, into the seed store (folder `seed`), by a throwaway
+        engine that then stops cleanly; return seconds."""
         start = time.time()
-        seed, name = os.path.join(self.store, "seed"), self.prefix + "-seed"
+        name = self.prefix + "-seed"
         os.makedirs(seed)
         tar = os.path.join(self.store, "images.tar")
         subprocess.run(["docker", "save", "-o", tar] + list(images), check=True, timeout=900)
@@ -116,7 +121,7 @@ class Swarm:
         docker("run", "-d", "--name", name, *DIND, "-v", seed + ":/var/lib/docker", "-v", tar + ":/images.tar:ro",
                image)
         try:
-            wait_for("dockerd in " + name, lambda: on(name, "docker", "info", check=False).returncode == 0, 90, 1)
+            wait_for_engine(name)
             on(name, "docker", "load", "-q", "-i", "/images.tar", timeout=900)
             stop = "kill $(pidof dockerd) && while pidof dockerd containerd >/dev/null; do sleep 0.2; done"
             on(name, "bash", "-c", stop, timeout=120)
