@@ -128,12 +128,13 @@ def pytest_runtest_logreport(report):
 
 def _host_cpu() -> tuple:
     """(busy, all) CPU seconds of the whole host since boot, from /proc/stat's first line (every core, every
-    process and container; iowait counts as idle)."""
+    process and container): user to steal (guest time is inside user); iowait and steal, time a hypervisor gave
+    another guest, count as not busy."""
     with open("/proc/stat") as fh:
-        ticks = [int(x) for x in fh.readline().split()[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+        ticks = [int(x) for x in fh.readline().split()[1:9]] + [0] * 8
     tick = os.sysconf("SC_CLK_TCK")
-    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+    total = sum(ticks[:8])
+    return (total - ticks[3] - ticks[4] - ticks[7]) / tick, total / tick
 
 
 _HOST_START = []  # the host's (busy, all) CPU seconds when this session started

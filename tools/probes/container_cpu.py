@@ -54,12 +54,13 @@ def describe(ids) -> Dict[str, Tuple[str, str]]:
 
 
 def host_busy() -> Tuple[float, float]:
-    """(busy, all) CPU seconds of the host since boot (/proc/stat; iowait counts as idle)."""
+    """(busy, all) CPU seconds of the host since boot (/proc/stat: user to steal, guest time being inside user;
+    iowait and steal count as not busy)."""
     with open("/proc/stat") as fh:
-        ticks = [int(x) for x in fh.readline().split()[1:]]
+        ticks = [int(x) for x in fh.readline().split()[1:9]] + [0] * 8
     tick = os.sysconf("SC_CLK_TCK")
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+    total = sum(ticks[:8])
+    return (total - ticks[3] - ticks[4] - ticks[7]) / tick, total / tick
 
 
 def main(argv) -> int:
