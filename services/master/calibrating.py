@@ -1,7 +1,8 @@
 """The master's int8 calibration on its camera's own first frames (config `int8.calibration: camera`): reuse the
 camera's stored calibration, else sample the camera (a file is read apart from the run's source; a live source
-gives its first frames, which the run then does not process) and measure, store and return it; the workers get it in
-RunSetup. Nothing here depends on `frames:`."""
+gives its first frames, which the run then does not process), measure it, check its int8 against fp32 on its frames
+(calibration_fit: the recipe it keeps), store and return it; the workers get it in RunSetup. Nothing here depends
+on `frames:`."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +15,8 @@ from cnnvideo import artifacts
 from cnnvideo.model.engines import EngineError, model_key
 from cnnvideo.model.engines import camera_calibration as cc
 from cnnvideo.video.frames import read_frames
+
+from . import calibration_fit
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,15 @@ def camera_calibration(cfg, graph, feed, from_source: bool) -> Tuple[Optional[cc
     except EngineError as exc:
         log.warning("%s; the workers calibrate on the trainer's video instead", exc)
         return None, {"source": "video", "camera_refused": str(exc)}
+    measured = time.time() - t0
+    no_check = calibration_fit.check(cfg, graph, cal)
     cc.store(cal, path)
-    return cal, dict(cal.report(), stored=False, file=path, measure_s=round(time.time() - t0, 2))
+    entry = dict(cal.report(), stored=False, file=path, measure_s=round(measured, 2))
+    if no_check:
+        entry["fit_skipped"] = no_check
+    else:
+        entry["fit_s"] = round(time.time() - t0 - measured, 2)
+    return cal, entry
 
 
 def calibration_report(cfg) -> Optional[dict]:

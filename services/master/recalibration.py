@@ -31,6 +31,8 @@ from cnnvideo.model.engines import EngineError, model_key
 from cnnvideo.model.engines import camera_calibration as cc
 from cnnvideo.results.calibration_watch import CalibrationWatch
 
+from . import calibration_fit
+
 log = logging.getLogger(__name__)
 
 FRAME_WAIT_S = 30.0  # a source that gives no frame this long ends the sampling (the run ended, or the camera stalled)
@@ -138,6 +140,7 @@ class Recalibration:
             sample = cc.sample_frames(self._frames(look), i8.calibration_frames, i8.calibration_stride, cfg.video,
                                       look)
             cal = cc.measure(self.graph, model_key(cfg, self.graph), sample)
+            calibration_fit.check(cfg, self.graph, cal)
         except EngineError as exc:
             log.warning("%s; the run keeps int8 calibration %s", exc, m.calibration.digest)
             entry["kept"] = str(exc)

@@ -183,6 +183,10 @@ class Int8Options:
     # calibrates again on the camera's next frames and the run switches to it (master/recalibration.py). 0 = never
     recalibrate_below: float = 0.8
     recalibrate_window: int = 24
+    # `calibration: camera` on a detector with ONNX Runtime on the master: once the camera's calibration is measured,
+    # the master runs int8 and fp32 on its frames; when the F1 of int8's boxes falls under `fit_below`, it keeps more
+    # of the model fp32 for that camera (camera_calibration.RECIPES, master/calibration_fit.py). 0 = never
+    fit_below: float = 0.97
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """int8 calibration on the camera's own frames (issue 46 item 1): black, flat and frozen frames never calibrate, the
 calibration does not change with `frames:`, one of another model or frame size is refused with one line, and it
 crosses the wire and the disk without pickle, digest checked."""
+import dataclasses
 import functools
 import logging
 
@@ -131,3 +132,33 @@ def test_the_worker_factory_takes_the_camera_calibration(calibration):
     with pytest.raises(cc.CalibrationRefused):
         other.with_calibration(calibration)
     assert isinstance(next(iter(calibration.qparams.values())), QParams)
+
+
+def test_a_recipe_travels_is_in_the_digest_and_sets_the_workers_knobs(calibration, tmp_path):
+    """A calibration's recipe (the master's fit check) reaches the workers' factory on the wire and from the stored
+    file, and changes the digest (so the stage files); the engine's own recipe ('') keeps the digest of before."""
+    from cnnvideo.model.engines import EngineSpec, StageFactory
+
+    head = dataclasses.replace(calibration, recipe="fp32-head", fit=[{"recipe": "default", "f1": 0.9}])
+    assert head.digest != calibration.digest
+    assert dataclasses.replace(calibration, fit=[{"f1": 0.5}]).digest == calibration.digest
+    back = convert.calibration_from_pb(convert.calibration_to_pb(head))
+    assert back.recipe == "fp32-head" and back.digest == head.digest
+    path = str(tmp_path / "cal.npz")
+    cc.store(head, path)
+    stored = cc.load_stored(path, head.model_key, FRAME, _graph().num_segments)
+    assert stored.recipe == "fp32-head" and stored.fit == head.fit and stored.report()["recipe"] == "fp32-head"
+    f = StageFactory(_graph(), EngineSpec("torch", "int8"), "/nonexistent", calibration.model_key)
+    assert (f.with_calibration(calibration).stem, f.with_calibration(calibration).heads) == ("model", 0)
+    assert (f.with_calibration(back).stem, f.with_calibration(back).heads) == ("head", 2)
+
+
+def test_an_unknown_recipe_is_refused_with_one_line(calibration):
+    """A message naming a recipe this worker does not know (its digest right) is refused when checked, in one line."""
+    msg = convert.calibration_to_pb(calibration)
+    msg.recipe = "everything fp32\nplease"
+    msg.digest = dataclasses.replace(calibration, recipe=msg.recipe).digest
+    cal = convert.calibration_from_pb(msg)
+    with pytest.raises(cc.CalibrationRefused, match="recipe") as exc:
+        cal.check(cal.model_key, FRAME, _graph().num_segments)
+    assert "\n" not in str(exc.value)

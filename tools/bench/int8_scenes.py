@@ -13,6 +13,7 @@ Frames are read back from MJPG clips the bench writes (what a camera run would d
 the clip and over the frames after the calibration window (`held_out`)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from cnnvideo.artifacts import calibration_path, onnx_dir, onnx_model_path
+from cnnvideo.master import calibration_fit
 from cnnvideo.model.engines import EngineError, EngineSpec, StageFactory, ort_available
 from cnnvideo.model.engines import camera_calibration as cc
 from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
@@ -56,7 +58,11 @@ def _all_rows(study: bool) -> List[Dict[str, Any]]:
              "what": "trainer video frames 400..550 every 10, stem rule of the frame, 8-bit weights (before issue 46)"},
             {"name": "after", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
              "what": "each camera's own first frames (16, every 5th), stem rule of the model's input, 7-bit weights "
-                     "(issue 46)"}]
+                     "(issue 46)"},
+            {"name": "after + fit check", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
+             "fit": 0.97, "what": "the after row, then the master's check (master/calibration_fit.py): int8 against "
+                                  "fp32 on the calibration's own frames; under F1 0.97 the camera takes the next "
+                                  "recipe of camera_calibration.RECIPES (the default)"}]
     if study:
         rows += [
             {"name": "after, 8-bit weights", "calibration": "camera", "frames": 16, "stride": 5, "stem": "model",
@@ -130,6 +136,23 @@ def _f1(dets, ref, skip: int = 0) -> Dict[str, Any]:
     return {"f1": s["f1"], "precision": s["precision"], "recall": s["recall"], "frames": s.get("frames")}
 
 
+def _fit(cal, base, graph, spec, frame_size, below: float) -> None:
+    """The master's recipe choice on `cal` (calibration_fit.choose), scored as the master scores it: int8's boxes
+    against fp32's on the calibration's own frames, as decoded from their JPEGs (what the master and the workers
+    calibrate on)."""
+    k = graph.num_segments
+    frames = list(cal.frames())
+    fp32 = StageFactory(graph, EngineSpec("onnxruntime", "fp32", 1, "stop"), base.cache_dir, base.key)
+    reference = _detections(fp32.stage(0, k), frames, graph, spec, frame_size)
+
+    def score(recipe: str) -> Dict[str, Any]:
+        stage = base.with_calibration(dataclasses.replace(cal, recipe=recipe, fit=[])).stage(0, k)
+        s = _f1(_detections(stage, frames, graph, spec, frame_size), reference)
+        return dict(s, reference_boxes=sum(len(r) for r in reference))
+
+    calibration_fit.choose(cal, score, below)
+
+
 def _camera_calibration(graph, key, frames, count, stride, source):
     sample = cc.sample_frames([(f, i / 25.0) for i, f in enumerate(frames)], count, stride, source)
     return cc.measure(graph, key, sample)
@@ -138,8 +161,6 @@ def _camera_calibration(graph, key, frames, count, stride, source):
 def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "walkers", "person"),
             video: str = "media/vtest.avi", photos: str = "media/photos", study: bool = True, split: bool = False,
             cache_dir: str = "", score_threshold: float = 0.5, rows: str = "") -> Dict[str, Any]:
-    import dataclasses
-
     import onnxruntime
 
     from cnnvideo.model.zoo import sha256_of
@@ -184,6 +205,8 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
                 window = 0
             else:
                 cal = pool_cal or _camera_calibration(graph, key, fr, row["frames"], row["stride"], clips[name])
+                if row.get("fit"):
+                    _fit(cal, base, graph, spec, frame_size, row["fit"])
                 factory, cal_info = base.with_calibration(cal), cal.report()
                 window = 0 if pool_cal else cal.indices[-1] + 1
             t1 = time.time()
@@ -201,6 +224,7 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
             out["scenes"][name] = scene
             out["calibrations"][name] = {kk: v for kk, v in cal_info.items() if kk != "quantized_cuts"}
         out["min_f1"] = min(s["all"]["f1"] for s in out["scenes"].values())
+        out["min_held_out_f1"] = min(s["held_out"]["f1"] for s in out["scenes"].values())
         out["seconds"] = round(time.time() - t0, 1)
         log.info("%s: %s", row["name"], ", ".join("%s %.3f" % (n, s["all"]["f1"]) for n, s in out["scenes"].items()))
         results.append(out)

@@ -6,9 +6,12 @@ scene. Scenes: the bench's vtest, beach, walkers and person, and three made from
 (pixels x0.3), vtest-night (x0.18 plus Gaussian noise of sd 3, seeded by the frame's index) and vtest-bright
 (x1.8 + 30); each clipped to 0-255.
 
-Usage: python tools/probes/int8_cross_scene.py [--cache-dir out/bench-cache] [--out FILE.json]
+Usage: python tools/probes/int8_cross_scene.py [--cache-dir out/bench-cache] [--out FILE.json] [--fit F1]
 Renders the bench's clips into CACHE_DIR/scenes. Logs one line per calibration scene on stderr, then prints one JSON
-object, {calibration scene: {scored scene: F1}}, and writes it to --out if given.
+object, {calibration scene: {scored scene: F1}}, and writes it to --out if given. With --fit, each calibration first
+goes through the master's fit check at that F1 (master/calibration_fit.py, as the bench's `after + fit check` row)
+and the object is {"f1": that matrix, "recipes": {calibration scene: recipe kept}, "fit": {scene: the check's
+scores}}.
 docs/results/int8-scenes/README.md cites it.
 """
 from __future__ import annotations
@@ -41,6 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache-dir", default="out/bench-cache")
     ap.add_argument("--out", default="")
+    ap.add_argument("--fit", type=float, default=0.0, help="run the master's fit check at this F1 (0: not)")
     args = ap.parse_args()
     size, n = (480, 720), 100
     g = load_graph(onnx_model_path(bench.MODEL), size)
@@ -55,13 +59,18 @@ def main() -> None:
     print("fp32 boxes a frame: %s" % {name: round(float(np.mean([len(d) for d in r])), 2) for name, r in ref.items()},
           file=sys.stderr, flush=True)
     base = StageFactory(g, EngineSpec("onnxruntime", "int8", 1, "stop"), onnx_dir(args.cache_dir), key)
-    out = {}
+    out, recipes, fits = {}, {}, {}
     for cal_name, cal_frames in frames.items():
         cal = bench._camera_calibration(g, key, cal_frames, 16, 5, cal_name)
+        if args.fit:
+            bench._fit(cal, base, g, PERSON_SSDLITE, size, args.fit)
+            recipes[cal_name], fits[cal_name] = cal.recipe or "default", cal.fit
         stage = base.with_calibration(cal).stage(0, k)
         out[cal_name] = {name: bench._f1(bench._detections(stage, fr, g, PERSON_SSDLITE, size), ref[name])["f1"]
                          for name, fr in frames.items()}
         print("calibrated on %s: %s" % (cal_name, json.dumps(out[cal_name])), file=sys.stderr, flush=True)
+    if args.fit:
+        out = {"f1": out, "recipes": recipes, "fit": fits, "fit_below": args.fit}
     print(json.dumps(out))
     if args.out:
         with open(args.out, "w") as fh:

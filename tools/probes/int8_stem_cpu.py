@@ -18,6 +18,7 @@ import numpy as np
 
 from cnnvideo.artifacts import calibration_path, onnx_dir, onnx_model_path
 from cnnvideo.model.engines import EngineSpec, StageFactory
+from cnnvideo.model.engines.camera_calibration import RECIPES
 from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
 from cnnvideo.model.onnx_graph import load_graph
 from cnnvideo.tools.bench.int8_scenes import _blocks
@@ -32,14 +33,21 @@ VARIANTS = (("fp32", "model", "fp32", {}), ("int8 frame rule (before)", "frame",
             ("int8 + predictors and blocks 8-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(8, 13)}),
             ("int8 + predictors and blocks 4-13 fp32", "model", "int8", {"heads": 2, "keep": _blocks(4, 13)}),
             ("int8 + predictors and the finest head's two maps fp32", "model", "int8", {"heads": 2, "band": 2}),
-            ("int8 + every block down to the finest head fp32", "head", "int8", {"heads": 2}))
+            ("int8 + every block down to the finest head fp32", "model", "int8", dict(RECIPES["fp32-head"])))
+# (the last row is the recipe the master's fit check gives a camera whose int8 boxes do not fit: stem `head`,
+# predictors fp32)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache-dir", default="out/bench-cache")
     ap.add_argument("--runs", type=int, default=25)
+    ap.add_argument("--rows", default="", help="the rows to time, their names split at ';' (default: all)")
     args = ap.parse_args()
+    names = [n.strip() for n in args.rows.split(";") if n.strip()]
+    unknown = sorted(set(names) - {v[0] for v in VARIANTS})
+    if unknown:
+        ap.error("no such row: %s (rows: %s)" % (", ".join(unknown), "; ".join(v[0] for v in VARIANTS)))
     size = (480, 720)
     g = load_graph(onnx_model_path("person-ssdlite"), size)
     k = g.num_segments
@@ -51,6 +59,8 @@ def main() -> None:
 
     stages = {}
     for name, stem, precision, knobs in VARIANTS:
+        if names and name not in names:
+            continue
         f = StageFactory(g, EngineSpec("onnxruntime", precision, 1, "stop"), onnx_dir(args.cache_dir), key, cal)
         f.stem = stem
         for knob, value in knobs.items():

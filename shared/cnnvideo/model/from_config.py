@@ -64,6 +64,9 @@ def check_config(cfg: Config, check_files: bool = True) -> None:
     if not 0.0 <= cfg.int8.recalibrate_below <= 1.0:
         raise ConfigError("config key 'int8.recalibrate_below' must be an F1 in 0..1 (0 = never), got %r"
                           % cfg.int8.recalibrate_below)
+    if not 0.0 <= cfg.int8.fit_below <= 1.0:
+        raise ConfigError("config key 'int8.fit_below' must be an F1 in 0..1 (0 = never), got %r"
+                          % cfg.int8.fit_below)
     if cfg.int8.recalibrate_window < 4:
         raise ConfigError("config key 'int8.recalibrate_window' must be at least 4 checked frames, got %r"
                           % cfg.int8.recalibrate_window)

@@ -92,7 +92,8 @@ def calibration_to_pb(cal) -> pb.Int8Calibration:
                               width=int(cal.frame_size[1]), source=cal.source, frame_index=list(cal.indices),
                               frame_time=list(cal.times), jpeg=list(cal.jpegs), cut=cuts,
                               scale=[cal.qparams[c].scale for c in cuts],
-                              zero_point=[cal.qparams[c].zero_point for c in cuts], rules=cal.rules)
+                              zero_point=[cal.qparams[c].zero_point for c in cuts], rules=cal.rules,
+                              recipe=cal.recipe)
 
 
 def calibration_from_pb(msg: pb.Int8Calibration):
@@ -105,7 +106,7 @@ def calibration_from_pb(msg: pb.Int8Calibration):
                             [int(i) for i in msg.frame_index], [float(t) for t in msg.frame_time],
                             [bytes(b) for b in msg.jpeg],
                             {int(c): QParams(float(s), int(z)) for c, s, z in zip(msg.cut, msg.scale, msg.zero_point)},
-                            msg.rules)
+                            msg.rules, recipe=msg.recipe)
     if cal.digest != msg.digest:
         raise CalibrationRefused("int8 calibration refused: its digest %s does not match its content (%s)"
                                  % (msg.digest, cal.digest))

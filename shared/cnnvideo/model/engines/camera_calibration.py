@@ -16,6 +16,7 @@ A live camera's first frames differ from run to run, so the master keeps the cam
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import zipfile
@@ -36,6 +37,11 @@ FROZEN_DIFF = 0.5  # mean |difference| (levels) to the last kept frame under whi
 # encoder repeats its last picture; sensor noise alone moves a real camera's frames by ~1-2 levels)
 JPEG_QUALITY = 90  # 70-94 kB a 480x720 frame; 75 (about 50 kB) cost 0.005-0.012 of F1 (docs/results/int8-scenes)
 FORMAT = 1  # of the stored file and the digest
+# The int8 recipes a calibration may ask its stages to be built with: the StageFactory knobs each sets. '' is the
+# engine's own (the blocks at half the model input's resolution stay fp32); `fp32-head` also keeps every block down
+# to a detector's finest head's map and its predictors fp32 (walkers F1 0.954 -> 0.993 on the AMD EPYC host, at
+# 1.2x int8's CPU a frame: docs/results/int8-scenes). The master picks one per camera (master/calibration_fit.py).
+RECIPES: Dict[str, Dict[str, object]] = {"": {}, "fp32-head": {"stem": "head", "heads": 2}}
 
 
 class CalibrationRefused(EngineError):
@@ -137,13 +143,17 @@ class CameraCalibration:
     qparams: Dict[int, QParams]
     rules: str = ""
     skipped: Dict[str, int] = field(default_factory=dict)
+    recipe: str = ""  # RECIPES key: how the stages on this calibration are quantized ('' = the engine's own)
+    fit: List[dict] = field(default_factory=list)  # the master's check of each recipe tried (calibration_fit)
     _frames: Optional[np.ndarray] = field(default=None, repr=False)
 
     @property
     def digest(self) -> str:
-        """sha1 (16 hex) of the model key, frame size, rules and frame bytes: what the stage files are keyed by."""
-        h = hashlib.sha1(("%s|%dx%d|%s|%d" % (self.model_key, self.frame_size[0], self.frame_size[1], self.rules,
-                                              FORMAT)).encode())
+        """sha1 (16 hex) of the model key, frame size, rules, recipe and frame bytes: what the stage files are keyed
+        by (the engine's own recipe adds nothing, so a calibration from before recipes keeps its digest)."""
+        recipe = "|recipe %s" % self.recipe if self.recipe else ""
+        h = hashlib.sha1(("%s|%dx%d|%s|%d%s" % (self.model_key, self.frame_size[0], self.frame_size[1], self.rules,
+                                                FORMAT, recipe)).encode())
         for b in self.jpegs:
             h.update(hashlib.sha1(b).digest())
         return h.hexdigest()[:16]
@@ -160,6 +170,9 @@ class CameraCalibration:
 
     def check(self, model_key: str, frame_size, num_segments: int) -> None:
         """CalibrationRefused (one line) if this calibration is of another model, weights or frame size."""
+        if self.recipe not in RECIPES:
+            raise CalibrationRefused("int8 calibration %s refused: recipe %r is not one of %s" % (
+                self.digest, self.recipe[:40], ", ".join(repr(r) for r in RECIPES)))
         if tuple(frame_size) != tuple(self.frame_size) or model_key != self.model_key:
             raise CalibrationRefused("int8 calibration %s refused: it is of %s, this role runs %s" % (
                 self.digest, self.model_key, model_key))
@@ -180,7 +193,8 @@ class CameraCalibration:
         """report.json `int8_calibration`: which frames calibrated the run."""
         return {"source": self.source, "count": len(self.jpegs), "frame_indices": list(self.indices),
                 "frame_times_s": list(self.times), "digest": self.digest, "wire_bytes": self.wire_bytes,
-                "skipped": dict(self.skipped), "quantized_cuts": sorted(self.qparams)}
+                "skipped": dict(self.skipped), "quantized_cuts": sorted(self.qparams),
+                "recipe": self.recipe or "default", "fit": [dict(f) for f in self.fit]}
 
     # ---------------------------------------------------------------- arrays (a stored file; no pickle)
     def to_arrays(self) -> dict:
@@ -192,7 +206,8 @@ class CameraCalibration:
                 "jpeg_lengths": lens, "jpeg": np.frombuffer(b"".join(self.jpegs), dtype=np.uint8),
                 "cuts": np.array(cuts, dtype=np.int64),
                 "scale": np.array([self.qparams[c].scale for c in cuts], dtype=np.float64),
-                "zero_point": np.array([self.qparams[c].zero_point for c in cuts], dtype=np.int64)}
+                "zero_point": np.array([self.qparams[c].zero_point for c in cuts], dtype=np.int64),
+                "recipe": np.array(self.recipe), "fit": np.array(json.dumps(self.fit))}
 
     @classmethod
     def from_arrays(cls, d) -> "CameraCalibration":
@@ -206,7 +221,16 @@ class CameraCalibration:
                    [int(v) for v in d["indices"]], [float(v) for v in d["times"]],
                    [blob[a:b] for a, b in zip(offsets[:-1], offsets[1:])],
                    {int(c): QParams(float(s), int(z)) for c, s, z in zip(d["cuts"], d["scale"], d["zero_point"])},
-                   str(d["rules"]))
+                   str(d["rules"]), recipe=str(d["recipe"]) if "recipe" in d else "",
+                   fit=_fit_list(str(d["fit"])) if "fit" in d else [])
+
+
+def _fit_list(text: str) -> List[dict]:
+    """The stored fit entries (JSON: a list of objects); ValueError otherwise."""
+    fit = json.loads(text)
+    if not isinstance(fit, list) or not all(isinstance(f, dict) for f in fit):
+        raise ValueError("calibration file: its fit entries are not a list of objects")
+    return fit
 
 
 def measure(graph, model_key: str, sample: Sample, quality: int = JPEG_QUALITY) -> CameraCalibration:

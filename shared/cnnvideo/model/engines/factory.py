@@ -17,6 +17,7 @@ from cnnvideo.model.engines.base import (
     Stage,
     ort_available,
 )
+from cnnvideo.model.engines.camera_calibration import RECIPES
 from cnnvideo.model.engines.ort_engine import build_ort_stage
 from cnnvideo.model.engines.quant import CalibrationSpec, load_or_measure
 from cnnvideo.model.engines.torch_engine import TorchStage
@@ -61,12 +62,15 @@ class StageFactory:
     def with_calibration(self, calibration) -> "StageFactory":
         """A factory of the same engine whose int8 stages use `calibration` (camera_calibration.CameraCalibration,
         checked against this model and frame size: CalibrationRefused otherwise); its stages are built apart
-        (the calibration digest is in their cache key)."""
+        (the calibration digest is in their cache key). The calibration's recipe (camera_calibration.RECIPES) sets
+        its knobs over this factory's."""
         calibration.check(self.key, self.graph.frame_size, self.graph.num_segments)
         cal = calibration.to_calibration(self.graph)
         other = StageFactory(self.graph, self.spec, self.cache_dir, self.key, lambda: cal)
         for knob in ("stem", "per_channel", "weight_bits", "heads", "band", "method", "symmetric", "keep", "inbox"):
             setattr(other, knob, getattr(self, knob))
+        for knob, value in RECIPES.get(getattr(calibration, "recipe", ""), {}).items():
+            setattr(other, knob, value)
         return other
 
     @property

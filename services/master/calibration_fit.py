@@ -1,0 +1,110 @@
+"""The master's check of a camera's int8 calibration on the calibration's own frames (issue 46 item 1: int8 on a
+scene nobody tuned for). Once the camera's calibration is measured, the master builds the whole model on int8 with
+the engine's recipe, runs it and the unsplit fp32 model on those frames, and scores int8's boxes against fp32's (F1,
+IoU >= 0.5, the run's score threshold). Under `int8.fit_below` the camera takes the next recipe of
+camera_calibration.RECIPES (more of the model kept fp32), checked the same way; the first that fits is kept, else the
+last one tried, and the calibration carries it to every worker (RunSetup, its digest, its stage keys).
+
+Why: int8's rounding moves a detector's scores by about 0.03; a scene whose people score near the threshold (walkers:
+31 of 74 boxes between 0.4 and 0.6) gains or loses boxes that fp32 does not, and only keeping the backbone's path to
+the finest head fp32 removes it, at 1.2x int8's CPU a frame (docs/results/int8-scenes). The check lets the cameras
+that need it pay that, and no other. The stages are built in the master's stage folder (artifacts.served_stages_dir),
+with the same keys as stage_push's: the whole-model stage of the recipe kept is the one a replicas plan pushes."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from cnnvideo.artifacts import onnx_model_path, served_stages_dir
+from cnnvideo.model.engines import EngineError, factory_for, ort_available
+from cnnvideo.model.engines.camera_calibration import RECIPES, CameraCalibration
+from cnnvideo.model.onnx_graph import unpack_outputs
+from cnnvideo.results import detections as dt
+
+log = logging.getLogger(__name__)
+
+
+def why_not(cfg) -> str:
+    """Why the check does not apply to this config ('' when it does): int8 on a camera's calibration, `fit_below`
+    above 0, an ONNX-file detector, ONNX Runtime importable here."""
+    i8 = cfg.int8
+    if cfg.precision != "int8" or i8.calibration != "camera" or i8.fit_below <= 0:
+        return "not asked (int8.fit_below 0, or not int8 on the camera's calibration)"
+    if cfg.engine not in ("onnxruntime", "auto"):
+        return "engine %s has no int8" % cfg.engine
+    if not onnx_model_path(cfg.model) or not dt.is_detector(cfg.model):
+        return "%s is not an ONNX detector (the check scores boxes)" % cfg.model
+    ok, why = ort_available()
+    return "" if ok else why
+
+
+def choose(cal: CameraCalibration, score: Callable[[str], Dict[str, object]], below: float) -> None:
+    """Set `cal.recipe` to the first of RECIPES whose score's F1 reaches `below` (the last tried when none does) and
+    `cal.fit` to every score taken. An F1 of None (fp32 found no box on the frames) fits: there is nothing to lose."""
+    cal.fit = []
+    for recipe in RECIPES:
+        entry = dict(score(recipe), recipe=recipe or "default")
+        cal.fit.append(entry)
+        cal.recipe = recipe
+        f1 = entry.get("f1")
+        if f1 is None or f1 >= below:
+            return
+
+
+def check(cfg, graph, cal: CameraCalibration) -> Optional[str]:
+    """Run the check on `cal` (setting its recipe and fit entries); None when it ran, else why it did not (one line,
+    logged: the calibration keeps the engine's recipe)."""
+    why = why_not(cfg)
+    if why:
+        log.info("int8 calibration %s: no fit check (%s)", cal.digest, why)
+        return why
+    try:
+        score = _scorer(cfg, graph, cal)
+        choose(cal, score, cfg.int8.fit_below)
+    except (EngineError, ValueError) as exc:
+        cal.recipe, cal.fit = "", []
+        log.warning("int8 calibration %s: fit check failed (%s); the engine's recipe stays", cal.digest, exc)
+        return str(exc)
+    kept = cal.fit[-1]
+    log.info("int8 calibration %s: recipe %s kept (%s)", cal.digest, kept["recipe"],
+             "; ".join("%s F1 %s" % (f["recipe"], f["f1"]) for f in cal.fit))
+    return None
+
+
+def _scorer(cfg, graph, cal: CameraCalibration) -> Callable[[str], Dict[str, object]]:
+    """score(recipe) -> the F1 entry of int8 with that recipe against fp32 on the calibration's frames."""
+    onnx_cfg = dataclasses.replace(cfg, engine="onnxruntime")
+    folder = served_stages_dir(cfg.cache_dir)
+    spec = dt.spec_for(cfg.model, cfg.detect)
+    h, w = graph.frame_size
+    k = graph.num_segments
+    frames = cal.frames()
+    last = graph.cuts[-1]
+
+    def boxes(stage) -> List[list]:
+        return [dt.decode(unpack_outputs(stage.run(f[np.newaxis]), last), spec, w, h) for f in frames]
+
+    fp32 = factory_for(dataclasses.replace(onnx_cfg, precision="fp32"), graph)
+    fp32.cache_dir = folder
+    reference = boxes(fp32.stage(0, k))
+
+    def score(recipe: str) -> Dict[str, object]:
+        t0 = time.time()
+        base = factory_for(onnx_cfg, graph)
+        base.cache_dir = folder
+        stage = base.with_calibration(dataclasses.replace(cal, recipe=recipe, fit=[])).stage(0, k)
+        if stage.precision != "int8":
+            raise EngineError("the whole model did not build on int8 (%s)" % getattr(stage, "reason", "fallback"))
+        agree = dt.DetectionAgreement(0.5)
+        for a, b in zip(boxes(stage), reference):
+            agree.add(a, b)
+        s = agree.summary()
+        return {"f1": s["f1"], "precision": s["precision"], "recall": s["recall"], "frames": s["frames"],
+                "reference_boxes": s["reference_boxes"], "int8_boxes": s["split_boxes"],
+                "seconds": round(time.time() - t0, 2)}
+
+    return score
