@@ -42,12 +42,18 @@ def why_not(cfg) -> str:
     return "" if ok else why
 
 
+def stale(cfg, cal: CameraCalibration) -> bool:
+    """True when the check applies and a stored `cal` was not checked at this config's line (a calibration stored
+    before the check existed, or `int8.fit_below` changed since): the master checks it once more."""
+    return not why_not(cfg) and not any(f.get("below") == cfg.int8.fit_below for f in cal.fit)
+
+
 def choose(cal: CameraCalibration, score: Callable[[str], Dict[str, object]], below: float) -> None:
     """Set `cal.recipe` to the first of RECIPES whose score's F1 reaches `below` (the last tried when none does) and
     `cal.fit` to every score taken. An F1 of None (fp32 found no box on the frames) fits: there is nothing to lose."""
     cal.fit = []
     for recipe in RECIPES:
-        entry = dict(score(recipe), recipe=recipe or "default")
+        entry = dict(score(recipe), recipe=recipe or "default", below=below)
         cal.fit.append(entry)
         cal.recipe = recipe
         f1 = entry.get("f1")
@@ -57,18 +63,19 @@ def choose(cal: CameraCalibration, score: Callable[[str], Dict[str, object]], be
 
 def check(cfg, graph, cal: CameraCalibration) -> Optional[str]:
     """Run the check on `cal` (setting its recipe and fit entries); None when it ran, else why it did not (one line,
-    logged: the calibration keeps the engine's recipe)."""
+    logged: the calibration keeps the recipe it has)."""
     why = why_not(cfg)
     if why:
         log.info("int8 calibration %s: no fit check (%s)", cal.digest, why)
         return why
+    trial = dataclasses.replace(cal)
     try:
-        score = _scorer(cfg, graph, cal)
-        choose(cal, score, cfg.int8.fit_below)
+        choose(trial, _scorer(cfg, graph, cal), cfg.int8.fit_below)
     except (EngineError, ValueError) as exc:
-        cal.recipe, cal.fit = "", []
-        log.warning("int8 calibration %s: fit check failed (%s); the engine's recipe stays", cal.digest, exc)
+        log.warning("int8 calibration %s: fit check failed (%s); its recipe stays %s", cal.digest, exc,
+                    cal.recipe or "default")
         return str(exc)
+    cal.recipe, cal.fit = trial.recipe, trial.fit
     kept = cal.fit[-1]
     log.info("int8 calibration %s: recipe %s kept (%s)", cal.digest, kept["recipe"],
              "; ".join("%s F1 %s" % (f["recipe"], f["f1"]) for f in cal.fit))

@@ -149,7 +149,7 @@ class Recalibration:
                                                  cfg.video)
         cc.store(cal, path)
         entry.update({"digest": cal.digest, "frames": len(sample.frames), "skipped": dict(sample.skipped),
-                      "measure_s": round(time.time() - t0, 2)})
+                      "recipe": cal.recipe or "default", "fit": list(cal.fit), "measure_s": round(time.time() - t0, 2)})
         log.info("int8 calibration %s measured on %d of the camera's frames in %.1f s (stored in %s)", cal.digest,
                  len(sample.frames), time.time() - t0, path)
         return cal

@@ -5,6 +5,7 @@ travels to the workers, and their stage key is the one of the file the master bu
 quantized again). The master's own code (calibrating.camera_calibration) on the real model, no mocks."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -36,6 +37,7 @@ def test_a_camera_whose_int8_boxes_do_not_fit_keeps_more_fp32_and_its_workers_bu
     from cnnvideo.artifacts import onnx_stage_path
     from cnnvideo.config import from_dict
     from cnnvideo.master.calibrating import camera_calibration
+    from cnnvideo.model.engines import camera_calibration as cc
     from cnnvideo.model.engines import factory_for
     from cnnvideo.model.engines.ort_engine import load_cached, stage_key
     from cnnvideo.model.loading import load_graph
@@ -52,6 +54,13 @@ def test_a_camera_whose_int8_boxes_do_not_fit_keeps_more_fp32_and_its_workers_bu
 
     again, rep2 = camera_calibration(cfg, graph, None, from_source=False)  # the stored calibration, its recipe
     assert rep2["stored"] is True and again.recipe == "fp32-head" and again.digest == cal.digest
+    assert "fit_s" not in rep2  # checked at this line already: not again
+
+    # a calibration stored before the check existed (no recipe, no fit) is checked once when it is loaded
+    cc.store(dataclasses.replace(cal, recipe="", fit=[]), rep["file"])
+    old, rep3 = camera_calibration(cfg, graph, None, from_source=False)
+    assert rep3["stored"] is True and "fit_s" in rep3 and old.recipe == "fp32-head" and old.digest == cal.digest
+    assert cc.load_stored(rep["file"], cal.model_key, SIZE, graph.num_segments).recipe == "fp32-head"
 
     worker = factory_for(cfg, graph).with_calibration(convert.calibration_from_pb(convert.calibration_to_pb(cal)))
     assert (worker.stem, worker.heads) == ("head", 2)

@@ -57,6 +57,8 @@ def test_a_stale_calibration_is_redone_without_stopping_the_run(tmp_path, dusk_t
     # the first 24 checked frames after the switch agree again (the new calibration's stage scores about 0.96 on
     # these day frames offline; a window of 24 frames holds about 70 boxes)
     assert first["f1_after"] is not None and first["f1_after"] >= 0.85, first
+    # the new calibration went through the master's fit check too (calibration_fit), and says which recipe it kept
+    assert first["recipe"] in ("default", "fp32-head") and first["fit"] and first["fit"][0]["recipe"] == "default"
     assert report["reliability"]["resyncs"] >= 1
     assert "is stale: F1" in proc.stderr and "replaces stale" in proc.stderr
     # the workers built the new stages from the master's file before the switch: none quantized its own

@@ -29,7 +29,8 @@ def test_a_camera_that_fits_keeps_the_engines_recipe_and_is_scored_once():
     cal = _cal()
     score, seen = _scores(0.98)
     calibration_fit.choose(cal, score, 0.97)
-    assert cal.recipe == "" and seen == [""] and cal.fit == [{"f1": 0.98, "reference_boxes": 12, "recipe": "default"}]
+    assert cal.recipe == "" and seen == [""] and cal.fit == [{"f1": 0.98, "reference_boxes": 12, "recipe": "default",
+                                                          "below": 0.97}]
 
 
 def test_a_camera_under_the_line_takes_the_next_recipe():
@@ -54,6 +55,17 @@ def test_frames_without_a_box_fit_as_they_are():
     score, seen = _scores(None)
     calibration_fit.choose(cal, score, 0.97)
     assert cal.recipe == "" and seen == [""]
+
+
+def test_a_stored_calibration_is_checked_again_only_when_unchecked_at_this_line():
+    cfg = from_dict({"model": "person-ssdlite", "precision": "int8", "engine": "onnxruntime"}, check_files=False)
+    cal = _cal()
+    assert calibration_fit.stale(cfg, cal)  # stored before the check existed
+    score, _ = _scores(0.98)
+    calibration_fit.choose(cal, score, 0.97)
+    assert not calibration_fit.stale(cfg, cal)
+    assert calibration_fit.stale(dataclasses.replace(cfg, int8=dataclasses.replace(cfg.int8, fit_below=0.99)), cal)
+    assert not calibration_fit.stale(dataclasses.replace(cfg, precision="fp32"), _cal())  # the check does not apply
 
 
 def test_the_check_applies_to_an_int8_detector_on_its_cameras_calibration_only():
