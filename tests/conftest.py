@@ -126,31 +126,24 @@ def pytest_runtest_logreport(report):
         _CPU[report.nodeid] = props["cpu_s"]
 
 
-def _host_cpu() -> tuple:
-    """(busy, all) CPU seconds of the whole host since boot, from /proc/stat's first line (every core, every
-    process and container): user to steal (guest time is inside user); iowait and steal, time a hypervisor gave
-    another guest, count as not busy."""
-    with open("/proc/stat") as fh:
-        ticks = [int(x) for x in fh.readline().split()[1:9]] + [0] * 8
-    tick = os.sysconf("SC_CLK_TCK")
-    total = sum(ticks[:8])
-    return (total - ticks[3] - ticks[4] - ticks[7]) / tick, total / tick
-
-
 _HOST_START = []  # the host's (busy, all) CPU seconds when this session started
 
 
 def pytest_sessionstart(session):
+    from cnnvideo.cpucap import host_cpu_seconds  # (not at the top: cnnvideo may import onnx before OMP_NUM_THREADS)
+
     if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist), not an xdist worker
-        _HOST_START.append(_host_cpu())
+        _HOST_START.append(host_cpu_seconds())
 
 
 def pytest_terminal_summary(terminalreporter):
     """The 15 tests that used the most CPU: on 2 shared cores these, not the longest, set how long a tier takes
     (containers' CPU is not counted). Then how busy the host was meanwhile, containers and other tiers included:
     near 100% the tier waits for CPU, and only less work shortens it."""
+    from cnnvideo.cpucap import host_cpu_seconds
+
     if _HOST_START:
-        busy, total = (b - a for a, b in zip(_HOST_START[0], _host_cpu()))
+        busy, total = (b - a for a, b in zip(_HOST_START[0], host_cpu_seconds()))
         terminalreporter.write_line("host: %.0f of %.0f CPU-s busy (%.0f%%) during this session, every process"
                                     % (busy, total, 100.0 * busy / max(total, 1e-9)))
     if not _CPU:

@@ -58,12 +58,13 @@ def camera_calibration(cfg, graph, feed, from_source: bool) -> Tuple[Optional[cc
     if stored is not None:
         log.info("int8 calibration %s: camera %s's stored calibration (%d frames of %s, frames %s)", stored.digest,
                  camera or "-", len(stored.jpegs), stored.source, cc.span(stored.indices))
+        entry = {"stored": True, "file": path}
         if calibration_fit.stale(cfg, stored):  # stored before the check, or checked at another line: once now
             t0 = time.time()
             if calibration_fit.check(cfg, graph, stored) is None:
                 cc.store(stored, path)
-                return stored, dict(stored.report(), stored=True, file=path, fit_s=round(time.time() - t0, 2))
-        return stored, dict(stored.report(), stored=True, file=path)
+                entry["fit_s"] = round(time.time() - t0, 2)
+        return stored, dict(stored.report(), **entry)  # (the report after the check: its recipe, its digest)
     count, stride = cfg.int8.calibration_frames, cfg.int8.calibration_stride
     look = count * stride * 4
     items = _source_items(feed, look) if from_source else _file_items(cfg.video, cfg.frame_size, look)

@@ -8,8 +8,8 @@ last one tried, and the calibration carries it to every worker (RunSetup, its di
 Why: int8's rounding moves a detector's scores by about 0.03; a scene whose people score near the threshold (walkers:
 31 of 74 boxes between 0.4 and 0.6) gains or loses boxes that fp32 does not, and only keeping the backbone's path to
 the finest head fp32 removes it, at 1.2x int8's CPU a frame (docs/results/int8-scenes). The check lets the cameras
-that need it pay that, and no other. The stages are built in the master's stage folder (artifacts.served_stages_dir),
-with the same keys as stage_push's: the whole-model stage of the recipe kept is the one a replicas plan pushes."""
+that need it pay that, and no other. The stages are built by stage_push.served_factory, in the master's stage folder
+with the workers' keys: the whole-model stage of the recipe kept is the one a replicas plan pushes."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,11 +19,13 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from cnnvideo.artifacts import onnx_model_path, served_stages_dir
-from cnnvideo.model.engines import EngineError, factory_for, ort_available
+from cnnvideo.artifacts import onnx_model_path
+from cnnvideo.model.engines import EngineError, ort_available
 from cnnvideo.model.engines.camera_calibration import RECIPES, CameraCalibration
 from cnnvideo.model.onnx_graph import unpack_outputs
 from cnnvideo.results import detections as dt
+
+from .stage_push import served_factory
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,9 @@ def check(cfg, graph, cal: CameraCalibration) -> Optional[str]:
         return why
     trial = dataclasses.replace(cal)
     try:
-        choose(trial, _scorer(cfg, graph, cal), cfg.int8.fit_below)
+        fp32 = served_factory(dataclasses.replace(cfg, precision="fp32"), graph).stage(0, graph.num_segments)
+        score = scorer(served_factory(cfg, graph), fp32, graph, dt.spec_for(cfg.model, cfg.detect), cal)
+        choose(trial, score, cfg.int8.fit_below)
     except (EngineError, ValueError) as exc:
         log.warning("int8 calibration %s: fit check failed (%s); its recipe stays %s", cal.digest, exc,
                     cal.recipe or "default")
@@ -82,11 +86,11 @@ def check(cfg, graph, cal: CameraCalibration) -> Optional[str]:
     return None
 
 
-def _scorer(cfg, graph, cal: CameraCalibration) -> Callable[[str], Dict[str, object]]:
-    """score(recipe) -> the F1 entry of int8 with that recipe against fp32 on the calibration's frames."""
-    onnx_cfg = dataclasses.replace(cfg, engine="onnxruntime")
-    folder = served_stages_dir(cfg.cache_dir)
-    spec = dt.spec_for(cfg.model, cfg.detect)
+def scorer(base, fp32_stage, graph, spec: dt.DetectorSpec,
+           cal: CameraCalibration) -> Callable[[str], Dict[str, object]]:
+    """score(recipe) -> the F1 entry of the whole model on int8 (built by `base` on `cal` with that recipe) against
+    `fp32_stage`'s boxes, on the calibration's frames as decoded from their JPEGs (what the workers calibrate on).
+    The master's check and `cnnvideo bench int8-scenes` score with it."""
     h, w = graph.frame_size
     k = graph.num_segments
     frames = cal.frames()
@@ -95,14 +99,10 @@ def _scorer(cfg, graph, cal: CameraCalibration) -> Callable[[str], Dict[str, obj
     def boxes(stage) -> List[list]:
         return [dt.decode(unpack_outputs(stage.run(f[np.newaxis]), last), spec, w, h) for f in frames]
 
-    fp32 = factory_for(dataclasses.replace(onnx_cfg, precision="fp32"), graph)
-    fp32.cache_dir = folder
-    reference = boxes(fp32.stage(0, k))
+    reference = boxes(fp32_stage)
 
     def score(recipe: str) -> Dict[str, object]:
         t0 = time.time()
-        base = factory_for(onnx_cfg, graph)
-        base.cache_dir = folder
         stage = base.with_calibration(dataclasses.replace(cal, recipe=recipe, fit=[])).stage(0, k)
         if stage.precision != "int8":
             raise EngineError("the whole model did not build on int8 (%s)" % getattr(stage, "reason", "fallback"))

@@ -47,6 +47,15 @@ def plan_stages(plan, n_workers: int, only: Optional[Sequence[int]] = None) -> D
     return out
 
 
+def served_factory(cfg, graph):
+    """The StageFactory of the stages the master builds for its workers: ONNX Runtime, in the master's own folder
+    (artifacts.served_stages_dir), with the workers' stage keys. calibration_fit builds its check's stages with it,
+    so the stage it keeps is the file a push then sends."""
+    factory = factory_for(dataclasses.replace(cfg, engine="onnxruntime"), graph)
+    factory.cache_dir = served_stages_dir(cfg.cache_dir)
+    return factory
+
+
 class StagePush:
     """Builds (once each) and pushes the int8 stage files of the workers' profiles and of the plans the master
     starts or warms."""
@@ -77,10 +86,7 @@ class StagePush:
         return ok
 
     def _factory(self, graph):
-        cfg = self.m.cfg
-        factory = factory_for(dataclasses.replace(cfg, engine="onnxruntime"), graph)
-        factory.cache_dir = served_stages_dir(cfg.cache_dir)
-        return factory
+        return served_factory(self.m.cfg, graph)
 
     def push_profile(self) -> None:
         """The whole model on the trainer's video's calibration (the stage a worker profiles, engine_scale), built

@@ -1,6 +1,7 @@
 """This process's CPU cap: the CFS quota and period of its cgroup (v2 cpu.max, or v1 cpu.cfs_*), as `cnnvideo
 local`, docker --cpus and a Pi's own cgroup set it. The engines read it (how they time a profile under a cap) and
-the planner does (the cost of a capped worker), so it sits below both."""
+the planner does (the cost of a capped worker), so it sits below both. And how busy the whole host's CPU has been
+(host_cpu_seconds), which the test tiers and tools/probes/container_cpu.py report."""
 from __future__ import annotations
 
 import os
@@ -68,3 +69,14 @@ def _cfs_at(root: str) -> Tuple[float, float]:
             continue
         return (quota / 1e6, period / 1e6) if quota > 0 and period > 0 else (0.0, 0.0)
     return 0.0, 0.0
+
+
+def host_cpu_seconds() -> Tuple[float, float]:
+    """(busy, all) CPU seconds of the whole host since boot, from /proc/stat's first line (every core, every
+    process and container): user to steal (guest time is inside user); iowait and steal, time a hypervisor gave
+    another guest, count as not busy."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]] + [0] * 8
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(ticks[:8])
+    return (total - ticks[3] - ticks[4] - ticks[7]) / tick, total / tick

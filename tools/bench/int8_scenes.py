@@ -136,21 +136,12 @@ def _f1(dets, ref, skip: int = 0) -> Dict[str, Any]:
     return {"f1": s["f1"], "precision": s["precision"], "recall": s["recall"], "frames": s.get("frames")}
 
 
-def _fit(cal, base, graph, spec, frame_size, below: float) -> None:
-    """The master's recipe choice on `cal` (calibration_fit.choose), scored as the master scores it: int8's boxes
-    against fp32's on the calibration's own frames, as decoded from their JPEGs (what the master and the workers
-    calibrate on)."""
-    k = graph.num_segments
-    frames = list(cal.frames())
+def _fit(cal, base, graph, spec, below: float) -> None:
+    """The master's recipe choice on `cal` (calibration_fit.choose), scored as the master scores it
+    (calibration_fit.scorer): int8's boxes against fp32's on the calibration's own frames."""
     fp32 = StageFactory(graph, EngineSpec("onnxruntime", "fp32", 1, "stop"), base.cache_dir, base.key)
-    reference = _detections(fp32.stage(0, k), frames, graph, spec, frame_size)
-
-    def score(recipe: str) -> Dict[str, Any]:
-        stage = base.with_calibration(dataclasses.replace(cal, recipe=recipe, fit=[])).stage(0, k)
-        s = _f1(_detections(stage, frames, graph, spec, frame_size), reference)
-        return dict(s, reference_boxes=sum(len(r) for r in reference))
-
-    calibration_fit.choose(cal, score, below)
+    calibration_fit.choose(cal, calibration_fit.scorer(base, fp32.stage(0, graph.num_segments), graph, spec, cal),
+                           below)
 
 
 def _camera_calibration(graph, key, frames, count, stride, source):
@@ -206,7 +197,7 @@ def measure(frame_size=(480, 720), frames: int = 100, scene_names=("beach", "wal
             else:
                 cal = pool_cal or _camera_calibration(graph, key, fr, row["frames"], row["stride"], clips[name])
                 if row.get("fit"):
-                    _fit(cal, base, graph, spec, frame_size, row["fit"])
+                    _fit(cal, base, graph, spec, row["fit"])
                 factory, cal_info = base.with_calibration(cal), cal.report()
                 window = 0 if pool_cal else cal.indices[-1] + 1
             t1 = time.time()

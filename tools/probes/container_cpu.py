@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Dict, Optional, Tuple
 
+from cnnvideo.cpucap import host_cpu_seconds
+
 _V1 = "/sys/fs/cgroup/cpuacct/docker/*/cpuacct.usage"  # nanoseconds
 _V2 = "/sys/fs/cgroup/system.slice/docker-*.scope/cpu.stat"  # usage_usec line
 
@@ -53,16 +55,6 @@ def describe(ids) -> Dict[str, Tuple[str, str]]:
     return named
 
 
-def host_busy() -> Tuple[float, float]:
-    """(busy, all) CPU seconds of the host since boot (/proc/stat: user to steal, guest time being inside user;
-    iowait and steal count as not busy)."""
-    with open("/proc/stat") as fh:
-        ticks = [int(x) for x in fh.readline().split()[1:9]] + [0] * 8
-    tick = os.sysconf("SC_CLK_TCK")
-    total = sum(ticks[:8])
-    return (total - ticks[3] - ticks[4] - ticks[7]) / tick, total / tick
-
-
 def main(argv) -> int:
     out_json: Optional[str] = None
     if argv[:1] == ["--json"]:
@@ -73,7 +65,7 @@ def main(argv) -> int:
     seen: Dict[str, float] = {}
     names: Dict[str, Tuple[str, str]] = {}
     start = usage()  # containers already running count from now
-    host0 = host_busy()
+    host0 = host_cpu_seconds()
     proc = subprocess.Popen(argv)
     while True:
         now = usage()
@@ -83,7 +75,7 @@ def main(argv) -> int:
         if proc.poll() is not None:
             break
         time.sleep(0.5)
-    busy, total = (b - a for a, b in zip(host0, host_busy()))
+    busy, total = (b - a for a, b in zip(host0, host_cpu_seconds()))
     rows = sorted(((sec, names.get(cid, ("?", "?")), cid[:12]) for cid, sec in seen.items()), reverse=True)
     for sec, (name, image), cid in rows:
         if sec >= 0.5:

@@ -63,7 +63,7 @@ def main() -> None:
     for cal_name, cal_frames in frames.items():
         cal = bench._camera_calibration(g, key, cal_frames, 16, 5, cal_name)
         if args.fit:
-            bench._fit(cal, base, g, PERSON_SSDLITE, size, args.fit)
+            bench._fit(cal, base, g, PERSON_SSDLITE, args.fit)
             recipes[cal_name], fits[cal_name] = cal.recipe or "default", cal.fit
         stage = base.with_calibration(cal).stage(0, k)
         out[cal_name] = {name: bench._f1(bench._detections(stage, fr, g, PERSON_SSDLITE, size), ref[name])["f1"]
