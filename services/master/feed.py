@@ -11,7 +11,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 import numpy as np
 
 from cnnvideo.config import Config
-from cnnvideo.video.frames import read_frames
+from cnnvideo.video.frames import read_frames, single_threaded
 from cnnvideo.video.sources import Source, SourceError, SourceOptions
 from cnnvideo.wire.hop import InputChange
 
@@ -53,7 +53,9 @@ class Feed:
         # goes to these (a recalibration sampling the camera's frames while the run goes on: recalibration.py)
 
     def open(self) -> None:
-        """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change."""
+        """Open the source (SourceError with one line if it cannot be); offline, scan the clip's input change.
+        OpenCV runs single-threaded in the master (frames.single_threaded)."""
+        single_threaded()
         if self.offline:
             self.ahead = self._scan()
         self.source.open()

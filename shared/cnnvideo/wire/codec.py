@@ -312,7 +312,6 @@ def encode(values: np.ndarray, mask: Optional[np.ndarray] = None, fp16: bool = F
     isz = wire.itemsize
     code = _resolve(compress, isz)
     has_mask = mask is not None
-    idx = None
     if not has_mask:
         shape = values.shape
         if len(shape) > MAX_NDIM:
@@ -338,27 +337,12 @@ def encode(values: np.ndarray, mask: Optional[np.ndarray] = None, fp16: bool = F
             flat = None
         else:
             raise CodecError("values shape %s does not match mask shape %s" % (values.shape, mask.shape))
-    # layout by exact uncompressed size (dense only without a mask: a mask must come back)
-    head = b""
-    width = 0
-    if nnz == numel:
-        layout = DENSE
-    else:
-        best = (numel + 7) // 8 + nnz * isz
-        layout = BITMAP
-        if not has_mask and (numel * isz < best or (isz == 1 and code == ZSTD and compress == "auto"
-                                                     and 8 * nnz > numel)):
-            # bytes under zstd: zeros cost next to nothing in a dense body, which skips gather/scatter
-            best, layout = numel * isz, DENSE
-        if sel is None and layout != DENSE:
+    layout, best = _layout(numel, nnz, isz, code, compress, has_mask)
+    head, width = b"", 0
+    if layout != DENSE:
+        if sel is None:
             sel = bits != 0
-        if layout != DENSE and nnz * (1 + isz) < best:  # an index list could win
-            idx = sel.nonzero()[0]
-            ihead, icode = _index_head(idx, best - nnz * isz)
-            if ihead is not None:
-                layout, head, width = INDEX, ihead, icode
-        if layout == BITMAP:
-            head = np.packbits(sel).tobytes()
+        layout, head, width, idx = _sparse_head(sel, None, nnz, isz, best)
     if layout == DENSE:
         nnz = numel
         vals = flat
@@ -368,6 +352,69 @@ def encode(values: np.ndarray, mask: Optional[np.ndarray] = None, fp16: bool = F
         vals = values
     else:
         vals = _gather(flat, sel, nnz, idx)
+    return _finish(prefix, shape, layout, (wire_c, out_c), code, compress, has_mask, width, nnz, head, vals)
+
+
+def encode_positions(shape, positions: np.ndarray, values: np.ndarray, sel: np.ndarray, compress: str = "auto",
+                     prefix: bytes = b"") -> bytes:
+    """The bytes `encode` gives for a tensor of `shape` that is zero but at the sorted flat `positions`, where it
+    holds `values` (1-D, none of them zero, of its dtype), from those alone: a sender that found its changed
+    positions once (the input hop's delta) saves encode's passes over the whole tensor to find them again (counting,
+    comparing, a dense delta to gather from). `sel` is the flat boolean mask of the same positions (for a bitmap
+    layout). No fp16."""
+    values = np.asarray(values)
+    out_c = _DTYPE_CODES.get(values.dtype)
+    if out_c is None:
+        raise CodecError("unsupported dtype %s (uint8, float16, float32)" % values.dtype)
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > MAX_NDIM:
+        raise CodecError("ndim %d > %d" % (len(shape), MAX_NDIM))
+    numel, nnz, isz = sel.size, int(positions.size), values.itemsize
+    code = _resolve(compress, isz)
+    layout, best = _layout(numel, nnz, isz, code, compress, False)
+    head, width = b"", 0
+    if layout == DENSE:
+        vals = np.zeros(numel, dtype=values.dtype)
+        vals[positions] = values
+        nnz = numel
+    else:
+        layout, head, width, _ = _sparse_head(sel, positions, nnz, isz, best)
+        vals = values
+    return _finish(prefix, shape, layout, (out_c, out_c), code, compress, False, width, nnz, head, vals)
+
+
+def _layout(numel: int, nnz: int, isz: int, code: int, compress: str, has_mask: bool) -> Tuple[int, int]:
+    """(DENSE or BITMAP, its exact uncompressed size) for nnz values of numel: dense only without a mask (a mask
+    must come back), when it is no bigger, or for bytes under auto zstd with more than 1 in 8 set (zeros cost next
+    to nothing in a dense body, which skips gather/scatter). A bitmap's caller may still pick an index list."""
+    dense = numel * isz
+    if nnz == numel:
+        return DENSE, dense
+    best = (numel + 7) // 8 + nnz * isz
+    if not has_mask and (dense < best or (isz == 1 and code == ZSTD and compress == "auto" and 8 * nnz > numel)):
+        return DENSE, dense
+    return BITMAP, best
+
+
+def _sparse_head(sel: np.ndarray, idx: Optional[np.ndarray], nnz: int, isz: int,
+                 best: int) -> Tuple[int, bytes, int, Optional[np.ndarray]]:
+    """(layout, head, index code, positions) of a sparse body whose bitmap costs `best` bytes: an index list when it
+    could win and does (idx: the positions of sel, found here if None), else the bitmap of sel."""
+    if nnz * (1 + isz) < best:
+        if idx is None:
+            idx = sel.nonzero()[0]
+        ihead, icode = _index_head(idx, best - nnz * isz)
+        if ihead is not None:
+            return INDEX, ihead, icode, idx
+    return BITMAP, np.packbits(sel).tobytes(), 0, idx
+
+
+def _finish(prefix: bytes, shape: tuple, layout: int, codes: Tuple[int, int], code: int, compress: str,
+            has_mask: bool, width: int, nnz: int, head: bytes, vals: np.ndarray) -> bytes:
+    """prefix + header + body of an encoded tensor, its values (`codes`: wire and out dtype codes) compressed as
+    _pick_compression decides."""
+    wire_c, out_c = codes
+    wire = _LE[wire_c]
     if vals.dtype != wire:
         vals = vals.astype(wire)
     if not vals.flags.c_contiguous:
