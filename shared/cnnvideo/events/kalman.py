@@ -21,7 +21,10 @@ crosses a frame edge moving out: a person the detector loses there has walked ou
 
 State per track: [cx, cy, w, h, vcx, vcy, vw, vh], pixels and pixels per second. Noise scales with the box
 size (a near person moves more pixels than a far one), as in ByteTrack; the constants are per second, not
-per frame, so they hold at any frame rate.
+per frame, so they hold at any frame rate. The height has its own, far smaller, process noise and initial velocity
+(`proc_height`, `init_height_vel`, 0.1 against the centre's 0.25 and 1.0; issue 46, fourth pass): a person's height
+changes only as their distance from the camera does, so the filter averages it over many boxes and a neighbour of
+another height no longer fits the gate, while the width, which swings with every stride, keeps the centre's.
 """
 from __future__ import annotations
 
@@ -35,9 +38,17 @@ from .types import Detection
 
 MEAS_POS = 0.05  # measurement noise std of the centre, fraction of the box size
 MEAS_SIZE = 0.10  # of width and height (a jittered box's size varies about twice as much as its centre)
-PROC_POS = 0.25  # process noise of the centre and size, fraction of the size per sqrt(second)
+PROC_POS = 0.25  # process noise of the centre and width, fraction of the size per sqrt(second)
 PROC_VEL = 0.25  # of their velocities, fraction of the size per second per sqrt(second): walkers turn slowly
-INIT_VEL = 1.0  # initial velocity std, fraction of the size per second (a walker moves ~1 height a second)
+INIT_VEL = 1.0  # initial velocity std of the centre and width, fraction of the size per second (~1 height a second)
+# a person's height changes only as their distance does: walking at 1.5 m/s straight at a camera 15 m away changes
+# it by 10% a second. So the height's initial velocity std, and the process noise of the height and of its velocity,
+# are 0.1 of the height (per second, per sqrt(second)), not the centre's 1.0 and 0.25: the filter then averages a
+# person's height over many boxes, and a neighbour of another height (depth) no longer fits. The width keeps the
+# centre's: it swings with the stride (TUD-Campus' annotated widths jump by up to 36% from one frame to the next,
+# the heights by up to 12%). Derived from that, not searched.
+PROC_HEIGHT = 0.1  # process noise of the height and of its velocity, fraction of the height per sqrt(second)
+INIT_HEIGHT_VEL = 0.1  # initial std of the height's velocity, fraction of the height per second
 GATE = 18.47  # chi-square, 4 degrees of freedom, 99.9%: a detection this unlikely never continues a track
 MIN_SIZE = 1.0  # pixels: a predicted box never shrinks below this
 TENTATIVE_MISSES = 1  # a candidate missed this many processed frames in a row is dropped
@@ -64,6 +75,8 @@ class KalmanConstants:
     tentative_misses: int = TENTATIVE_MISSES
     r_max: float = R_MAX
     coast_sd: float = COAST_SD
+    proc_height: float = PROC_HEIGHT
+    init_height_vel: float = INIT_HEIGHT_VEL
 
     def scaled(self, r: float) -> "KalmanConstants":
         """These constants with the measurement noise std multiplied by `r`."""
@@ -103,7 +116,8 @@ def kf_init(boxes: np.ndarray, k: KalmanConstants = DEFAULT_CONSTANTS) -> Tuple[
     z = xyxy_to_z(boxes)
     x = np.concatenate([z, np.zeros_like(z)], 1)
     sc = _scale(z)
-    std = np.concatenate([2 * k.meas_pos * sc[:, :2], 2 * k.meas_size * sc[:, 2:], k.init_vel * sc], 1)
+    std = np.concatenate([2 * k.meas_pos * sc[:, :2], 2 * k.meas_size * sc[:, 2:], k.init_vel * sc[:, :3],
+                          k.init_height_vel * sc[:, 3:]], 1)
     p = np.zeros((len(z), 8, 8))
     idx = np.arange(8)
     p[:, idx, idx] = std ** 2
@@ -119,7 +133,8 @@ def kf_predict(x: np.ndarray, p: np.ndarray, dt: float,
     f[np.arange(4), np.arange(4) + 4] = dt
     x = x @ f.T
     sc = _scale(x)
-    q = np.concatenate([(k.proc_pos * sc) ** 2 * dt, (k.proc_vel * sc) ** 2 * dt], 1)
+    q = np.concatenate([(k.proc_pos * sc[:, :3]) ** 2, (k.proc_height * sc[:, 3:]) ** 2,
+                        (k.proc_vel * sc[:, :3]) ** 2, (k.proc_height * sc[:, 3:]) ** 2], 1) * dt
     p = f @ p @ f.T
     idx = np.arange(8)
     p[:, idx, idx] += q
