@@ -466,23 +466,39 @@ def gantt_svg(spans: Sequence[StageSpan], actors: Sequence[str], max_frames: int
 def thumbnail_uri(frame, width: int = 128, detections: Optional[Sequence[Any]] = None) -> str:
     """An RGB uint8 frame as a small inline JPEG (data: URI), with a detector's boxes (frame pixels) drawn on it
     after the resize (so they stay visible); '' without OpenCV."""
+    small = thumbnail(frame, width, detections)
+    return jpeg_uri(small) if small is not None else ""
+
+
+def thumbnail(frame, width: int = 128, detections: Optional[Sequence[Any]] = None):
+    """The small RGB uint8 image thumbnail_uri shows: `frame` resized to `width` (240 at least for a detector's,
+    big enough to see who is boxed) with the detections' boxes drawn; None without OpenCV. A holder of many
+    thumbnails keeps these and encodes only those it shows (jpeg_uri)."""
     try:
         import cv2
     except ImportError:
-        return ""
-    import base64
+        return None
 
-    # not at the top, since they load numpy: read() serves the `cnnvideo local` launcher, camera_report and
+    # not at the top, since it loads numpy: read() serves the `cnnvideo local` launcher, camera_report and
     # local_cameras, which load none; only the master makes thumbnails
     from cnnvideo.results.detections import draw_boxes
-    from cnnvideo.video.frames import swap_rb
 
     h, w = frame.shape[:2]
     if detections is not None:
-        width = max(width, 240)  # a detector's thumbnails: big enough to see who is boxed
+        width = max(width, 240)
     small = cv2.resize(frame, (width, max(int(round(h * width / float(w))), 1)), interpolation=cv2.INTER_AREA)
     if detections:
         small = draw_boxes(small, detections, scale=width / float(w), text=False, thickness=2)
+    return small
+
+
+def jpeg_uri(small) -> str:
+    """A small RGB uint8 image as an inline JPEG (quality 80) data: URI; '' if it cannot be encoded."""
+    import base64
+
+    import cv2
+
+    from cnnvideo.video.frames import swap_rb
 
     ok, buf = cv2.imencode(".jpg", swap_rb(small), [int(cv2.IMWRITE_JPEG_QUALITY), 80])
     return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii") if ok else ""
