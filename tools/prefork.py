@@ -15,17 +15,25 @@ which starts a thread or opens a socket (gRPC is not imported before a fork), th
 When the launcher goes away the server sends SIGTERM to the roles still running, waits for them to end, then
 exits. `CNNVIDEO_PREFORK=0` turns it off (each role is then started with `python -m cnnvideo` again), and a server
 that fails makes the launcher do the same, with one line saying why.
+
+A hub (`python -m cnnvideo.tools.prefork --hub PATH`) pays the imports once for many runs, e.g. a test session's:
+it preloads, listens on the Unix socket PATH, and forks one run's server per connection, which then serves that
+launcher exactly as above. A launcher whose environment names a hub (`CNNVIDEO_PREFORK_HUB=PATH`) connects to it
+instead of starting a server, and starts its own when the hub does not answer.
 """
 from __future__ import annotations
 
 import array
+import errno
 import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -44,6 +52,7 @@ PRELOAD = ("numpy", "yaml", "torch", "torchvision", "cnnvideo.config", "cnnvideo
 ONNX_PRELOAD = ("onnx",)
 NOT_BEFORE_FORK = ("grpc",)  # threads and sockets that must not be shared across a fork
 ENV = "CNNVIDEO_PREFORK"
+HUB_ENV = "CNNVIDEO_PREFORK_HUB"  # the Unix socket of a hub the launcher asks for its run's server
 MODEL_ARG = "model="  # an argument of the server naming a model to build before forking: model=["alexnet","random",0]
 MAX_MESSAGE = 1 << 20
 
@@ -233,6 +242,126 @@ def serve(fd: int, extra: Sequence[str] = ()) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- the hub
+def _hello(sock: socket.socket, timeout: float = 30.0) -> List[str]:
+    """A connection's first line, {"extra": [...]}: what its run's server preloads beyond the hub's modules."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk or len(data) > MAX_MESSAGE:
+            raise ValueError("a prefork hub connection without its first line")
+        data += chunk
+    sock.settimeout(None)
+    return [str(e) for e in json.loads(data.partition(b"\n")[0].decode()).get("extra", [])]
+
+
+def _serve_connection(listener: socket.socket, conn: socket.socket) -> int:
+    """In a child of the hub: become one run's server on `conn`. Its roles, forked from here, leave the interpreter
+    by SystemExit up through these frames, so nothing below catches or cleans up."""
+    listener.close()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_DFL)
+    try:
+        extra = _hello(conn)
+    except (OSError, ValueError):
+        return 1
+    return serve(conn.detach(), extra)
+
+
+def _note_children_cpu(path: str) -> None:
+    """The CPU seconds of the runs' servers reaped so far (their roles included), in PATH.cpu: the test session
+    counts them as its own (tests/conftest.py), as it counts a launcher's server that it reaps itself."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tmp = path + ".cpu.tmp"
+    with open(tmp, "w") as fh:
+        fh.write("%.3f\n" % (usage.ru_utime + usage.ru_stime))
+    os.replace(tmp, path + ".cpu")
+
+
+def hub(path: str) -> int:
+    """Preload once (PRELOAD and onnx), listen on the Unix socket `path`, say "ready" on stdout, and fork one run's
+    server per connection. Ends on SIGTERM, or when its parent (the session that started it) is gone; the runs'
+    servers it forked end with their launchers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    for name in PRELOAD + ONNX_PRELOAD:
+        try:
+            load_torchvision() if name == "torchvision" else importlib.import_module(name)
+        except ImportError:
+            pass
+    gc.collect()
+    gc.freeze()
+    parent, me = os.getppid(), os.getpid()
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    _note_children_cpu(path)
+    print("ready %d" % me, flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nobody reads the pipe after that line: a run's server writing to it must not block
+    os.close(devnull)
+    servers = set()
+    while not stop and os.getppid() == parent:
+        try:
+            readable, _, _ = select.select([listener], [], [], 0.2)
+        except InterruptedError:
+            readable = []
+        if readable:
+            conn, _addr = listener.accept()
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(_serve_connection(listener, conn))
+            conn.close()
+            servers.add(pid)
+        reaped = False
+        while servers:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                servers.clear()
+                break
+            if pid == 0:
+                break
+            servers.discard(pid)
+            reaped = True
+        if reaped:
+            _note_children_cpu(path)
+    if os.getpid() == me:
+        listener.close()
+        for name in (path, path + ".cpu"):
+            try:
+                os.unlink(name)
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+    return 0
+
+
+# Linux namespaces a role inherits from its server: a launcher in a network namespace of its own (`links: tc`) or
+# another mount or PID namespace needs a server there too, so it takes no hub's
+NAMESPACES = ("net", "mnt", "pid", "uts", "ipc", "user")
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    """The pid at the other end of a connected Unix socket (SO_PEERCRED)."""
+    pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid
+
+
+def _same_namespaces(pid: int) -> bool:
+    """Whether process `pid` is in this process's namespaces (NAMESPACES), so that what it forks runs as if
+    forked here."""
+    try:
+        return all(os.readlink("/proc/%d/ns/%s" % (pid, ns)) == os.readlink("/proc/self/ns/%s" % ns)
+                   for ns in NAMESPACES)
+    except OSError:
+        return False
+
+
 # ---------------------------------------------------------------------------------------------------- the client
 class ForkedProc:
     """A role forked by the server, with the part of subprocess.Popen's interface the launcher uses."""
@@ -274,11 +403,14 @@ class Server:
     """The launcher's end: starts the server, forks roles through it, hands out ForkedProc objects."""
 
     def __init__(self, env: Dict[str, str], extra: Sequence[str] = ()) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock = ours
-        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())]
-                                     + list(extra), pass_fds=[theirs.fileno()], env=env)
-        theirs.close()
+        self.proc: Optional[subprocess.Popen] = None  # the server, when this launcher started it (not a hub's)
+        self.sock = self._from_hub(env.get(HUB_ENV), extra)
+        if self.sock is None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock = ours
+            self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())]
+                                         + list(extra), pass_fds=[theirs.fileno()], env=env)
+            theirs.close()
         self.lock = threading.Lock()  # one request at a time: its answer is the next pid
         self.cond = threading.Condition()
         self.answers: List[dict] = []
@@ -290,6 +422,24 @@ class Server:
         first = self._answer(600.0)
         if "ready" not in first:
             raise OSError(first.get("error") or "the prefork server did not start")
+
+    @staticmethod
+    def _from_hub(path: Optional[str], extra: Sequence[str]) -> Optional[socket.socket]:
+        """A connection to the hub at `path` that has asked for a server preloading `extra`; None without a hub or
+        when it does not answer (the launcher then starts a server of its own)."""
+        if not path:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            if not _same_namespaces(_peer_pid(sock)):
+                sock.close()
+                return None
+            _send(sock, {"extra": list(extra)})
+        except OSError:
+            sock.close()
+            return None
+        return sock
 
     def _read(self) -> None:
         f = self.sock.makefile("rb")
@@ -353,11 +503,14 @@ class Server:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is None:  # a hub's server: it closes the connection when it ends
+            self.reader.join(10)
+        else:
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self.sock.close()
 
 
@@ -369,4 +522,4 @@ def role_argv(argv: List[str]) -> Optional[List[str]]:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]), sys.argv[2:]))
+    sys.exit(hub(sys.argv[2]) if sys.argv[1] == "--hub" else serve(int(sys.argv[1]), sys.argv[2:]))

@@ -1,7 +1,7 @@
 """`cnnvideo local`'s fork server (tools/prefork.py) runs each role as its own process forked from one that has
 imported torch and torchvision: a role's output and exit code come back as from `python -m cnnvideo`, a role killed
-by a signal reads as such, gRPC is never imported before a
-fork, and the server leaves once the launcher has let it go and its roles have ended."""
+by a signal reads as such, gRPC is never imported before a fork, and the server leaves once the launcher has let it go
+and its roles have ended. Each holds for a server the launcher starts and for one a prefork hub forks for it."""
 import os
 import signal
 import subprocess
@@ -12,15 +12,28 @@ import pytest
 
 from cnnvideo.tools import prefork
 
-from .helpers import base_config, write_config
+from .helpers import base_config, run_local, write_config
 from .helpers import env as role_env
 
 
-@pytest.fixture
-def server():
-    s = prefork.Server(role_env())
+@pytest.fixture(params=["own", "hub"])
+def server(request, prefork_hub):
+    """The launcher's server: one it starts itself, or one forked for it by the session's hub (conftest.py)."""
+    env = role_env()
+    env.pop(prefork.HUB_ENV, None)
+    if request.param == "hub":
+        if prefork_hub is None:
+            pytest.skip("no prefork hub in this session (CNNVIDEO_TEST_HUB=0)")
+        env[prefork.HUB_ENV] = prefork_hub
+    s = prefork.Server(env)
+    assert (s.proc is None) == (request.param == "hub"), "the hub did not answer"
     yield s
     s.close()
+
+
+def _left(server) -> bool:
+    """Whether the server has left once closed: its process exited 0, or a hub's server closed the connection."""
+    return server.proc.returncode == 0 if server.proc is not None else not server.reader.is_alive()
 
 
 def _trainer(server, tmp_path, video):
@@ -62,7 +75,7 @@ def test_a_killed_role_reads_as_killed_and_the_server_leaves_after_its_roles(ser
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(30) == -signal.SIGKILL
     server.close()
-    assert server.proc.returncode == 0
+    assert _left(server)
 
 
 def test_role_argv_takes_only_cnnvideo_commands():
@@ -92,5 +105,24 @@ def test_a_role_left_running_when_the_launcher_goes_is_stopped(server, tmp_path,
     proc = _trainer(server, tmp_path, synthetic_video)
     _until_fitted(proc)
     server.close()
-    assert server.proc.returncode == 0
+    assert _left(server)
     assert proc.wait(30) == 0
+
+
+def test_a_local_run_in_this_session_takes_its_server_from_the_hub(prefork_hub, tmp_path, synthetic_video):
+    """`cnnvideo local` under CNNVIDEO_PREFORK_HUB asks the hub for its server: the run completes, and the hub has
+    reaped one more server, whose CPU (its roles' included) it adds to what it reports."""
+    if prefork_hub is None:
+        pytest.skip("no prefork hub in this session (CNNVIDEO_TEST_HUB=0)")
+
+    def reaped_cpu():
+        with open(prefork_hub + ".cpu") as fh:
+            return float(fh.read())
+
+    before = reaped_cpu()
+    proc, report, _ = run_local(tmp_path, base_config(synthetic_video, str(tmp_path / "cache")), frames=4)
+    assert proc.returncode == 0 and report["completed"] == 4, proc.stderr[-2000:]
+    deadline = time.time() + 10
+    while reaped_cpu() == before and time.time() < deadline:
+        time.sleep(0.2)
+    assert reaped_cpu() > before + 0.5, (before, reaped_cpu())
