@@ -18,12 +18,15 @@ that fails makes the launcher do the same, with one line saying why.
 
 A hub (`python -m cnnvideo.tools.prefork --hub PATH`) pays the imports once for many runs, e.g. a test session's:
 it preloads, listens on the Unix socket PATH, and forks one run's server per connection, which then serves that
-launcher exactly as above. A launcher whose environment names a hub (`CNNVIDEO_PREFORK_HUB=PATH`) connects to it
-instead of starting a server, and starts its own when the hub does not answer.
+launcher exactly as above, from inside the launcher's network namespace (sent as an fd; `links: tc` runs the
+launcher in a namespace of its own). A launcher whose environment names a hub (`CNNVIDEO_PREFORK_HUB=PATH`)
+connects to it instead of starting a server, and starts its own when the hub does not answer, runs in another
+mount, PID, UTS, IPC or user namespace, or cannot give its server the launcher's network namespace.
 """
 from __future__ import annotations
 
 import array
+import ctypes
 import errno
 import gc
 import importlib
@@ -243,28 +246,55 @@ def serve(fd: int, extra: Sequence[str] = ()) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- the hub
-def _hello(sock: socket.socket, timeout: float = 30.0) -> List[str]:
-    """A connection's first line, {"extra": [...]}: what its run's server preloads beyond the hub's modules."""
+def _hello(sock: socket.socket, timeout: float = 30.0):
+    """A connection's first line, {"extra": [...]}: what its run's server preloads beyond the hub's modules; and the
+    launcher's network namespace, an fd sent with it (None if none came)."""
     sock.settimeout(timeout)
-    data = b""
+    data, fds = b"", array.array("i")
     while b"\n" not in data:
-        chunk = sock.recv(65536)
+        chunk, anc, _flags, _addr = sock.recvmsg(65536, socket.CMSG_LEN(4 * fds.itemsize))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
         if not chunk or len(data) > MAX_MESSAGE:
             raise ValueError("a prefork hub connection without its first line")
         data += chunk
     sock.settimeout(None)
-    return [str(e) for e in json.loads(data.partition(b"\n")[0].decode()).get("extra", [])]
+    extra = [str(e) for e in json.loads(data.partition(b"\n")[0].decode()).get("extra", [])]
+    return extra, (fds[0] if fds else None)
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def _join_network(fd: int) -> None:
+    """Enter the network namespace open as `fd` (setns), here, on this process's only thread, so that the roles
+    forked from here are in it: a launcher of `links: tc` runs inside a namespace of its own (tools/linkemu.py)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "cannot enter the launcher's network namespace: %s" % os.strerror(err))
 
 
 def _serve_connection(listener: socket.socket, conn: socket.socket) -> int:
-    """In a child of the hub: become one run's server on `conn`. Its roles, forked from here, leave the interpreter
-    by SystemExit up through these frames, so nothing below catches or cleans up."""
+    """In a child of the hub: become one run's server on `conn`, in the launcher's network namespace. Its roles,
+    forked from here, leave the interpreter by SystemExit up through these frames, so nothing below catches or
+    cleans up."""
     listener.close()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, signal.SIG_DFL)
     try:
-        extra = _hello(conn)
-    except (OSError, ValueError):
+        extra, netns = _hello(conn)
+        if netns is not None:
+            try:
+                _join_network(netns)
+            finally:
+                os.close(netns)
+    except (OSError, ValueError) as exc:
+        try:
+            _send(conn, {"error": "the prefork hub's server: %s" % exc})
+        except OSError:
+            pass
         return 1
     return serve(conn.detach(), extra)
 
@@ -341,9 +371,9 @@ def hub(path: str) -> int:
     return 0
 
 
-# Linux namespaces a role inherits from its server: a launcher in a network namespace of its own (`links: tc`) or
-# another mount or PID namespace needs a server there too, so it takes no hub's
-NAMESPACES = ("net", "mnt", "pid", "uts", "ipc", "user")
+# Linux namespaces a role inherits from its server, other than the network one (the hub's server enters the
+# launcher's): a launcher in another of these needs a server there too, so it takes no hub's
+NAMESPACES = ("mnt", "pid", "uts", "ipc", "user")
 
 
 def _peer_pid(sock: socket.socket) -> int:
@@ -404,13 +434,22 @@ class Server:
 
     def __init__(self, env: Dict[str, str], extra: Sequence[str] = ()) -> None:
         self.proc: Optional[subprocess.Popen] = None  # the server, when this launcher started it (not a hub's)
-        self.sock = self._from_hub(env.get(HUB_ENV), extra)
-        if self.sock is None:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock = ours
-            self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())]
-                                         + list(extra), pass_fds=[theirs.fileno()], env=env)
-            theirs.close()
+        sock = self._from_hub(env.get(HUB_ENV), extra)
+        if sock is not None:
+            try:
+                self._attach(sock)
+                return
+            except OSError:  # the hub's server could not start (e.g. enter our network namespace): start our own
+                self._detach()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cnnvideo.tools.prefork", str(theirs.fileno())]
+                                     + list(extra), pass_fds=[theirs.fileno()], env=env)
+        theirs.close()
+        self._attach(ours)
+
+    def _attach(self, sock: socket.socket) -> None:
+        """Serve through `sock`: read its messages, and wait for the server's first, `ready` (OSError if not)."""
+        self.sock = sock
         self.lock = threading.Lock()  # one request at a time: its answer is the next pid
         self.cond = threading.Condition()
         self.answers: List[dict] = []
@@ -423,22 +462,38 @@ class Server:
         if "ready" not in first:
             raise OSError(first.get("error") or "the prefork server did not start")
 
+    def _detach(self) -> None:
+        """Let a server that failed to start go."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.reader.join(10)
+        self.sock.close()
+
     @staticmethod
     def _from_hub(path: Optional[str], extra: Sequence[str]) -> Optional[socket.socket]:
-        """A connection to the hub at `path` that has asked for a server preloading `extra`; None without a hub or
-        when it does not answer (the launcher then starts a server of its own)."""
+        """A connection to the hub at `path` that has asked for a server preloading `extra`, in this process's
+        network namespace; None without a hub, when it does not answer, or when it runs in other namespaces (the
+        launcher then starts a server of its own)."""
         if not path:
             return None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        netns = None
         try:
             sock.connect(path)
             if not _same_namespaces(_peer_pid(sock)):
                 sock.close()
                 return None
-            _send(sock, {"extra": list(extra)})
+            netns = os.open("/proc/self/ns/net", os.O_RDONLY)
+            data = (json.dumps({"extra": list(extra)}) + "\n").encode()
+            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [netns]))])
         except OSError:
             sock.close()
             return None
+        finally:
+            if netns is not None:
+                os.close(netns)
         return sock
 
     def _read(self) -> None:

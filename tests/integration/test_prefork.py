@@ -3,6 +3,7 @@ imported torch and torchvision: a role's output and exit code come back as from 
 by a signal reads as such, gRPC is never imported before a fork, and the server leaves once the launcher has let it go
 and its roles have ended. Each holds for a server the launcher starts and for one a prefork hub forks for it."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,19 +110,25 @@ def test_a_role_left_running_when_the_launcher_goes_is_stopped(server, tmp_path,
     assert proc.wait(30) == 0
 
 
-def test_a_local_run_in_this_session_takes_its_server_from_the_hub(prefork_hub, tmp_path, synthetic_video):
-    """`cnnvideo local` under CNNVIDEO_PREFORK_HUB asks the hub for its server: the run completes, and the hub has
-    reaped one more server, whose CPU (its roles' included) it adds to what it reports."""
+@pytest.mark.parametrize("links", ["none", "tc"])
+def test_a_local_run_in_this_session_takes_its_server_from_the_hub(prefork_hub, tmp_path, synthetic_video, links):
+    """`cnnvideo local` under CNNVIDEO_PREFORK_HUB asks the hub for its server, with tc links too (the server enters
+    the launcher's network namespace): the run completes, and the hub has reaped one more server, whose CPU (its
+    roles' included) it adds to what it reports."""
     if prefork_hub is None:
         pytest.skip("no prefork hub in this session (CNNVIDEO_TEST_HUB=0)")
+    if links == "tc" and (os.geteuid() != 0 or shutil.which("ip") is None):
+        pytest.skip("tc links need root and `ip`")
 
     def reaped_cpu():
         with open(prefork_hub + ".cpu") as fh:
             return float(fh.read())
 
     before = reaped_cpu()
-    proc, report, _ = run_local(tmp_path, base_config(synthetic_video, str(tmp_path / "cache")), frames=4)
+    data = base_config(synthetic_video, str(tmp_path / "cache"), local={"links": links, "cpus": "none"})
+    proc, report, _ = run_local(tmp_path, data, frames=4)
     assert proc.returncode == 0 and report["completed"] == 4, proc.stderr[-2000:]
+    assert report["link_emulation"] == links, report["link_emulation"]
     deadline = time.time() + 10
     while reaped_cpu() == before and time.time() < deadline:
         time.sleep(0.2)
