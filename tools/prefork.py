@@ -168,16 +168,35 @@ def _prebuild(spec: str) -> None:
         pass
 
 
+def _preload(names: Sequence[str]) -> None:
+    """Import these modules (torchvision without torch._dynamo: cnnvideo.model.vision)."""
+    for name in names:
+        try:
+            load_torchvision() if name == "torchvision" else importlib.import_module(name)
+        except ImportError:  # an optional part not installed: the role imports what it has, as before
+            pass
+
+
+def _reap_ended(children: set):
+    """(pid, wait status) of each of `children` that has ended, without waiting; each leaves the set."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        yield pid, status
+
+
 def serve(fd: int, extra: Sequence[str] = ()) -> int:
     """The server's loop on the inherited socket `fd` (see the module docstring), with `extra` preloaded too: module
     names, and models to build (model_arg)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops the roles itself
     models = [e for e in extra if e.startswith(MODEL_ARG)]
-    for name in PRELOAD + tuple(e for e in extra if e not in models):
-        try:
-            load_torchvision() if name == "torchvision" else importlib.import_module(name)
-        except ImportError:  # an optional part not installed: the role imports what it has, as before
-            pass
+    _preload(PRELOAD + tuple(e for e in extra if e not in models))
     for spec in models:
         _prebuild(spec)
     gc.collect()
@@ -228,15 +247,7 @@ def serve(fd: int, extra: Sequence[str] = ()) -> int:
             except OSError:
                 pass
             continue
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                children.clear()
-                break
-            if pid == 0:
-                break
-            children.discard(pid)
+        for pid, status in _reap_ended(children):
             if open_:
                 try:
                     _send(sock, {"exit": pid, "code": _exit_code(status)})
@@ -316,11 +327,7 @@ def hub(path: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    for name in PRELOAD + ONNX_PRELOAD:
-        try:
-            load_torchvision() if name == "torchvision" else importlib.import_module(name)
-        except ImportError:
-            pass
+    _preload(PRELOAD + ONNX_PRELOAD)
     gc.collect()
     gc.freeze()
     parent, me = os.getppid(), os.getpid()
@@ -347,18 +354,7 @@ def hub(path: str) -> int:
                 sys.exit(_serve_connection(listener, conn))
             conn.close()
             servers.add(pid)
-        reaped = False
-        while servers:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                servers.clear()
-                break
-            if pid == 0:
-                break
-            servers.discard(pid)
-            reaped = True
-        if reaped:
+        if list(_reap_ended(servers)):
             _note_children_cpu(path)
     if os.getpid() == me:
         listener.close()
