@@ -60,6 +60,11 @@ class Feed:
             self.ahead = self._scan()
         self.source.open()
 
+    def run_length(self) -> int:
+        """How many frames this run takes, when that is known before it ends (an offline run of `frames` frames,
+        once opened); 0 when it is not (a live source, or a run until a signal)."""
+        return len(self.ahead) if self.ahead is not None and self.limit > 0 else 0
+
     def _scan(self) -> np.ndarray:
         """Input change rates of the first `frames` frames (one pass of the clip when frames is 0), frame by
         frame: the look-ahead of offline mode, without holding the frames."""

@@ -82,7 +82,7 @@ class MasterRole:
         self.capture_latency = array.array("d")  # capture-to-result seconds of completed frames (8 bytes each)
         self.checker = None  # OnlineChecker with check: true
         self.consumers = ResultConsumers()  # where each completed frame goes, in frame order
-        self.thumbs = Thumbnails()  # report.html's strip of labelled frames
+        self.thumbs = Thumbnails(self.feed.run_length)  # report.html's strip of labelled frames
         self.consumers.register(lambda d: self.thumbs.add(d.frame, d.rgb, d.detections), holding_lock=True)
         self.scheduler: Optional[schedulers.Scheduler] = None
         self.predictors = None

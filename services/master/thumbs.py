@@ -1,10 +1,11 @@
 """report.html's strip of labelled frames: thumbnails taken as frames finish (frames are not kept), at most
-2 x 24 held, the stride doubling when full. A detector run's thumbnails show the boxes and a count caption. They
+2 x 24 held, the stride doubling when full. When the run's length is known (offline), the stride starts where it would
+end, so no thumbnail is made only to be dropped (a 150-frame run makes 38, not 86). A detector run's thumbnails show the boxes and a count caption. They
 are held as small images and made JPEG only when picked: of the 86 a 150-frame run takes, 24 are shown (0.3 ms of
 the master's CPU each for the JPEG and its base64)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -14,17 +15,31 @@ from cnnvideo.results.detections import caption
 HELD = 48
 
 
-class Thumbnails:
-    """Thumbnails of every `every`-th finished frame (bounded memory)."""
+def first_stride(run_length: int) -> int:
+    """The stride the doubling would reach over `run_length` frames (1 when unknown): a power of two that keeps at
+    most HELD of them."""
+    every = 1
+    while run_length > 0 and -(-run_length // every) > HELD:
+        every *= 2
+    return every
 
-    def __init__(self) -> None:
+
+class Thumbnails:
+    """Thumbnails of every `every`-th finished frame (bounded memory). `run_length` gives the run's frame count
+    when it is known (0 when not, as for a live source); it is asked once, at the first frame."""
+
+    def __init__(self, run_length: Optional[Callable[[], int]] = None) -> None:
         self.images: Dict[int, np.ndarray] = {}  # frame -> its thumbnail (rpt.thumbnail), not yet a JPEG
         self.captions: Dict[int, str] = {}  # a detector run's frames: "3 people"
         self.every = 1
+        self._run_length = run_length
 
     def add(self, frame: int, rgb, detections: Optional[Sequence] = None) -> None:
         """Keep a thumbnail of frame `frame` (an RGB uint8 image, or None) if it is on the stride; with
         `detections` (a detector's, in frame pixels) the boxes are drawn on it and its caption is the count."""
+        if self._run_length is not None:
+            self.every = first_stride(self._run_length())
+            self._run_length = None
         if rgb is None or frame % self.every:
             return
         small = rpt.thumbnail(rgb, detections=detections)

@@ -43,3 +43,43 @@ def test_picked_thumbnails_are_the_jpegs_of_their_frames():
     for f, uri, text, _ in strip:
         assert uri == rpt.thumbnail_uri(frames[f], detections=boxes if f % 3 else [])
         assert text == ("1 person" if f % 3 else "0 people")
+
+
+def test_a_run_of_known_length_makes_no_thumbnail_it_would_drop(monkeypatch):
+    """With the run's length known (offline), the stride starts where doubling would end: 150 frames make 38
+    thumbnails (every 4th), the same ones the doubling keeps, not 86; an unknown length (0) starts at 1."""
+    from cnnvideo.master import thumbs as thumbs_module
+    from cnnvideo.master.thumbs import first_stride
+
+    assert [first_stride(n) for n in (0, 1, HELD, HELD + 1, 150, 1000)] == [1, 1, 1, 2, 4, 32]
+    made = []
+    real = thumbs_module.rpt.thumbnail
+    monkeypatch.setattr(thumbs_module.rpt, "thumbnail", lambda *a, **k: made.append(a) or real(*a, **k))
+    rgb = np.zeros((32, 48, 3), dtype=np.uint8)
+    known, doubling = Thumbnails(lambda: 150), Thumbnails()
+    for f in range(150):
+        known.add(f, rgb)
+    assert len(made) == 38 and sorted(known.images) == list(range(0, 150, 4))
+    del made[:]
+    for f in range(150):
+        doubling.add(f, rgb)
+    assert len(made) == 86 and sorted(doubling.images) == sorted(known.images)
+    live = Thumbnails(lambda: 0)
+    live.add(0, rgb)
+    assert live.every == 1
+
+
+def test_shrink_is_close_to_area_averaging():
+    """A thumbnail's shrink (area halving, then bilinear) has the asked size and stays within a few grey levels of
+    OpenCV's INTER_AREA on a smooth image with edges; no side goes below 1."""
+    import cv2
+
+    from cnnvideo.results.report import shrink
+
+    yy, xx = np.mgrid[0:480, 0:720]
+    img = np.stack([(xx * 255 // 719), (yy * 255 // 479), ((xx // 60 + yy // 60) % 2) * 255], -1).astype(np.uint8)
+    small = shrink(img, 240, 160)
+    area = cv2.resize(img, (240, 160), interpolation=cv2.INTER_AREA)
+    assert small.shape == (160, 240, 3) and small.dtype == np.uint8
+    assert np.abs(small.astype(int) - area).mean() < 3.0
+    assert shrink(img, 1, 1).shape == (1, 1, 3)
