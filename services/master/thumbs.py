@@ -1,8 +1,8 @@
 """report.html's strip of labelled frames: thumbnails taken as frames finish (frames are not kept), at most
-2 x 24 held, the stride doubling when full. When the run's length is known (offline), the stride starts where it would
-end, so no thumbnail is made only to be dropped (a 150-frame run makes 38, not 86). A detector run's thumbnails show the boxes and a count caption. They
-are held as small images and made JPEG only when picked: of the 86 a 150-frame run takes, 24 are shown (0.3 ms of
-the master's CPU each for the JPEG and its base64)."""
+2 x 24 held, the stride doubling when full. When the run's length is known (offline), the stride starts where it
+would end, so no thumbnail is made only to be dropped (a 150-frame run makes 38, not 86). A detector run's
+thumbnails show the boxes and a count caption. They are held as small images and made JPEG only when picked: 24
+are shown (0.3 ms of the master's CPU each for the JPEG and its base64)."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence

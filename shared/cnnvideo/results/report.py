@@ -4,6 +4,7 @@ bench read it back with read()."""
 from __future__ import annotations
 
 import html
+import importlib.util
 import json
 import logging
 import math
@@ -474,11 +475,8 @@ def thumbnail(frame, width: int = 128, detections: Optional[Sequence[Any]] = Non
     """The small RGB uint8 image thumbnail_uri shows: `frame` resized to `width` (240 at least for a detector's,
     big enough to see who is boxed) with the detections' boxes drawn; None without OpenCV. A holder of many
     thumbnails keeps these and encodes only those it shows (jpeg_uri)."""
-    try:
-        import cv2
-    except ImportError:
+    if importlib.util.find_spec("cv2") is None:
         return None
-
     # not at the top, since it loads numpy: read() serves the `cnnvideo local` launcher, camera_report and
     # local_cameras, which load none; only the master makes thumbnails
     from cnnvideo.results.detections import draw_boxes
