@@ -72,6 +72,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # What does not change with the source comes first, so a source change rebuilds only the project's own install.
+# It goes to /deps and the project to /install: the runtime copies each in a layer of its own, so a source change
+# writes the project's few MB again, not ONNX Runtime's 150 MB with it.
 COPY build/wheels/ /wheels/
 # ONNX Runtime: the wheels of this image's architecture (engine: onnxruntime): onnxruntime, and onnx + ml_dtypes
 # for its int8 quantiser (precision: int8). Without them (armv7, or a context that scripts/docker_setup.sh did not
@@ -80,11 +82,11 @@ COPY build/wheels/ /wheels/
 # hadolint ignore=DL3013
 RUN set -- /wheels/onnxruntime-*_"$(uname -m)".whl; \
     if [ -f "$1" ]; then \
-      pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /install \
+      pip install --no-deps --no-index --no-cache-dir --break-system-packages --root /deps \
         "$1" /wheels/onnx-*_"$(uname -m)".whl /wheels/ml_dtypes-*_"$(uname -m)".whl; \
     else echo "no ONNX Runtime wheel for $(uname -m) in build/wheels: the image runs torch only"; fi
 # the sample static-camera video (768x576 pedestrians) from Debian's opencv-doc
-RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /install/usr/share/cnnvideo/vtest.avi
+RUN install -D -m 0644 "$(find /usr/share/doc/opencv-doc -name vtest.avi | head -1)" /deps/usr/share/cnnvideo/vtest.avi
 COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY shared/ shared/
@@ -104,6 +106,7 @@ RUN mkdir -p /tmp/proto/cnnvideo/rpc /tmp/gen \
 
 # ---- runtime: the project installed on top of base; the role targets below only set defaults
 FROM base AS runtime
+COPY --from=build /deps/ /
 COPY --from=build /install/ /
 COPY docker/entrypoint.sh /usr/local/bin/cnnvideo-entrypoint
 COPY docker/healthcheck.sh /usr/local/lib/cnnvideo/healthcheck.sh
