@@ -75,6 +75,8 @@ class Recalibration:
                 if self.entries:
                     after = self.watch.f1()
                     self.entries[-1]["f1_after"] = None if after is None else round(after, 4)
+                    log.info("int8 calibration %s: F1 %s against the unsplit model over the checked frames after "
+                             "the switch", self.entries[-1].get("digest"), "-" if after is None else "%.3f" % after)
                 if f1 is not None:
                     self.armed = False
                     log.warning("int8 calibration: F1 still %.3f after calibrating again: the scene, not the "

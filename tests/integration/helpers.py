@@ -136,6 +136,8 @@ class LocalRun:
                 if "[master]" in line and "resynchronised at generation" in line:
                     self.resyncs += 1
                 self.cond.notify_all()
+        with self.cond:  # the run ended: a wait_for that waits for a line must wake to see it
+            self.cond.notify_all()
 
     def count(self, text: str) -> int:
         """How many log lines so far contain `text`."""

@@ -89,11 +89,13 @@ def test_on_the_trainer_videos_calibration_too(tmp_path, camera_video):
     assert "quantizing int8 here" not in err, [ln for ln in err.splitlines() if "quantizing int8 here" in ln]
 
 
-@pytest.mark.serial  # the 160 frames must outlast the background quantization of the re-plan: runs alone
 def test_a_replan_warms_stages_the_master_quantized(tmp_path):
     """A stale profile makes `adaptive` re-plan mid-run to cuts no worker has built: the master quantizes the new
     plan's stages in the background and pushes them, the frames keep their plan meanwhile, and the workers load
-    the files (no worker quantizes a run's stage)."""
+    the files (no worker quantizes a run's stage). Not timed: the clip loops until 10 frames after the switch
+    have been sent, then the run is stopped (it ran serial, racing 160 frames against the quantization)."""
+    import re
+
     from cnnvideo.video.frames import synthetic_frames, write_video
 
     video = write_video(str(tmp_path / "cam.avi"), iter(list(synthetic_frames(60, (160, 240), seed=2))))
@@ -112,14 +114,21 @@ def test_a_replan_warms_stages_the_master_quantized(tmp_path):
         arrays["seconds"][int(0.6 * k):] *= 20.0
         with open(path, "wb") as fh:
             np.savez(fh, **arrays)
-    data.update(frames=160, scheduler="adaptive", group_size=10, in_flight=4,
+    data.update(frames=0, scheduler="adaptive", group_size=10, in_flight=4, source={"loop": True},
                 scheduler_options={"min_samples": 1, "pool": False})
-    proc, report, _ = run_local(tmp_path, data, name="adaptive")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert report["completed"] == 160 and report["lost"] == 0
+    run = LocalRun(write_config(str(tmp_path / "adaptive.yml"), data), str(tmp_path / "adaptive"))
+    switch = re.compile(r"built on every worker after [0-9.]+ s: frames (\d+)\.\. take it")
+    try:
+        run.wait_for(lambda: any(switch.search(ln) for ln in run.lines), 900)
+        first = min(int(switch.search(ln).group(1)) for ln in run.lines if switch.search(ln))
+        run.wait_for(lambda: run.sent >= first + 10, 300)
+        code, report, err = run.stop(300)
+    finally:
+        run.close()
+    assert code == 0, err[-3000:]
+    assert report["completed"] == report["frames"] > first and report["lost"] == 0
     warmed = [w for w in report["plan_warming"] if w["switched_frame"] is not None]
     assert warmed, (report["plan_decisions"], report["plan_warming"])
-    err = proc.stderr
     assert "quantizing int8 here" not in err, [ln for ln in err.splitlines() if "quantizing int8 here" in ln]
     for w in warmed:
         assert w["switched_frame"] > w["asked_frame"] and w["refused"] is None, w
