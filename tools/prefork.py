@@ -26,6 +26,7 @@ mount, PID, UTS, IPC or user namespace, or cannot give its server the launcher's
 from __future__ import annotations
 
 import array
+import atexit
 import ctypes
 import errno
 import gc
@@ -82,9 +83,28 @@ def _send(sock: socket.socket, msg: dict) -> None:
     sock.sendall((json.dumps(msg) + "\n").encode())
 
 
+def leave(code: int) -> None:
+    """End this process as the interpreter's exit would, but for its finalization: non-daemon threads are joined,
+    atexit handlers run (logging flushed, weakref finalizers), the standard streams are flushed, and then os._exit.
+    Finalization would clear every module and free the heap this process shares with the server it was forked from,
+    writing to (so copying) every page of it, torch's included: 0.4-0.6 CPU-s a process, spent as it ends
+    (results-data/ci/prefork-exit-ab.txt). multiprocessing's forked children end the same way."""
+    try:
+        threading._shutdown()  # what the interpreter's exit does first: wait for non-daemon threads
+    except BaseException:  # (KeyboardInterrupt while waiting, as at a normal exit)
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
 def _child(sock: socket.socket, fd: int, request: dict) -> None:
-    """In the forked child: become the role, then leave the interpreter as `python -m cnnvideo` would (SystemExit
-    up through the server's frames, which catch nothing: atexit handlers run, non-daemon threads are joined)."""
+    """In the forked child: become the role, then leave as `python -m cnnvideo` would, without the interpreter's
+    finalization (`leave`)."""
     code = 1
     try:
         sock.close()
@@ -113,7 +133,7 @@ def _child(sock: socket.socket, fd: int, request: dict) -> None:
 
         traceback.print_exc()
         code = 1
-    sys.exit(code)
+    leave(code)
 
 
 def _receive(sock: socket.socket, buf: bytearray):
@@ -289,8 +309,7 @@ def _join_network(fd: int) -> None:
 
 def _serve_connection(listener: socket.socket, conn: socket.socket) -> int:
     """In a child of the hub: become one run's server on `conn`, in the launcher's network namespace. Its roles,
-    forked from here, leave the interpreter by SystemExit up through these frames, so nothing below catches or
-    cleans up."""
+    forked from here, end in `leave`, so they never come back up through these frames."""
     listener.close()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, signal.SIG_DFL)
@@ -351,7 +370,7 @@ def hub(path: str) -> int:
             conn, _addr = listener.accept()
             pid = os.fork()
             if pid == 0:
-                sys.exit(_serve_connection(listener, conn))
+                leave(_serve_connection(listener, conn))
             conn.close()
             servers.add(pid)
         if list(_reap_ended(servers)):
@@ -573,4 +592,6 @@ def role_argv(argv: List[str]) -> Optional[List[str]]:
 
 
 if __name__ == "__main__":
-    sys.exit(hub(sys.argv[2]) if sys.argv[1] == "--hub" else serve(int(sys.argv[1]), sys.argv[2:]))
+    if sys.argv[1] == "--hub":
+        sys.exit(hub(sys.argv[2]))
+    leave(serve(int(sys.argv[1]), sys.argv[2:]))
