@@ -207,6 +207,8 @@ class Recalibration:
             return dict(first or {}, refreshed=list(self.entries)) if self.entries else first
 
     def _backlog(self) -> int:
-        """Checks still queued (of frames computed on the old calibration): the watch skips them."""
+        """Checks still to come of frames computed on the old calibration: the watch skips them. Samples the
+        checker missed (a live run's full queue) never come, so they are not among them: counted in, a loaded
+        master skipped more checks than the run had left, and never scored the new calibration."""
         c = self.m.checker
-        return max(0, int(c.sampled) - int(c.checked)) if c is not None else 0
+        return c.pending() if c is not None else 0

@@ -11,17 +11,18 @@ import pytest
 
 from cnnvideo.model import engines
 
-from .helpers import REPO, LocalRun, base_config, write_config
+from .helpers import REPO, base_config, run_local
 
-# Not timed: the camera plays dusk, then day frames until the recalibration's switch has been checked, and the run
-# is stopped then (SIGTERM), so a loaded host only makes it longer. (It ran serial, racing a 45 s looping clip that
-# a loaded host did not outlast, and whose dusk frames came back after the switch.)
-pytestmark = [pytest.mark.slow,
+# serial: the switch must come while the camera still plays; beside a loaded parallel tier (load 15 on 2 cores) the
+# master's calibration and quantization took longer than the clip's 45 s. (Run until its event instead, beside
+# that tier, it met a loop's dusk frames again after the switch, and the file ran out: a serial run of a fixed
+# clip stays the surer test. It did find a bug: recalibration.py's backlog counted the checker's missed samples.)
+pytestmark = [pytest.mark.slow, pytest.mark.serial,
               pytest.mark.skipif(not engines.ort_available()[0], reason="onnxruntime is not installed")]
 
 SIZE = (240, 320)
-DARK, DAY = 60, 600  # frames at dusk (vtest at a quarter of its light), then vtest's next frames in daylight
-PASSES = 3  # the day frames forwards, backwards, forwards: 3 minutes of day at 10 fps, played once (not looped)
+DARK, DAY = 60, 240  # frames at dusk (vtest at a quarter of its light), then in daylight
+FRAMES = 450  # 45 s: the recalibration takes 15-30 s on a loaded 2-core host, then a window of checks follows
 
 
 @pytest.fixture(scope="module")
@@ -33,33 +34,26 @@ def dusk_then_day(tmp_path_factory):
         pytest.skip("media/vtest.avi missing (make video)")
     frames = list(read_frames(video, SIZE, limit=DARK + DAY, loop=False))
     dark = [(f.astype(np.float32) * 0.25).astype(np.uint8) for f in frames[:DARK]]
-    day = frames[DARK:]
-    days = [f for i in range(PASSES) for f in (day if i % 2 == 0 else day[::-1])]
-    return write_video(str(tmp_path_factory.mktemp("dusk") / "dusk.avi"), iter(dark + days))
+    return write_video(str(tmp_path_factory.mktemp("dusk") / "dusk.avi"), iter(dark + frames[DARK:]))
 
 
 def test_a_stale_calibration_is_redone_without_stopping_the_run(tmp_path, dusk_then_day, person_detector):
-    # played as a camera (10 fps) that waits for the pool (drop: none) and does not loop: the first calibration is
-    # dusk's (the file's first frames, read apart), and every frame after the switch is a day frame
+    # played as a camera (10 fps, looping): it runs on while the master sets up, so the run's first frames may be
+    # dusk or day; the first calibration is dusk's either way (the file's first frames, read apart)
     data = base_config(dusk_then_day, str(tmp_path / "cache"), model="person-ssdlite", engine="onnxruntime",
-                       precision="int8", frame_size=list(SIZE), frames=0, in_flight=4,
+                       precision="int8", frame_size=list(SIZE), frames=FRAMES, in_flight=4,
                        scheduler="replicas", bandwidth=[3.0, 3.0], trainer={"frames": 8},
-                       source={"realtime": True, "fps": 10, "loop": False, "drop": "none"},
+                       source={"realtime": True, "fps": 10, "loop": True},
                        int8={"calibration": "camera", "calibration_frames": 8, "calibration_stride": 2,
                              "recalibrate_below": 0.8, "recalibrate_window": 24})
     del data["weights"]  # (a detector's weights are in its file)
-    run = LocalRun(write_config(str(tmp_path / "run.yml"), data), str(tmp_path / "run"))
-    try:
-        run.wait_for(lambda: run.count("over the checked frames after the switch") >= 1, 1200)
-        code, report, err = run.stop(300)
-    finally:
-        run.close()
-    assert code == 0, err[-3000:]
-    assert report["completed"] == report["frames"] > DARK and report["lost"] == 0
+    proc, report, _ = run_local(tmp_path, data, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["completed"] == report["frames"] == FRAMES and report["lost"] == 0
     cal = report["int8_calibration"]
     assert max(cal["frame_indices"]) < DARK  # the run's first calibration: dusk frames
     redone = [e for e in cal.get("refreshed", []) if e["switched"]]
-    assert redone, (cal, [ln for ln in err.splitlines() if "calibration" in ln][-10:])
+    assert redone, (cal, [ln for ln in proc.stderr.splitlines() if "calibration" in ln][-10:])
     first = redone[0]
     assert first["stale_f1"] < 0.8 and first["replaced"] == cal["digest"] and first["digest"] != cal["digest"]
     # the first 24 checked frames after the switch agree again (the new calibration's stage scores about 0.96 on
@@ -68,6 +62,6 @@ def test_a_stale_calibration_is_redone_without_stopping_the_run(tmp_path, dusk_t
     # the new calibration went through the master's fit check too (calibration_fit), and says which recipe it kept
     assert first["recipe"] in ("default", "fp32-head") and first["fit"] and first["fit"][0]["recipe"] == "default"
     assert report["reliability"]["resyncs"] >= 1
-    assert "is stale: F1" in err and "replaces stale" in err
+    assert "is stale: F1" in proc.stderr and "replaces stale" in proc.stderr
     # the workers built the new stages from the master's file before the switch: none quantized its own
-    assert "quantizing int8 here" not in err
+    assert "quantizing int8 here" not in proc.stderr

@@ -50,7 +50,12 @@ def test_live_checker_never_blocks_and_stays_bounded():
         c.offer(f, np.zeros(8, np.uint8), np.zeros(8, np.float32))
         peak = max(peak, len(c.queue))
     assert time.time() - t0 < 1.0 and peak <= 3
+    # the checks still to come are the held ones, never the missed ones (a recalibration skips exactly these)
+    assert 1 <= c.pending() <= 3 + 1
+    with c.cond:  # (read together: the checker's thread moves them)
+        assert c.sampled - c.checked - c.missed == c._held()
     c.close()
+    assert c.pending() == 0
     s = c.summary()
     assert s["missed"] > 150 and s["checked"] + s["missed"] == 200 and s["max_abs_err"] == 0.0
 

@@ -124,6 +124,11 @@ class OnlineChecker:
         """Frames queued or being checked (holding the lock)."""
         return len(self.queue) + self.checking
 
+    def pending(self) -> int:
+        """Samples queued or being checked now: those whose checks are still to come (not the missed ones)."""
+        with self.cond:
+            return self._held()
+
     def _holding(self) -> bool:
         """A deferred checker holds its queue until close() or until the queue is full (holding the lock)."""
         return self.defer and not self.draining and self._held() < self.queue_cap
