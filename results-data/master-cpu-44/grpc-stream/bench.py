@@ -29,22 +29,12 @@ else:
             for i in range(N): U(payload, timeout=10)
         elif mode == "stream":
             q = queue.Queue()
-            def gen():
-                while True:
-                    x = q.get()
-                    if x is None: return
-                    yield x
-            f = S.future(gen())
+            f = S.future(iter(q.get, None))
             for i in range(N): q.put(payload); 
             q.put(None); f.result()
         else:
             q = queue.Queue()
-            def gen():
-                while True:
-                    x = q.get()
-                    if x is None: return
-                    yield x
-            it = D(gen())
+            it = D(iter(q.get, None))
             for i in range(N):
                 q.put(payload); next(it)
             q.put(None)
